@@ -1,0 +1,182 @@
+/**
+ * The error catalogue. Every error the service answers with is a class here with a
+ * stable `code`, an HTTP `status` and its exact message (DESIGN §7). Handlers throw;
+ * `http/respond-error.ts` is the one place that turns them into responses.
+ *
+ * This file imports nothing of ours, so every area (fields and crypto included) may use it.
+ */
+
+export type ValidationErrors = Record<string, string[]>;
+
+export class SvcError extends Error {
+  readonly code: string;
+  readonly status: number;
+  /** Extra response headers, e.g. Retry-After. */
+  readonly headers: Record<string, string> | undefined;
+
+  constructor(code: string, status: number, message: string, options?: { cause?: unknown; headers?: Record<string, string> }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.status = status;
+    this.headers = options?.headers;
+  }
+
+  /** The JSON body sent to the client. Never contains internals. */
+  body(): Record<string, unknown> {
+    return { message: this.message };
+  }
+}
+
+export class UnauthorizedError extends SvcError {
+  constructor(options?: { cause?: unknown }) {
+    super('SVC_ERR_UNAUTHORIZED', 401, 'Unauthorized.', options);
+  }
+}
+
+export class UnauthenticatedError extends SvcError {
+  constructor() {
+    super('SVC_ERR_UNAUTHENTICATED', 401, 'Unauthenticated.');
+  }
+}
+
+export class ActionUnauthorizedError extends SvcError {
+  constructor() {
+    super('SVC_ERR_ACTION_UNAUTHORIZED', 403, 'This action is unauthorized.');
+  }
+}
+
+export class ForbiddenError extends SvcError {
+  constructor() {
+    super('SVC_ERR_FORBIDDEN', 403, 'User does not have the right permissions.');
+  }
+}
+
+export class DestinationNotAllowedError extends SvcError {
+  constructor(host: string) {
+    super('SVC_ERR_DESTINATION_NOT_ALLOWED', 403, `The destination host ${host} is not allowed for this configuration.`);
+  }
+}
+
+export class NotFoundError extends SvcError {
+  constructor() {
+    super('SVC_ERR_NOT_FOUND', 404, 'Not found.');
+  }
+}
+
+export class MethodNotAllowedError extends SvcError {
+  constructor(allowed: readonly string[]) {
+    super('SVC_ERR_METHOD_NOT_ALLOWED', 405, 'Method not allowed.', { headers: { allow: allowed.join(', ') } });
+  }
+}
+
+export class ManagedByControlPlaneError extends SvcError {
+  constructor() {
+    super('SVC_ERR_MANAGED', 409, 'Managed by the control plane.');
+  }
+}
+
+export class BodyTooLargeError extends SvcError {
+  constructor(limit: number) {
+    super('SVC_ERR_BODY_TOO_LARGE', 413, `The request body exceeds the limit of ${limit} bytes.`);
+  }
+}
+
+export class UnsupportedMediaTypeError extends SvcError {
+  constructor() {
+    super('SVC_ERR_UNSUPPORTED_MEDIA_TYPE', 415, 'The request body must be JSON (Content-Type: application/json).');
+  }
+}
+
+export class HeaderTooLargeError extends SvcError {
+  constructor() {
+    super('SVC_ERR_HEADER_TOO_LARGE', 431, 'Request header fields too large.');
+  }
+}
+
+/** Malformed JSON in a request body. `detail` names the problem and its byte offset. */
+export class InvalidJsonError extends SvcError {
+  constructor(detail: string) {
+    super('SVC_ERR_INVALID_JSON', 400, `The request body is not valid JSON: ${detail}.`);
+  }
+}
+
+export class DepthExceededError extends SvcError {
+  constructor(maxDepth: number) {
+    super('SVC_ERR_DEPTH_EXCEEDED', 400, `The request body exceeds the maximum depth of ${maxDepth}.`);
+  }
+}
+
+/** A bad request header or query value that is not a validation of a resource body. */
+export class BadRequestError extends SvcError {
+  constructor(message: string) {
+    super('SVC_ERR_BAD_REQUEST', 400, message);
+  }
+}
+
+export class InvalidFieldPathsError extends SvcError {
+  constructor(detail: string) {
+    super('SVC_ERR_INVALID_FIELDS', 400, `The x-svc-fields header is invalid: ${detail}.`);
+  }
+}
+
+/** Laravel-style validation failure: first message, then "(and N more errors)". */
+export class ValidationError extends SvcError {
+  readonly errors: ValidationErrors;
+
+  constructor(errors: ValidationErrors, code = 'SVC_ERR_VALIDATION') {
+    super(code, 422, summarize(errors));
+    this.errors = errors;
+  }
+
+  override body(): Record<string, unknown> {
+    return { message: this.message, errors: this.errors };
+  }
+}
+
+/** Tokens that are malformed, tampered with, or belong to another configuration. */
+export class InvalidTokenError extends ValidationError {
+  constructor(errors: ValidationErrors) {
+    super(errors, 'SVC_ERR_INVALID_TOKEN');
+  }
+}
+
+export class TooManyRequestsError extends SvcError {
+  constructor(retryAfterSeconds: number) {
+    super('SVC_ERR_TOO_MANY_REQUESTS', 429, 'Too many requests.', {
+      headers: { 'retry-after': String(Math.max(1, Math.ceil(retryAfterSeconds))) },
+    });
+  }
+}
+
+export class UpstreamUnreachableError extends SvcError {
+  constructor(cause?: unknown) {
+    super('SVC_ERR_UPSTREAM_UNREACHABLE', 502, 'The destination could not be reached.', { cause });
+  }
+}
+
+export class UpstreamTimeoutError extends SvcError {
+  constructor(cause?: unknown) {
+    super('SVC_ERR_UPSTREAM_TIMEOUT', 504, 'The destination did not answer in time.', { cause });
+  }
+}
+
+export class NotReadyError extends SvcError {
+  constructor() {
+    super('SVC_ERR_NOT_READY', 503, 'The service is not ready.');
+  }
+}
+
+export class InternalError extends SvcError {
+  constructor(cause?: unknown) {
+    super('SVC_ERR_INTERNAL', 500, 'Server error.', { cause });
+  }
+}
+
+function summarize(errors: ValidationErrors): string {
+  const messages = Object.values(errors).flat();
+  const first = messages[0] ?? 'The given data was invalid.';
+  const more = messages.length - 1;
+  if (more <= 0) return first;
+  return `${first} (and ${more} more ${more === 1 ? 'error' : 'errors'})`;
+}

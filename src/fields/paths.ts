@@ -1,0 +1,235 @@
+/**
+ * The field-path DSL of DESIGN §6, compiled once into a matcher the transformer walks
+ * without allocating: `ssn, card.number, items.*.email, tags`.
+ *
+ * Paths become a trie; the trie is determinised lazily into `PathState`s (a state is the
+ * set of trie nodes reachable at one position of the document). A state answers, for a
+ * key or an array index, the state of the child value, so the transformer keeps one
+ * state per open container and never re-reads the path list.
+ */
+import { InvalidFieldPathsError } from '../errors.ts';
+
+export const MAX_PATHS = 128;
+export const MAX_SEGMENTS = 64;
+export const MAX_HEADER_BYTES = 8 * 1024;
+/** Bounds the lazy determinisation so adversarial wildcard mixes cannot grow without end. */
+const MAX_STATES = 4096;
+
+const WILDCARD = Symbol('wildcard');
+type Segment = string | typeof WILDCARD;
+
+class TrieNode {
+  terminal = false;
+  readonly children = new Map<string, TrieNode>();
+  wildcard: TrieNode | null = null;
+}
+
+/**
+ * One position in the document relative to the compiled paths.
+ * `terminal`: the value here is matched (encrypted or decrypted whole).
+ * `dead`: nothing at or below this position can match.
+ * `anyToken`: decrypt-without-fields mode; every string value below is a token candidate.
+ */
+export class PathState {
+  readonly terminal: boolean;
+  readonly dead: boolean;
+  readonly anyToken: boolean;
+  private readonly nodes: readonly TrieNode[];
+  private readonly owner: FieldMatcher;
+  private readonly byKey = new Map<string, PathState>();
+  private other: PathState | null = null;
+
+  constructor(owner: FieldMatcher, nodes: readonly TrieNode[], anyToken: boolean) {
+    this.owner = owner;
+    this.nodes = nodes;
+    this.anyToken = anyToken;
+    this.terminal = nodes.some((n) => n.terminal);
+    this.dead = !anyToken && nodes.every((n) => n.children.size === 0 && n.wildcard === null);
+  }
+
+  /** The state of the value under object key `key`. */
+  next(key: string): PathState {
+    if (this.anyToken) return this;
+    const known = this.byKey.get(key);
+    if (known !== undefined) return known;
+    for (const node of this.nodes) {
+      if (node.children.has(key)) return this.cacheKey(key);
+    }
+    return this.otherState();
+  }
+
+  /** The state of the array element at `index`: an all-digit segment names an index. */
+  index(index: number): PathState {
+    if (this.anyToken) return this;
+    return this.next(String(index));
+  }
+
+  private cacheKey(key: string): PathState {
+    const targets: TrieNode[] = [];
+    for (const node of this.nodes) {
+      const child = node.children.get(key);
+      if (child !== undefined) targets.push(child);
+      if (node.wildcard !== null) targets.push(node.wildcard);
+    }
+    const state = this.owner.stateFor(targets);
+    this.byKey.set(key, state);
+    return state;
+  }
+
+  private otherState(): PathState {
+    if (this.other === null) {
+      const targets: TrieNode[] = [];
+      for (const node of this.nodes) if (node.wildcard !== null) targets.push(node.wildcard);
+      this.other = this.owner.stateFor(targets);
+    }
+    return this.other;
+  }
+}
+
+/** A compiled set of field paths. Build once per distinct header value and reuse. */
+export class FieldMatcher {
+  readonly root: PathState;
+  readonly paths: readonly string[];
+  private readonly states = new Map<string, PathState>();
+  private readonly nodeIds = new Map<TrieNode, number>();
+  private readonly dead: PathState;
+
+  private constructor(paths: readonly string[], trie: TrieNode | null) {
+    this.paths = paths;
+    this.dead = new PathState(this, [], false);
+    this.root = trie === null ? new PathState(this, [], true) : this.stateFor([trie]);
+  }
+
+  /** Matches every string value that looks like a token (decrypt without x-svc-fields). */
+  static anyToken(): FieldMatcher {
+    return new FieldMatcher([], null);
+  }
+
+  static compile(paths: readonly (readonly Segment[])[], names: readonly string[]): FieldMatcher {
+    const root = new TrieNode();
+    for (const segments of paths) {
+      let node = root;
+      for (const segment of segments) {
+        if (segment === WILDCARD) {
+          node.wildcard ??= new TrieNode();
+          node = node.wildcard;
+        } else {
+          let child = node.children.get(segment);
+          if (child === undefined) {
+            child = new TrieNode();
+            node.children.set(segment, child);
+          }
+          node = child;
+        }
+      }
+      node.terminal = true;
+    }
+    return new FieldMatcher(names, root);
+  }
+
+  /** @internal Interns the state for a set of trie nodes. */
+  stateFor(nodes: readonly TrieNode[]): PathState {
+    if (nodes.length === 0) return this.dead;
+    const ids = [...new Set(nodes.map((n) => this.idOf(n)))].sort((a, b) => a - b);
+    const key = ids.join(',');
+    let state = this.states.get(key);
+    if (state === undefined) {
+      if (this.states.size >= MAX_STATES) throw new InvalidFieldPathsError('the paths are too complex');
+      state = new PathState(this, [...new Set(nodes)], false);
+      this.states.set(key, state);
+    }
+    return state;
+  }
+
+  private idOf(node: TrieNode): number {
+    let id = this.nodeIds.get(node);
+    if (id === undefined) {
+      id = this.nodeIds.size;
+      this.nodeIds.set(node, id);
+    }
+    return id;
+  }
+}
+
+/**
+ * Parses an `x-svc-fields` value (or a configuration's `fields` list). Returns null when
+ * no path is given, so the caller can fall back to its default.
+ */
+export function compileFieldPaths(input: string | readonly string[]): FieldMatcher | null {
+  const text = typeof input === 'string' ? input : input.join(',');
+  if (Buffer.byteLength(text) > MAX_HEADER_BYTES) {
+    throw new InvalidFieldPathsError(`it is longer than ${MAX_HEADER_BYTES} bytes`);
+  }
+  const names: string[] = [];
+  const parsed: Segment[][] = [];
+  for (const entry of text.split(',')) {
+    const path = entry.trim();
+    if (path === '') continue;
+    if (parsed.length === MAX_PATHS) throw new InvalidFieldPathsError(`it lists more than ${MAX_PATHS} paths`);
+    parsed.push(parsePath(path));
+    names.push(path);
+  }
+  if (parsed.length === 0) return null;
+  return FieldMatcher.compile(parsed, names);
+}
+
+function parsePath(path: string): Segment[] {
+  const segments: Segment[] = [];
+  let current = '';
+  let escaped = false;
+  let wildcardOnly = false;
+  let literal = false;
+  const close = () => {
+    if (wildcardOnly && !literal && current === '*') segments.push(WILDCARD);
+    else if (current === '') throw new InvalidFieldPathsError(`the path "${clip(path)}" has an empty segment`);
+    else segments.push(current);
+    if (segments.length > MAX_SEGMENTS) {
+      throw new InvalidFieldPathsError(`the path "${clip(path)}" has more than ${MAX_SEGMENTS} segments`);
+    }
+    current = '';
+    wildcardOnly = false;
+    literal = false;
+  };
+  for (const ch of path) {
+    if (escaped) {
+      if (wildcardOnly) {
+        throw new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
+      }
+      if (ch !== '.' && ch !== '*' && ch !== '\\') {
+        throw new InvalidFieldPathsError(`the path "${clip(path)}" has an unknown escape "\\${ch}"`);
+      }
+      current += ch;
+      literal = true;
+      escaped = false;
+    } else if (ch === '\\') {
+      escaped = true;
+    } else if (ch === '.') {
+      close();
+    } else if (ch === '*') {
+      // A bare `*` segment is the wildcard; a `*` inside other text would read like a glob
+      // we do not support, so it must be written `\*`.
+      if (current !== '' || literal) {
+        throw new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
+      }
+      current = '*';
+      wildcardOnly = true;
+    } else {
+      if (wildcardOnly) {
+        throw new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
+      }
+      current += ch;
+    }
+  }
+  if (escaped) throw new InvalidFieldPathsError(`the path "${clip(path)}" ends with a lone "\\"`);
+  close();
+  return segments;
+}
+
+/** Writes a concrete path the way the DSL reads it, for error keys (`items.0.email`). */
+export function escapeSegment(segment: string): string {
+  return segment.replace(/[\\.*]/g, (c) => `\\${c}`);
+}
+
+function clip(s: string): string {
+  return s.length > 64 ? `${s.slice(0, 64)}…` : s;
+}
