@@ -1,0 +1,145 @@
+/**
+ * Rules that span more than one field. They run on the schema's output even when other
+ * parts of the file failed (so all problems are reported together), which means the value
+ * may be partly unparsed: every access here checks the shape it reads.
+ */
+
+import { formatPath, type ConfigPath, type Problem } from './problems.ts';
+
+type Item = { path: ConfigPath; value: Record<string, unknown> };
+
+export function crossCheck(config: unknown): Problem[] {
+  const problems: Problem[] = [];
+  const root = asRecord(config);
+  if (root === undefined) return problems;
+
+  checkControlPlane(root, problems);
+  checkServerTimeouts(root, problems);
+
+  const seed = asRecord(root.seed);
+  const users = items(seed?.users, ['seed', 'users']);
+  const apiKeys = items(seed?.api_keys, ['seed', 'api_keys']);
+  const configurations = items(seed?.configurations, ['seed', 'configurations']);
+  const classifications = items(seed?.classifications, ['seed', 'classifications']);
+  const routes = items(asRecord(root.relay)?.routes, ['relay', 'routes']);
+  const egress = items(root.egress, ['egress']);
+
+  // Emails are compared case-insensitively: login looks users up that way.
+  unique(users, 'email', problems, (email) => email.toLowerCase());
+  unique(apiKeys, 'name', problems);
+  unique(apiKeys, 'key', problems, undefined, { secret: true });
+  unique(configurations, 'name', problems);
+  unique(configurations, 'proxy_slug', problems);
+  unique(classifications, 'name', problems);
+  unique(classifications, 'slug', problems);
+  unique(routes, 'name', problems);
+  unique(egress, 'name', problems);
+
+  const kinds = checkConfigurationKinds(configurations, problems);
+  checkReferences(kinds, classifications, routes, egress, problems);
+  return problems;
+}
+
+function checkControlPlane(root: Record<string, unknown>, problems: Problem[]): void {
+  const state = asRecord(root.state);
+  if (state?.source !== 'control-plane') return;
+  const path = ['state', 'control_plane'];
+  const controlPlane = asRecord(state.control_plane);
+  if (controlPlane === undefined) {
+    problems.push({ path, message: 'required when state.source is control-plane (url and api_key)' });
+    return;
+  }
+  for (const key of ['url', 'api_key']) {
+    if (controlPlane[key] === undefined) {
+      problems.push({ path: [...path, key], message: 'required when state.source is control-plane' });
+    }
+  }
+}
+
+// Node's http.createServer throws when headersTimeout exceeds a non-zero requestTimeout;
+// saying so here names the keys instead of failing at listen time.
+function checkServerTimeouts(root: Record<string, unknown>, problems: Problem[]): void {
+  const server = asRecord(root.server);
+  const headers = server?.headers_timeout;
+  const request = server?.request_timeout;
+  if (typeof headers !== 'number' || typeof request !== 'number') return;
+  if (request > 0 && headers > request) {
+    problems.push({ path: ['server', 'headers_timeout'], message: 'must not be longer than server.request_timeout' });
+  }
+}
+
+type Kind = 'encryption' | 'provider';
+
+function checkConfigurationKinds(configurations: Item[], problems: Problem[]): Map<string, Kind> {
+  const kinds = new Map<string, Kind>();
+  for (const { path, value } of configurations) {
+    const kind: Kind = value.type === 'provider' || (value.type === undefined && value.provider !== undefined) ? 'provider' : 'encryption';
+    if (typeof value.name === 'string' && !kinds.has(value.name)) kinds.set(value.name, kind);
+    if (kind === 'provider') {
+      if (value.provider === undefined) problems.push({ path: [...path, 'provider'], message: 'required for a provider configuration (provider: google)' });
+      if (value.proxy_slug !== undefined) problems.push({ path: [...path, 'proxy_slug'], message: 'only encryption configurations have a proxy_slug' });
+    } else {
+      if (value.provider !== undefined) problems.push({ path: [...path, 'provider'], message: 'only provider configurations have a provider' });
+      if (value.groups !== undefined) problems.push({ path: [...path, 'groups'], message: 'only provider configurations have groups' });
+    }
+  }
+  return kinds;
+}
+
+/**
+ * A name that matches no seeded configuration is allowed (it may have been created through
+ * the API); a name that matches one of the wrong kind is a mistake we can see now.
+ */
+function checkReferences(kinds: Map<string, Kind>, classifications: Item[], routes: Item[], egress: Item[], problems: Problem[]): void {
+  for (const classification of classifications) {
+    for (const provider of items(classification.value.providers, [...classification.path, 'providers'])) {
+      const name = provider.value.configuration;
+      if (typeof name === 'string' && kinds.get(name) === 'encryption') {
+        problems.push({ path: [...provider.path, 'configuration'], message: `"${name}" is an encryption configuration, not a provider configuration` });
+      }
+    }
+  }
+  for (const route of [...routes, ...egress]) {
+    const name = route.value.configuration;
+    if (typeof name === 'string' && kinds.get(name) === 'provider') {
+      problems.push({ path: [...route.path, 'configuration'], message: `"${name}" is a provider configuration; routes need an encryption configuration` });
+    }
+  }
+}
+
+function unique(
+  list: Item[],
+  key: string,
+  problems: Problem[],
+  normalize: (value: string) => string = (value) => value,
+  options: { secret?: boolean } = {},
+): void {
+  const seen = new Map<string, ConfigPath>();
+  for (const { path, value } of list) {
+    const raw = value[key];
+    if (typeof raw !== 'string') continue;
+    const normalized = normalize(raw);
+    const first = seen.get(normalized);
+    if (first === undefined) {
+      seen.set(normalized, path);
+    } else {
+      // Errors end up in logs: never echo a secret.
+      const shown = options.secret === true ? '' : ` "${raw}"`;
+      problems.push({ path: [...path, key], message: `duplicate ${key}${shown} (also at ${formatPath(first)})` });
+    }
+  }
+}
+
+function items(list: unknown, path: ConfigPath): Item[] {
+  if (!Array.isArray(list)) return [];
+  const out: Item[] = [];
+  list.forEach((entry: unknown, index) => {
+    const value = asRecord(entry);
+    if (value !== undefined) out.push({ path: [...path, index], value });
+  });
+  return out;
+}
+
+function asRecord(value: unknown): Record<string, unknown> | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+}

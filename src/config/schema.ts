@@ -1,0 +1,339 @@
+/**
+ * The config file's one schema (DESIGN §11, §12). Every object is strict, so a misspelt key
+ * is an error rather than a silently ignored setting; every default lives here. Durations
+ * and sizes come out as milliseconds and bytes.
+ *
+ * Values that went through `${VAR}` interpolation are strings, so the numeric and boolean
+ * fields also accept their canonical spelling as a string ("500", "true").
+ */
+
+import { z } from 'zod';
+import { crossCheck } from './cross-checks.ts';
+import { parseListen } from './listen.ts';
+import { parseDuration, parseSize } from './units.ts';
+
+/** DESIGN §9: roles are built in, the seed can only refer to them. */
+export const BUILT_IN_ROLES = ['owner', 'administrator', 'developer', 'viewer'] as const;
+
+/** DESIGN §9. */
+export const PERMISSIONS = [
+  'classifications.view',
+  'classifications.create',
+  'classifications.update',
+  'classifications.delete',
+  'configurations.view',
+  'configurations.create',
+  'configurations.update',
+  'configurations.delete',
+  'configurations.rotate',
+  'data.encrypt',
+  'data.decrypt',
+  'logs.view',
+  'api-keys.view',
+  'api-keys.create',
+  'api-keys.revoke',
+  'api-keys.rotate',
+  'users.view',
+  'users.manage',
+  'roles.view',
+] as const;
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export const STATE_SOURCES = ['local', 'file', 'control-plane'] as const;
+
+export const API_KEY_PATTERN = /^svc_[A-Za-z0-9]{40}$/;
+export const PROXY_SLUG_PATTERN = /^[a-z0-9][a-z0-9-]{2,63}$/;
+export const EGRESS_NAME_PATTERN = /^[a-z0-9][a-z0-9-]*$/;
+const CLASSIFICATION_SLUG_PATTERN = /^[a-z0-9]+(?:-[a-z0-9]+)*$/;
+const COLOR_PATTERN = /^#[0-9A-Fa-f]{6}$/;
+
+// ---------------------------------------------------------------------------------------
+// Building blocks
+
+const text = z.string().min(1, 'must not be empty');
+// A message given as a string would also replace "required" for a missing email.
+const email = z.email({ error: (issue) => (issue.input === undefined ? 'required' : 'expected an email address') });
+const role = z.enum(BUILT_IN_ROLES);
+const color = z.string().regex(COLOR_PATTERN, 'expected a colour like #aa0000');
+const apiKey = z.string().regex(API_KEY_PATTERN, 'expected svc_ followed by 40 letters or digits');
+
+const httpUrl = z.string().refine(isHttpUrl, 'expected an absolute http(s) URL');
+
+function isHttpUrl(value: string): boolean {
+  const url = URL.parse(value);
+  return url !== null && (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+}
+
+const listen = z.string().superRefine((value, ctx) => {
+  try {
+    parseListen(value);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: (error as Error).message });
+  }
+});
+
+const adminListen = z.string().superRefine((value, ctx) => {
+  if (value === 'off') return;
+  try {
+    parseListen(value);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: `${(error as Error).message} (or "off" to disable the admin listener)` });
+  }
+});
+
+function withUnit(parse: (input: unknown) => number, fallback: string, min: number) {
+  return z
+    .unknown()
+    .transform((input, ctx) => {
+      try {
+        const value = parse(input);
+        if (value >= min) return value;
+        ctx.addIssue({ code: 'custom', message: 'must be greater than 0' });
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: (error as Error).message });
+      }
+      return z.NEVER;
+    })
+    .prefault(fallback);
+}
+
+/** Milliseconds. `positive` for intervals where 0 would spin or expire at once. */
+function duration(fallback: string, options: { positive?: boolean } = {}) {
+  return withUnit(parseDuration, fallback, options.positive === true ? 1 : 0);
+}
+
+/** Bytes; a limit of 0 would refuse everything, so sizes are positive. */
+function size(fallback: string) {
+  return withUnit(parseSize, fallback, 1);
+}
+
+function wholeNumber(min: number) {
+  return z.preprocess(
+    (value) => (typeof value === 'string' && /^\d+$/.test(value.trim()) ? Number(value) : value),
+    z.number().int().min(min),
+  );
+}
+
+const boolean = z.preprocess((value) => (value === 'true' ? true : value === 'false' ? false : value), z.boolean());
+
+/**
+ * `${VAR:-}` gives "", which for these optional settings means "not set" — so a file can
+ * leave a value to the environment without forcing a placeholder.
+ */
+function emptyAsAbsent<T extends z.ZodType>(schema: T) {
+  return z.preprocess((value) => (value === '' ? undefined : value), schema.optional());
+}
+
+// ---------------------------------------------------------------------------------------
+// Sections
+
+const serverSchema = z.strictObject({
+  listen: listen.default('0.0.0.0:8080'),
+  /** `"off"` disables the admin listener. */
+  admin_listen: adminListen.default('127.0.0.1:9090'),
+  /** Base for links in list responses; absent means "use the request's Host". No trailing slash. */
+  public_url: emptyAsAbsent(httpUrl.transform((url) => url.replace(/\/+$/, ''))),
+  body_limit: size('10mb'),
+  headers_timeout: duration('10s'),
+  request_timeout: duration('60s'),
+  keep_alive_timeout: duration('5s'),
+  drain_timeout: duration('10s'),
+  max_header_size: size('16kb'),
+});
+
+const stateSchema = z.strictObject({
+  source: z.enum(STATE_SOURCES).default('local'),
+  // url and api_key are only required for source: control-plane (see cross-checks.ts),
+  // so a file can keep the block around while running locally.
+  control_plane: z
+    .strictObject({
+      url: emptyAsAbsent(httpUrl),
+      api_key: emptyAsAbsent(apiKey),
+      poll_interval: duration('5s', { positive: true }),
+    })
+    .optional(),
+});
+
+const seedUserSchema = z.strictObject({
+  name: text,
+  email,
+  password: emptyAsAbsent(z.string()),
+  roles: z.array(role).default([]),
+  disabled: boolean.optional(),
+});
+
+const seedApiKeySchema = z.strictObject({
+  name: text,
+  /** Email of the user the key acts for. */
+  user: email,
+  /** Without one, `init`/first start generate a key and print it once. */
+  key: emptyAsAbsent(apiKey),
+  permissions: z.array(z.enum(PERMISSIONS)).default([]),
+  /** Configuration names the key is limited to; empty means all. */
+  configurations: z.array(text).default([]),
+});
+
+const providerGroupSchema = z.strictObject({
+  id: text,
+  name: text.optional(),
+  email: email.optional(),
+  members: z.array(email).default([]),
+});
+
+const seedConfigurationSchema = z
+  .strictObject({
+    name: text,
+    type: z.enum(['encryption', 'provider']).optional(),
+    provider: z.literal('google').optional(),
+    proxy_slug: z.string().regex(PROXY_SLUG_PATTERN, 'expected 3-64 lowercase letters, digits or dashes, not starting with a dash').optional(),
+    fields: z.array(text).default([]),
+    destinations: z.array(httpUrl).default([]),
+    deterministic: boolean.default(false),
+    min_decryption_version: wholeNumber(1).optional(),
+    groups: z.array(providerGroupSchema).optional(),
+  })
+  // Same default as POST /v3/configurations (DESIGN §10).
+  .transform((configuration) => ({
+    ...configuration,
+    type: configuration.type ?? (configuration.provider === undefined ? ('encryption' as const) : ('provider' as const)),
+  }));
+
+const groupRefSchema = z.strictObject({
+  id: text,
+  name: text.optional(),
+  email: email.optional(),
+});
+
+const seedClassificationSchema = z.strictObject({
+  name: text.max(32, 'must be at most 32 characters'),
+  slug: z.string().regex(CLASSIFICATION_SLUG_PATTERN, 'expected lowercase letters and digits separated by single dashes').optional(),
+  description: z.string().max(255, 'must be at most 255 characters').optional(),
+  bg_color: color,
+  fg_color: color,
+  emoji: z.string().optional(),
+  users: z.array(email).default([]),
+  roles: z.array(role).default([]),
+  providers: z
+    .array(
+      z.strictObject({
+        /** Name of a provider configuration. */
+        configuration: text,
+        gws_groups: z.array(groupRefSchema).default([]),
+      }),
+    )
+    .default([]),
+});
+
+const seedSchema = z.strictObject({
+  users: z.array(seedUserSchema).default([]),
+  api_keys: z.array(seedApiKeySchema).default([]),
+  configurations: z.array(seedConfigurationSchema).default([]),
+  classifications: z.array(seedClassificationSchema).default([]),
+});
+
+const transformSchema = z.strictObject({
+  encrypt: z.array(text).optional(),
+  decrypt: z.array(text).optional(),
+  /** Classification id or slug, as in `x-svc-classification`. */
+  classification: text.optional(),
+});
+
+const relayRouteSchema = z.strictObject({
+  name: text.optional(),
+  match: z.strictObject({
+    method: z
+      .string()
+      .regex(/^[A-Za-z]+$/, 'expected an HTTP method such as POST')
+      .transform((method) => method.toUpperCase())
+      .optional(),
+    path: z.string().startsWith('/', 'expected a path starting with /'),
+  }),
+  configuration: text,
+  request: transformSchema.optional(),
+  response: transformSchema.optional(),
+});
+
+const relaySchema = z.strictObject({
+  listen,
+  upstream: httpUrl,
+  routes: z.array(relayRouteSchema).default([]),
+});
+
+const egressSchema = z.strictObject({
+  name: z.string().regex(EGRESS_NAME_PATTERN, 'expected lowercase letters, digits and dashes, not starting with a dash'),
+  destination: httpUrl,
+  configuration: text,
+  request: transformSchema.optional(),
+  response: transformSchema.optional(),
+});
+
+// ---------------------------------------------------------------------------------------
+// The file
+
+export const configSchema = z
+  .strictObject({
+    server: serverSchema.prefault({}),
+    store: z.strictObject({ path: text.default('./data/svc.db') }).prefault({}),
+    keys: z.strictObject({ master_key_file: text.default('./data/master.key') }).prefault({}),
+    state: stateSchema.prefault({}),
+    auth: z
+      .strictObject({
+        access_token_ttl: duration('1h', { positive: true }),
+        login_max_attempts: wholeNumber(1).default(5),
+        login_window: duration('15m', { positive: true }),
+      })
+      .prefault({}),
+    forwarding: z
+      .strictObject({
+        connect_timeout: duration('5s'),
+        headers_timeout: duration('30s'),
+        body_timeout: duration('30s'),
+      })
+      .prefault({}),
+    logs: z
+      .strictObject({
+        retention: duration('30d', { positive: true }),
+        flush_interval: duration('1s', { positive: true }),
+        batch_size: wholeNumber(1).default(500),
+        queue_limit: wholeNumber(1).default(100_000),
+      })
+      .prefault({}),
+    logging: z.strictObject({ level: z.enum(LOG_LEVELS).default('info') }).prefault({}),
+    seed: seedSchema.prefault({}),
+    relay: relaySchema.optional(),
+    egress: z.array(egressSchema).default([]),
+  })
+  // `when` makes the cross-field rules run even if a field elsewhere failed, so the
+  // user sees every problem in one go (they read the partial value defensively).
+  .superRefine(
+    (config, ctx) => {
+      for (const problem of crossCheck(config)) {
+        ctx.addIssue({ code: 'custom', path: [...problem.path], message: problem.message });
+      }
+    },
+    { when: () => true },
+  );
+
+type DeepReadonly<T> = T extends readonly (infer U)[]
+  ? readonly DeepReadonly<U>[]
+  : T extends object
+    ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+    : T;
+
+/** The validated, defaulted, deeply frozen configuration. */
+export type Config = DeepReadonly<z.output<typeof configSchema>>;
+
+export type ServerConfig = Config['server'];
+export type StateConfig = Config['state'];
+export type SeedConfig = Config['seed'];
+export type SeedUser = SeedConfig['users'][number];
+export type SeedApiKey = SeedConfig['api_keys'][number];
+export type SeedConfiguration = SeedConfig['configurations'][number];
+export type SeedClassification = SeedConfig['classifications'][number];
+export type RelayConfig = NonNullable<Config['relay']>;
+export type RelayRoute = RelayConfig['routes'][number];
+export type EgressRoute = Config['egress'][number];
+export type RouteTransform = NonNullable<RelayRoute['request']>;
+export type Role = (typeof BUILT_IN_ROLES)[number];
+export type Permission = (typeof PERMISSIONS)[number];
+export type LogLevel = (typeof LOG_LEVELS)[number];

@@ -1,0 +1,125 @@
+/**
+ * What happens to each matched value: the transformer finds it, these turn it into a
+ * token or back (DESIGN §5 plaintext rules). Per-field failures are collected and
+ * reported together as 422, keyed by the value's path.
+ */
+import type { FieldEncryptor, TokenCodec, TokenType } from '../crypto/token.ts';
+import { TokenCodec as Codec, TokenError } from '../crypto/token.ts';
+import { ForbiddenError, InvalidTokenError, ValidationError, type ValidationErrors } from '../errors.ts';
+import type { MatchedValue, ValueHandler } from '../fields/transformer.ts';
+
+abstract class CollectingHandler implements ValueHandler {
+  /** Values replaced so far. */
+  count = 0;
+  errors: ValidationErrors | null = null;
+
+  abstract replace(value: MatchedValue): Buffer | null;
+
+  /** The 422 to answer with when any value failed, else null. */
+  abstract failure(): ValidationError | null;
+
+  protected fail(value: MatchedValue, message: string): null {
+    this.errors ??= {};
+    (this.errors[value.path()] ??= []).push(message);
+    return null;
+  }
+}
+
+export class EncryptHandler extends CollectingHandler {
+  private readonly encryptor: FieldEncryptor;
+
+  constructor(encryptor: FieldEncryptor) {
+    super();
+    this.encryptor = encryptor;
+  }
+
+  failure(): ValidationError | null {
+    return this.errors === null ? null : new ValidationError(this.errors);
+  }
+
+  replace(value: MatchedValue): Buffer | null {
+    const raw = value.raw;
+    let plaintext: Buffer;
+    switch (value.kind) {
+      case 'z':
+        return null;
+      case 's':
+        if (!value.escaped) {
+          plaintext = raw.subarray(1, raw.length - 1);
+        } else {
+          const text = JSON.parse(raw.toString('utf8')) as string;
+          // UTF-8 cannot carry an unpaired surrogate; encrypting it would change the value.
+          if (!text.isWellFormed()) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
+          plaintext = Buffer.from(text, 'utf8');
+        }
+        break;
+      default:
+        plaintext = raw;
+    }
+    const token = this.encryptor.encrypt(plaintext, value.kind as TokenType);
+    this.count++;
+    return Buffer.from(`"${token}"`, 'latin1');
+  }
+}
+
+/** `"svc:` at the start and `:$"` at the end: cheap enough to run on every string. */
+function looksLikeTokenBytes(raw: Buffer): boolean {
+  const n = raw.length;
+  return n > 10 && raw[1] === 0x73 && raw[2] === 0x76 && raw[3] === 0x63 && raw[4] === 0x3a && raw[n - 3] === 0x3a && raw[n - 2] === 0x24;
+}
+
+export class DecryptHandler extends CollectingHandler {
+  private readonly codec: TokenCodec;
+  private readonly checkAccess: (classificationId: number) => void;
+  private readonly required: number | null;
+
+  /**
+   * `checkAccess` throws 403 when the caller may not read a classification; `required`
+   * is the classification every token must carry (x-svc-classification), if given.
+   */
+  constructor(codec: TokenCodec, checkAccess: (classificationId: number) => void, required: number | null) {
+    super();
+    this.codec = codec;
+    this.checkAccess = checkAccess;
+    this.required = required;
+  }
+
+  failure(): ValidationError | null {
+    return this.errors === null ? null : new InvalidTokenError(this.errors);
+  }
+
+  replace(value: MatchedValue): Buffer | null {
+    // Tokens are plain ASCII; a value that is not one is left as it is (DESIGN §6).
+    if (value.kind !== 's' || value.escaped || !looksLikeTokenBytes(value.raw)) return null;
+    const token = value.raw.toString('latin1', 1, value.raw.length - 1);
+    const header = Codec.peek(token);
+    if (header === null) return this.fail(value, new TokenError('malformed').message);
+    if (this.required !== null && header.classificationId !== this.required) throw new ForbiddenError();
+    if (header.classificationId !== 0) this.checkAccess(header.classificationId);
+    let plaintext: Buffer;
+    let type: string;
+    try {
+      const decrypted = this.codec.decrypt(token);
+      plaintext = decrypted.plaintext;
+      type = decrypted.type;
+    } catch (err) {
+      if (err instanceof TokenError) return this.fail(value, err.message);
+      throw err;
+    }
+    this.count++;
+    return type === 's' ? jsonString(plaintext) : plaintext;
+  }
+}
+
+/** JSON text of a UTF-8 string, spelled exactly as JSON.stringify spells it. */
+export function jsonString(utf8: Buffer): Buffer {
+  for (let i = 0; i < utf8.length; i++) {
+    const c = utf8[i]!;
+    if (c === 0x22 || c === 0x5c || c < 0x20) return Buffer.from(JSON.stringify(utf8.toString('utf8')), 'utf8');
+  }
+  const out = Buffer.allocUnsafe(utf8.length + 2);
+  out[0] = 0x22;
+  utf8.copy(out, 1);
+  out[out.length - 1] = 0x22;
+  return out;
+}

@@ -1,0 +1,77 @@
+/**
+ * Request bodies: the content type is checked, bytes are counted as they arrive, and each
+ * chunk is handed on at once so bodies are never held whole here. Past the limit the
+ * request is refused with 413 and the rest is never read (the connection is closed).
+ */
+import { BodyTooLargeError, UnsupportedMediaTypeError } from '../errors.ts';
+import type { RequestContext } from './context.ts';
+
+/** `application/json` or any `+json` type (RFC 6839 §3.1), with or without parameters. */
+/** The client went away mid-body: there is nobody left to answer. */
+export class ClientGoneError extends Error {
+  constructor() {
+    super('the client closed the connection before the body was complete');
+  }
+}
+
+export function isJsonContentType(value: string | undefined): boolean {
+  if (value === undefined) return false;
+  const semi = value.indexOf(';');
+  const type = (semi === -1 ? value : value.slice(0, semi)).trim().toLowerCase();
+  if (type !== 'application/json' && !(type.startsWith('application/') && type.endsWith('+json'))) return false;
+  if (semi === -1) return true;
+  const charset = /charset\s*=\s*"?([^";\s]+)/i.exec(value.slice(semi));
+  return charset === null || charset[1]!.toLowerCase() === 'utf-8' || charset[1]!.toLowerCase() === 'utf8';
+}
+
+export function requireJson(ctx: RequestContext): void {
+  if (!isJsonContentType(ctx.header('content-type'))) throw new UnsupportedMediaTypeError();
+}
+
+/**
+ * Reads the body, calling `onChunk` for each chunk as it arrives. Resolves with the byte
+ * count. If `onChunk` throws or the limit is passed, reading stops and the connection is
+ * marked to close, so an unread remainder cannot be taken for the next request.
+ */
+export function consumeBody(ctx: RequestContext, limit: number, onChunk: (chunk: Buffer) => void): Promise<number> {
+  const req = ctx.req;
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limit) {
+    ctx.closeConnection = true;
+    return Promise.reject(new BodyTooLargeError(limit));
+  }
+  return new Promise<number>((resolve, reject) => {
+    let received = 0;
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('aborted', onAborted);
+    };
+    const stop = (err: unknown) => {
+      cleanup();
+      req.pause();
+      ctx.closeConnection = true;
+      reject(err);
+    };
+    const onData = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received > limit) return stop(new BodyTooLargeError(limit));
+      try {
+        onChunk(chunk);
+      } catch (err) {
+        stop(err);
+      }
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(received);
+    };
+    const onError = () => stop(new ClientGoneError());
+    const onAborted = () => stop(new ClientGoneError());
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('aborted', onAborted);
+  });
+}

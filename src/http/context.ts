@@ -1,0 +1,52 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { requestIdFrom } from '../telemetry/request-id.ts';
+import type { Params } from './router.ts';
+
+/**
+ * Per-request state. Every field is set in the constructor so all contexts share one
+ * shape on the hot path.
+ */
+export class RequestContext {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly id: string;
+  readonly startedAt: number;
+  readonly path: string;
+  readonly rawQuery: string;
+  params: Params;
+  /** The route template, or a fixed label when no route matched (bounded cardinality). */
+  route: string;
+  /** Set when the request body was left unread, so the connection must not be reused. */
+  closeConnection: boolean;
+  /** Filled by authentication and resolution steps, for logs. */
+  apiKeyId: string | null;
+  userId: number | null;
+  configurationId: string | null;
+
+  constructor(req: IncomingMessage, res: ServerResponse) {
+    this.req = req;
+    this.res = res;
+    this.id = requestIdFrom(req.headers['x-svc-request-id']);
+    this.startedAt = performance.now();
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    this.path = q === -1 ? url : url.slice(0, q);
+    this.rawQuery = q === -1 ? '' : url.slice(q + 1);
+    this.params = {};
+    this.route = 'unmatched';
+    this.closeConnection = false;
+    this.apiKeyId = null;
+    this.userId = null;
+    this.configurationId = null;
+  }
+
+  /** A single-valued header; repeated headers are joined by Node or taken first. */
+  header(name: string): string | undefined {
+    const v = this.req.headers[name];
+    return Array.isArray(v) ? v[0] : v;
+  }
+
+  query(): URLSearchParams {
+    return new URLSearchParams(this.rawQuery);
+  }
+}

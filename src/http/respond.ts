@@ -1,0 +1,44 @@
+/**
+ * Writing responses, and the one place where errors become responses (DESIGN §7).
+ */
+import type { Logger } from 'pino';
+import { InternalError, SvcError } from '../errors.ts';
+import type { RequestContext } from './context.ts';
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+export function sendJson(ctx: RequestContext, status: number, body: unknown): void {
+  const payload = Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body));
+  const res = ctx.res;
+  res.statusCode = status;
+  res.setHeader('content-type', JSON_TYPE);
+  res.setHeader('content-length', payload.length);
+  res.setHeader('x-svc-request-id', ctx.id);
+  if (ctx.closeConnection) res.setHeader('connection', 'close');
+  res.end(ctx.req.method === 'HEAD' ? undefined : payload);
+}
+
+export function sendEmpty(ctx: RequestContext, status: number): void {
+  ctx.res.statusCode = status;
+  ctx.res.setHeader('x-svc-request-id', ctx.id);
+  if (ctx.closeConnection) ctx.res.setHeader('connection', 'close');
+  ctx.res.end();
+}
+
+/** Maps any thrown value to its response; unexpected ones are logged with their stack. */
+export function sendError(ctx: RequestContext, err: unknown, logger: Logger): void {
+  const error = err instanceof SvcError ? err : new InternalError(err);
+  if (error.status >= 500) {
+    logger.error({ err: error.cause ?? error, requestId: ctx.id, route: ctx.route, code: error.code }, 'request failed');
+  } else if (logger.isLevelEnabled('debug')) {
+    logger.debug({ requestId: ctx.id, route: ctx.route, code: error.code, status: error.status }, 'request refused');
+  }
+  const res = ctx.res;
+  if (res.headersSent) {
+    // The status line is gone; the only honest signal left is cutting the response.
+    res.destroy();
+    return;
+  }
+  if (error.headers !== undefined) for (const [k, v] of Object.entries(error.headers)) res.setHeader(k, v);
+  sendJson(ctx, error.status, error.body());
+}

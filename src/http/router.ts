@@ -1,0 +1,85 @@
+/**
+ * A small segment-trie router: static segments beat `:params`, and a path that exists
+ * under another method answers 405 with `Allow`. Routes are registered once at start.
+ */
+import { MethodNotAllowedError, NotFoundError } from '../errors.ts';
+
+export type Params = Record<string, string>;
+
+interface Node<H> {
+  readonly statics: Map<string, Node<H>>;
+  param: { name: string; node: Node<H> } | null;
+  readonly handlers: Map<string, { handler: H; template: string }>;
+}
+
+function node<H>(): Node<H> {
+  return { statics: new Map(), param: null, handlers: new Map() };
+}
+
+export interface RouteMatch<H> {
+  readonly handler: H;
+  readonly params: Params;
+  /** The registered pattern, e.g. `/api/v3/encryption/:slug/encrypt`: a bounded label. */
+  readonly template: string;
+}
+
+export class Router<H> {
+  private readonly root = node<H>();
+
+  add(method: string, pattern: string, handler: H): this {
+    let at = this.root;
+    for (const segment of pattern.split('/').slice(1)) {
+      if (segment.startsWith(':')) {
+        const name = segment.slice(1);
+        if (at.param !== null && at.param.name !== name) throw new Error(`route ${pattern}: parameter :${name} clashes with :${at.param.name}`);
+        at.param ??= { name, node: node<H>() };
+        at = at.param.node;
+      } else {
+        let next = at.statics.get(segment);
+        if (next === undefined) {
+          next = node<H>();
+          at.statics.set(segment, next);
+        }
+        at = next;
+      }
+    }
+    if (at.handlers.has(method)) throw new Error(`route ${method} ${pattern} registered twice`);
+    at.handlers.set(method, { handler, template: pattern });
+    return this;
+  }
+
+  /** Finds the handler for a path (without query). Throws 404 or 405. */
+  find(method: string, path: string): RouteMatch<H> {
+    const params: Params = {};
+    let at: Node<H> | undefined = this.root;
+    let start = 1;
+    while (at !== undefined && start <= path.length) {
+      let end = path.indexOf('/', start);
+      if (end === -1) end = path.length;
+      const raw = path.slice(start, end);
+      const next: Node<H> | undefined = at.statics.get(raw);
+      if (next !== undefined) {
+        at = next;
+      } else if (at.param !== null && raw !== '') {
+        params[at.param.name] = decodeSegment(raw);
+        at = at.param.node;
+      } else {
+        at = undefined;
+      }
+      start = end + 1;
+    }
+    if (at === undefined || at.handlers.size === 0) throw new NotFoundError();
+    const route = at.handlers.get(method) ?? (method === 'HEAD' ? at.handlers.get('GET') : undefined);
+    if (route === undefined) throw new MethodNotAllowedError([...at.handlers.keys()]);
+    return { handler: route.handler, params, template: route.template };
+  }
+}
+
+function decodeSegment(raw: string): string {
+  if (!raw.includes('%')) return raw;
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw new NotFoundError();
+  }
+}
