@@ -72,7 +72,7 @@ export function resolveClassification(ctx: RequestContext, services: Services): 
 }
 
 export function resolveFieldPaths(ctx: RequestContext, services: Services, configuration: Configuration, mode: Mode): FieldMatcher {
-  const header = ctx.header('x-svc-fields');
+  const header = ctx.utf8Header('x-svc-fields');
   const fromHeader = header === undefined ? null : services.fieldPaths.get(header);
   if (fromHeader !== null) return fromHeader;
   if (mode === 'decrypt') return FieldMatcher.anyToken();

@@ -46,6 +46,16 @@ export class RequestContext {
     return Array.isArray(v) ? v[0] : v;
   }
 
+  /**
+   * A header whose value is UTF-8 text (field paths name JSON keys). Node hands header
+   * bytes over as latin1, one character per byte, so non-ASCII values are re-decoded.
+   */
+  utf8Header(name: string): string | undefined {
+    const v = this.header(name);
+    if (v === undefined || !/[^\x00-\x7f]/.test(v)) return v;
+    return Buffer.from(v, 'latin1').toString('utf8');
+  }
+
   query(): URLSearchParams {
     return new URLSearchParams(this.rawQuery);
   }

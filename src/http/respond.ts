@@ -14,14 +14,35 @@ export function sendJson(ctx: RequestContext, status: number, body: unknown): vo
   res.setHeader('content-type', JSON_TYPE);
   res.setHeader('content-length', payload.length);
   res.setHeader('x-svc-request-id', ctx.id);
-  if (ctx.closeConnection) res.setHeader('connection', 'close');
+  if (ctx.closeConnection) closeAfterResponse(ctx);
   res.end(ctx.req.method === 'HEAD' ? undefined : payload);
+}
+
+const LINGER_MS = 2000;
+
+/**
+ * Answers `connection: close` when the request body was left unread. Node closes such a
+ * socket as soon as the response is written; if the client is still uploading, that
+ * close resets the connection and the reset can wipe the response from the client's
+ * receive buffer before it is read. So the socket lingers instead: half-closed, reading
+ * and discarding (never storing) what still arrives, for at most LINGER_MS.
+ */
+function closeAfterResponse(ctx: RequestContext): void {
+  ctx.res.setHeader('connection', 'close');
+  const socket = ctx.req.socket;
+  socket.destroySoon = function lingeringClose(this: typeof socket) {
+    if (this.writable) this.end();
+    const timer = setTimeout(() => this.destroy(), LINGER_MS);
+    timer.unref();
+    this.once('close', () => clearTimeout(timer));
+    ctx.req.resume();
+  };
 }
 
 export function sendEmpty(ctx: RequestContext, status: number): void {
   ctx.res.statusCode = status;
   ctx.res.setHeader('x-svc-request-id', ctx.id);
-  if (ctx.closeConnection) ctx.res.setHeader('connection', 'close');
+  if (ctx.closeConnection) closeAfterResponse(ctx);
   ctx.res.end();
 }
 

@@ -1,0 +1,254 @@
+import { randomUUID } from 'node:crypto';
+import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { definedOnly, nowIso, parseJsonArray, parseJsonObject, toBuffer, toBufferOrNull, type RowSource } from './sql.ts';
+import { runInTransaction } from './transaction.ts';
+
+export type ConfigurationType = 'encryption' | 'provider';
+
+export interface Configuration {
+  id: string;
+  name: string;
+  type: ConfigurationType;
+  provider: string | null;
+  proxySlug: string | null;
+  /** 16 random bytes bound into every token's AAD; null for provider configurations. */
+  keyringId: Buffer | null;
+  deterministic: boolean;
+  minDecryptionVersion: number;
+  /** Newest key version that is not destroyed; null when there is none (provider configurations). */
+  keyVersion: number | null;
+  destinations: string[];
+  fields: string[];
+  /** Other provider values, e.g. `groups` with their members. */
+  extra: Record<string, unknown>;
+  source: RowSource;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface DataKey {
+  version: number;
+  /** The data key wrapped under the master key; never the raw key. */
+  wrapped: Buffer;
+  createdAt: string;
+  destroyedAt: string | null;
+}
+
+export interface NewConfiguration {
+  /**
+   * Default: a random UUID. Pass one when the first key was wrapped with the id as
+   * associated data and so had to exist before the row.
+   */
+  id?: string;
+  name: string;
+  type: ConfigurationType;
+  provider?: string | null;
+  proxySlug?: string | null;
+  deterministic?: boolean;
+  minDecryptionVersion?: number;
+  destinations?: readonly string[];
+  fields?: readonly string[];
+  extra?: Record<string, unknown>;
+  /** Default `api`. */
+  source?: RowSource;
+  /** Required for `encryption`, absent for `provider`. */
+  keyringId?: Buffer | null;
+  /** Key version 1, wrapped. Required for `encryption`, absent for `provider`. */
+  firstWrappedKey?: Buffer | null;
+}
+
+/** `type`, `deterministic` and the keyring are fixed at creation. */
+export interface ConfigurationPatch {
+  name?: string;
+  provider?: string | null;
+  proxySlug?: string | null;
+  minDecryptionVersion?: number;
+  destinations?: readonly string[];
+  fields?: readonly string[];
+  extra?: Record<string, unknown>;
+}
+
+interface ConfigurationRecord {
+  id: string;
+  name: string;
+  type: ConfigurationType;
+  provider: string | null;
+  proxy_slug: string | null;
+  keyring_id: Uint8Array | null;
+  deterministic: number;
+  min_decryption_version: number;
+  key_version: number | null;
+  destinations: string;
+  fields: string;
+  extra: string;
+  source: RowSource;
+  created_at: string;
+  updated_at: string;
+}
+
+interface DataKeyRecord {
+  version: number;
+  wrapped: Uint8Array;
+  created_at: string;
+  destroyed_at: string | null;
+}
+
+function toConfiguration(record: ConfigurationRecord): Configuration {
+  return {
+    id: record.id,
+    name: record.name,
+    type: record.type,
+    provider: record.provider,
+    proxySlug: record.proxy_slug,
+    keyringId: toBufferOrNull(record.keyring_id),
+    deterministic: record.deterministic === 1,
+    minDecryptionVersion: record.min_decryption_version,
+    keyVersion: record.key_version,
+    destinations: parseJsonArray<string>(record.destinations),
+    fields: parseJsonArray<string>(record.fields),
+    extra: parseJsonObject(record.extra),
+    source: record.source,
+    createdAt: record.created_at,
+    updatedAt: record.updated_at,
+  };
+}
+
+const SELECT = `SELECT c.*,
+  (SELECT max(k.version) FROM data_keys k WHERE k.configuration_id = c.id AND k.destroyed_at IS NULL) AS key_version
+  FROM configurations c`;
+
+export class ConfigurationsRepository {
+  readonly #db: DatabaseSync;
+  readonly #insert: StatementSync;
+  readonly #update: StatementSync;
+  readonly #touch: StatementSync;
+  readonly #delete: StatementSync;
+  readonly #byId: StatementSync;
+  readonly #byName: StatementSync;
+  readonly #bySlug: StatementSync;
+  readonly #list: StatementSync;
+  readonly #keys: StatementSync;
+  readonly #insertKey: StatementSync;
+
+  constructor(db: DatabaseSync) {
+    this.#db = db;
+    this.#insert = db.prepare(`
+      INSERT INTO configurations (id, name, type, provider, proxy_slug, keyring_id, deterministic,
+        min_decryption_version, destinations, fields, extra, source, created_at, updated_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.#update = db.prepare(`
+      UPDATE configurations SET name = ?, provider = ?, proxy_slug = ?, min_decryption_version = ?,
+        destinations = ?, fields = ?, extra = ?, updated_at = ?
+       WHERE id = ?`);
+    this.#touch = db.prepare('UPDATE configurations SET updated_at = ? WHERE id = ?');
+    this.#delete = db.prepare('DELETE FROM configurations WHERE id = ?');
+    this.#byId = db.prepare(`${SELECT} WHERE c.id = ?`);
+    this.#byName = db.prepare(`${SELECT} WHERE c.name = ?`);
+    this.#bySlug = db.prepare(`${SELECT} WHERE c.proxy_slug = ?`);
+    this.#list = db.prepare(`${SELECT} ORDER BY c.created_at, c.name`);
+    this.#keys = db.prepare('SELECT version, wrapped, created_at, destroyed_at FROM data_keys WHERE configuration_id = ? ORDER BY version');
+    this.#insertKey = db.prepare('INSERT INTO data_keys (configuration_id, version, wrapped, created_at) VALUES (?, ?, ?, ?)');
+  }
+
+  /** Inserts the configuration and, for `encryption`, its key version 1 in one transaction. */
+  create(input: NewConfiguration): Configuration {
+    const encryption = input.type === 'encryption';
+    const keyringId = input.keyringId ?? null;
+    const firstKey = input.firstWrappedKey ?? null;
+    if (encryption !== (keyringId !== null) || encryption !== (firstKey !== null)) {
+      throw new TypeError('An encryption configuration needs a keyringId and a firstWrappedKey; a provider configuration takes neither.');
+    }
+    const id = input.id ?? randomUUID();
+    return runInTransaction(this.#db, () => {
+      const now = nowIso();
+      this.#insert.run(
+        id,
+        input.name,
+        input.type,
+        input.provider ?? null,
+        input.proxySlug ?? null,
+        keyringId,
+        input.deterministic === true ? 1 : 0,
+        input.minDecryptionVersion ?? 1,
+        JSON.stringify(input.destinations ?? []),
+        JSON.stringify(input.fields ?? []),
+        JSON.stringify(input.extra ?? {}),
+        input.source ?? 'api',
+        now,
+        now,
+      );
+      if (firstKey !== null) this.#insertKey.run(id, 1, firstKey, now);
+      return this.#mustFind(id);
+    });
+  }
+
+  /** Returns the updated configuration, or undefined when there is none with `id`. */
+  update(id: string, patch: ConfigurationPatch): Configuration | undefined {
+    return runInTransaction(this.#db, () => {
+      const current = this.findById(id);
+      if (current === undefined) return undefined;
+      const next = { ...current, ...definedOnly(patch) };
+      this.#update.run(
+        next.name,
+        next.provider,
+        next.proxySlug,
+        next.minDecryptionVersion,
+        JSON.stringify(next.destinations),
+        JSON.stringify(next.fields),
+        JSON.stringify(next.extra),
+        nowIso(),
+        id,
+      );
+      return this.#mustFind(id);
+    });
+  }
+
+  /** Deletes the configuration with its keys and classification links. */
+  delete(id: string): boolean {
+    return this.#delete.run(id).changes > 0;
+  }
+
+  findById(id: string): Configuration | undefined {
+    const record = this.#byId.get(id) as ConfigurationRecord | undefined;
+    return record && toConfiguration(record);
+  }
+
+  findByName(name: string): Configuration | undefined {
+    const record = this.#byName.get(name) as ConfigurationRecord | undefined;
+    return record && toConfiguration(record);
+  }
+
+  findBySlug(slug: string): Configuration | undefined {
+    const record = this.#bySlug.get(slug) as ConfigurationRecord | undefined;
+    return record && toConfiguration(record);
+  }
+
+  list(): Configuration[] {
+    return (this.#list.all() as unknown as ConfigurationRecord[]).map(toConfiguration);
+  }
+
+  /** Every key version of the configuration, oldest first. */
+  keys(configurationId: string): DataKey[] {
+    return (this.#keys.all(configurationId) as unknown as DataKeyRecord[]).map((record) => ({
+      version: record.version,
+      wrapped: toBuffer(record.wrapped),
+      createdAt: record.created_at,
+      destroyedAt: record.destroyed_at,
+    }));
+  }
+
+  /** Adds a key version (rotation). Throws if the version already exists. */
+  addKey(configurationId: string, version: number, wrapped: Buffer): void {
+    runInTransaction(this.#db, () => {
+      const now = nowIso();
+      this.#insertKey.run(configurationId, version, wrapped, now);
+      this.#touch.run(now, configurationId);
+    });
+  }
+
+  #mustFind(id: string): Configuration {
+    const found = this.findById(id);
+    if (found === undefined) throw new Error(`Configuration ${id} vanished inside its own transaction.`);
+    return found;
+  }
+}

@@ -1,0 +1,348 @@
+import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { runInTransaction } from './transaction.ts';
+
+export type LogKind = 'activity' | 'api' | 'usage';
+export const LOG_KINDS: readonly LogKind[] = Object.freeze(['activity', 'api', 'usage']);
+
+/**
+ * `createdAt` is required: rows reach the store in batches, after the fact, and must carry
+ * the time the event happened rather than the time of the flush.
+ */
+export interface NewActivityLog {
+  action: string;
+  description: string;
+  ip: string;
+  userId?: number | null;
+  causerEmail?: string | null;
+  requestId?: string | null;
+  createdAt: string;
+}
+
+export interface ActivityLog {
+  id: number;
+  action: string;
+  description: string;
+  ip: string;
+  userId: number | null;
+  causerEmail: string | null;
+  requestId: string | null;
+  createdAt: string;
+}
+
+export interface NewApiLog {
+  requestId: string;
+  method: string;
+  path: string;
+  statusCode: number;
+  apiKeyId?: string | null;
+  userId?: number | null;
+  configurationId?: string | null;
+  destination?: string | null;
+  durationMs: number;
+  ip: string;
+  createdAt: string;
+}
+
+export interface ApiLog {
+  id: number;
+  requestId: string;
+  method: string;
+  path: string;
+  statusCode: number;
+  apiKeyId: string | null;
+  userId: number | null;
+  configurationId: string | null;
+  destination: string | null;
+  durationMs: number;
+  ip: string;
+  createdAt: string;
+}
+
+export type UsageMode = 'encrypt' | 'decrypt';
+
+export interface NewUsageLog {
+  requestId: string;
+  configurationId: string;
+  apiKeyId?: string | null;
+  userId?: number | null;
+  mode: UsageMode;
+  fieldCount: number;
+  bytes: number;
+  createdAt: string;
+}
+
+export interface UsageLog {
+  id: number;
+  requestId: string;
+  configurationId: string;
+  apiKeyId: string | null;
+  userId: number | null;
+  mode: UsageMode;
+  fieldCount: number;
+  bytes: number;
+  createdAt: string;
+}
+
+export type UnifiedLog =
+  | { kind: 'activity'; log: ActivityLog }
+  | { kind: 'api'; log: ApiLog }
+  | { kind: 'usage'; log: UsageLog };
+
+export interface LogQuery {
+  limit: number;
+  offset: number;
+  /** Only rows of this user. */
+  userId?: number;
+}
+
+interface ActivityLogRecord {
+  id: number;
+  action: string;
+  description: string;
+  ip: string;
+  user_id: number | null;
+  causer_email: string | null;
+  request_id: string | null;
+  created_at: string;
+}
+
+interface ApiLogRecord {
+  id: number;
+  request_id: string;
+  method: string;
+  path: string;
+  status_code: number;
+  api_key_id: string | null;
+  user_id: number | null;
+  configuration_id: string | null;
+  destination: string | null;
+  duration_ms: number;
+  ip: string;
+  created_at: string;
+}
+
+interface UsageLogRecord {
+  id: number;
+  request_id: string;
+  configuration_id: string;
+  api_key_id: string | null;
+  user_id: number | null;
+  mode: UsageMode;
+  field_count: number;
+  bytes: number;
+  created_at: string;
+}
+
+function toActivityLog(r: ActivityLogRecord): ActivityLog {
+  return {
+    id: r.id,
+    action: r.action,
+    description: r.description,
+    ip: r.ip,
+    userId: r.user_id,
+    causerEmail: r.causer_email,
+    requestId: r.request_id,
+    createdAt: r.created_at,
+  };
+}
+
+function toApiLog(r: ApiLogRecord): ApiLog {
+  return {
+    id: r.id,
+    requestId: r.request_id,
+    method: r.method,
+    path: r.path,
+    statusCode: r.status_code,
+    apiKeyId: r.api_key_id,
+    userId: r.user_id,
+    configurationId: r.configuration_id,
+    destination: r.destination,
+    durationMs: r.duration_ms,
+    ip: r.ip,
+    createdAt: r.created_at,
+  };
+}
+
+function toUsageLog(r: UsageLogRecord): UsageLog {
+  return {
+    id: r.id,
+    requestId: r.request_id,
+    configurationId: r.configuration_id,
+    apiKeyId: r.api_key_id,
+    userId: r.user_id,
+    mode: r.mode,
+    fieldCount: r.field_count,
+    bytes: r.bytes,
+    createdAt: r.created_at,
+  };
+}
+
+const TABLES: Readonly<Record<LogKind, string>> = { activity: 'activity_logs', api: 'api_logs', usage: 'usage_logs' };
+
+/** Rows per DELETE during retention, so log writers get the lock between chunks. */
+const DELETE_CHUNK = 5_000;
+
+interface KindStatements {
+  count: StatementSync;
+  countByUser: StatementSync;
+  page: StatementSync;
+  pageByUser: StatementSync;
+  byId: StatementSync;
+  deleteChunk: StatementSync;
+}
+
+export class LogsRepository {
+  readonly #db: DatabaseSync;
+  readonly #insertActivity: StatementSync;
+  readonly #insertApi: StatementSync;
+  readonly #insertUsage: StatementSync;
+  readonly #unified: StatementSync;
+  readonly #kinds: Record<LogKind, KindStatements>;
+
+  constructor(db: DatabaseSync) {
+    this.#db = db;
+    this.#insertActivity = db.prepare(`
+      INSERT INTO activity_logs (action, description, ip, user_id, causer_email, request_id, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?)`);
+    this.#insertApi = db.prepare(`
+      INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination,
+        duration_ms, ip, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.#insertUsage = db.prepare(`
+      INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?)`);
+    // Each branch is ordered by its created_at index, which lets SQLite merge them instead
+    // of sorting every log row for each page.
+    this.#unified = db.prepare(`
+      SELECT 'activity' AS kind, id, created_at FROM activity_logs WHERE $activity
+      UNION ALL SELECT 'api', id, created_at FROM api_logs WHERE $api
+      UNION ALL SELECT 'usage', id, created_at FROM usage_logs WHERE $usage
+      ORDER BY created_at DESC, id DESC LIMIT $limit OFFSET $offset`);
+    const prepareKind = (table: string): KindStatements => ({
+      count: db.prepare(`SELECT count(*) AS n FROM ${table}`),
+      countByUser: db.prepare(`SELECT count(*) AS n FROM ${table} WHERE user_id = ?`),
+      page: db.prepare(`SELECT * FROM ${table} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`),
+      pageByUser: db.prepare(`SELECT * FROM ${table} WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`),
+      byId: db.prepare(`SELECT * FROM ${table} WHERE id = ?`),
+      deleteChunk: db.prepare(`DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE created_at < ? LIMIT ${DELETE_CHUNK})`),
+    });
+    this.#kinds = { activity: prepareKind(TABLES.activity), api: prepareKind(TABLES.api), usage: prepareKind(TABLES.usage) };
+  }
+
+  /** Writes the batch in one transaction: all rows or none. */
+  insertActivity(rows: readonly NewActivityLog[]): void {
+    if (rows.length === 0) return;
+    const insert = this.#insertActivity;
+    runInTransaction(this.#db, () => {
+      for (const r of rows) {
+        insert.run(r.action, r.description, r.ip, r.userId ?? null, r.causerEmail ?? null, r.requestId ?? null, r.createdAt);
+      }
+    });
+  }
+
+  insertApi(rows: readonly NewApiLog[]): void {
+    if (rows.length === 0) return;
+    const insert = this.#insertApi;
+    runInTransaction(this.#db, () => {
+      for (const r of rows) {
+        insert.run(
+          r.requestId,
+          r.method,
+          r.path,
+          r.statusCode,
+          r.apiKeyId ?? null,
+          r.userId ?? null,
+          r.configurationId ?? null,
+          r.destination ?? null,
+          r.durationMs,
+          r.ip,
+          r.createdAt,
+        );
+      }
+    });
+  }
+
+  insertUsage(rows: readonly NewUsageLog[]): void {
+    if (rows.length === 0) return;
+    const insert = this.#insertUsage;
+    runInTransaction(this.#db, () => {
+      for (const r of rows) {
+        insert.run(r.requestId, r.configurationId, r.apiKeyId ?? null, r.userId ?? null, r.mode, r.fieldCount, r.bytes, r.createdAt);
+      }
+    });
+  }
+
+  count(kind: LogKind, filter: { userId?: number } = {}): number {
+    const statements = this.#kinds[kind];
+    const row = (filter.userId === undefined ? statements.count.get() : statements.countByUser.get(filter.userId)) as { n: number };
+    return row.n;
+  }
+
+  /** Newest first. */
+  listActivity(query: LogQuery): ActivityLog[] {
+    return (this.#page('activity', query) as unknown as ActivityLogRecord[]).map(toActivityLog);
+  }
+
+  listApi(query: LogQuery): ApiLog[] {
+    return (this.#page('api', query) as unknown as ApiLogRecord[]).map(toApiLog);
+  }
+
+  listUsage(query: LogQuery): UsageLog[] {
+    return (this.#page('usage', query) as unknown as UsageLogRecord[]).map(toUsageLog);
+  }
+
+  /** Rows of the given kinds, newest first, interleaved by time. */
+  listUnified(kinds: readonly LogKind[], page: { limit: number; offset: number }): UnifiedLog[] {
+    const refs = this.#unified.all({
+      activity: kinds.includes('activity') ? 1 : 0,
+      api: kinds.includes('api') ? 1 : 0,
+      usage: kinds.includes('usage') ? 1 : 0,
+      limit: page.limit,
+      offset: page.offset,
+    }) as unknown as Array<{ kind: LogKind; id: number }>;
+    const out: UnifiedLog[] = [];
+    for (const ref of refs) {
+      const record = this.#kinds[ref.kind].byId.get(ref.id);
+      // A retention delete may have run between the two statements.
+      if (record === undefined) continue;
+      if (ref.kind === 'activity') out.push({ kind: 'activity', log: toActivityLog(record as unknown as ActivityLogRecord) });
+      else if (ref.kind === 'api') out.push({ kind: 'api', log: toApiLog(record as unknown as ApiLogRecord) });
+      else out.push({ kind: 'usage', log: toUsageLog(record as unknown as UsageLogRecord) });
+    }
+    return out;
+  }
+
+  countUnified(kinds: readonly LogKind[]): number {
+    let total = 0;
+    for (const kind of new Set(kinds)) total += this.count(kind);
+    return total;
+  }
+
+  /**
+   * Retention: deletes rows created before `isoTimestamp`, in chunks that each commit on
+   * their own, and returns how many rows of each kind went.
+   */
+  deleteOlderThan(isoTimestamp: string): Record<LogKind, number> {
+    const cutoff = new Date(isoTimestamp);
+    if (Number.isNaN(cutoff.getTime())) throw new RangeError(`Not a timestamp: ${isoTimestamp}`);
+    // Normalised to the toISOString() form the column holds, so text comparison orders by time.
+    const bound = cutoff.toISOString();
+    const deleted: Record<LogKind, number> = { activity: 0, api: 0, usage: 0 };
+    for (const kind of LOG_KINDS) {
+      const statement = this.#kinds[kind].deleteChunk;
+      for (;;) {
+        const changes = Number(runInTransaction(this.#db, () => statement.run(bound)).changes);
+        deleted[kind] += changes;
+        if (changes < DELETE_CHUNK) break;
+      }
+    }
+    return deleted;
+  }
+
+  #page(kind: LogKind, query: LogQuery): ReturnType<StatementSync['all']> {
+    const statements = this.#kinds[kind];
+    return query.userId === undefined
+      ? statements.page.all(query.limit, query.offset)
+      : statements.pageByUser.all(query.userId, query.limit, query.offset);
+  }
+}

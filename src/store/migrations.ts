@@ -1,0 +1,259 @@
+import type { DatabaseSync } from 'node:sqlite';
+import { runInTransaction } from './transaction.ts';
+
+/**
+ * Schema migrations, tracked with `PRAGMA user_version`. A migration is never edited once
+ * released: a database that already ran it would silently disagree with a fresh one. Change
+ * the schema by appending a new version.
+ *
+ * Tables are STRICT so that a column always holds the type the repositories cast it to.
+ * Logs carry no foreign keys on purpose: they must outlive the users, keys and
+ * configurations they mention.
+ */
+
+export interface Migration {
+  readonly version: number;
+  readonly sql: string;
+}
+
+const schemaV1 = /* sql */ `
+CREATE TABLE roles (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  description TEXT
+) STRICT;
+
+CREATE TABLE permissions (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+) STRICT;
+
+CREATE TABLE role_permissions (
+  role_id INTEGER NOT NULL REFERENCES roles(id) ON DELETE CASCADE,
+  permission_id INTEGER NOT NULL REFERENCES permissions(id) ON DELETE CASCADE,
+  PRIMARY KEY (role_id, permission_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX role_permissions_permission_id ON role_permissions(permission_id);
+
+CREATE TABLE users (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  email TEXT NOT NULL COLLATE NOCASE UNIQUE,
+  password_hash TEXT,
+  disabled INTEGER NOT NULL DEFAULT 0 CHECK (disabled IN (0, 1)),
+  two_factor_enabled INTEGER NOT NULL DEFAULT 0 CHECK (two_factor_enabled IN (0, 1)),
+  source TEXT NOT NULL DEFAULT 'api',
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE user_roles (
+  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  role_id INTEGER NOT NULL REFERENCES roles(id) ON DELETE CASCADE,
+  PRIMARY KEY (user_id, role_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX user_roles_role_id ON user_roles(role_id);
+
+CREATE TABLE configurations (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  type TEXT NOT NULL CHECK (type IN ('encryption', 'provider')),
+  provider TEXT,
+  proxy_slug TEXT UNIQUE,
+  keyring_id BLOB CHECK (keyring_id IS NULL OR length(keyring_id) = 16),
+  deterministic INTEGER NOT NULL DEFAULT 0 CHECK (deterministic IN (0, 1)),
+  min_decryption_version INTEGER NOT NULL DEFAULT 1 CHECK (min_decryption_version >= 1),
+  destinations TEXT NOT NULL DEFAULT '[]',
+  fields TEXT NOT NULL DEFAULT '[]',
+  extra TEXT NOT NULL DEFAULT '{}',
+  source TEXT NOT NULL DEFAULT 'api',
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  -- tokens bind the keyring id into their AAD, so an encryption configuration without one
+  -- could never produce a token
+  CHECK ((type = 'encryption') = (keyring_id IS NOT NULL))
+) STRICT;
+
+CREATE TABLE data_keys (
+  configuration_id TEXT NOT NULL REFERENCES configurations(id) ON DELETE CASCADE,
+  version INTEGER NOT NULL CHECK (version >= 1),
+  wrapped BLOB NOT NULL,
+  created_at TEXT NOT NULL,
+  destroyed_at TEXT,
+  PRIMARY KEY (configuration_id, version)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE api_keys (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  prefix TEXT NOT NULL,
+  key_hash BLOB NOT NULL UNIQUE CHECK (length(key_hash) = 32),
+  user_id INTEGER NOT NULL REFERENCES users(id),
+  permissions TEXT NOT NULL DEFAULT '[]',
+  configurations TEXT NOT NULL DEFAULT '[]',
+  status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'revoked')),
+  source TEXT NOT NULL DEFAULT 'api',
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  revoked_at TEXT
+) STRICT;
+CREATE INDEX api_keys_user_id ON api_keys(user_id);
+
+CREATE TABLE classifications (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  slug TEXT NOT NULL UNIQUE,
+  description TEXT,
+  bg_color TEXT NOT NULL,
+  fg_color TEXT NOT NULL,
+  emoji TEXT,
+  provider_container_id TEXT,
+  source TEXT NOT NULL DEFAULT 'api',
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX classifications_name ON classifications(name);
+CREATE INDEX classifications_created_at ON classifications(created_at);
+
+CREATE TABLE classification_users (
+  classification_id INTEGER NOT NULL REFERENCES classifications(id) ON DELETE CASCADE,
+  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  PRIMARY KEY (classification_id, user_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX classification_users_user_id ON classification_users(user_id);
+
+CREATE TABLE classification_roles (
+  classification_id INTEGER NOT NULL REFERENCES classifications(id) ON DELETE CASCADE,
+  role_id INTEGER NOT NULL REFERENCES roles(id) ON DELETE CASCADE,
+  PRIMARY KEY (classification_id, role_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX classification_roles_role_id ON classification_roles(role_id);
+
+CREATE TABLE classification_providers (
+  classification_id INTEGER NOT NULL REFERENCES classifications(id) ON DELETE CASCADE,
+  configuration_id TEXT NOT NULL REFERENCES configurations(id) ON DELETE CASCADE,
+  gws_groups TEXT NOT NULL DEFAULT '[]',
+  PRIMARY KEY (classification_id, configuration_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX classification_providers_configuration_id ON classification_providers(configuration_id);
+
+CREATE TABLE activity_logs (
+  id INTEGER PRIMARY KEY,
+  action TEXT NOT NULL,
+  description TEXT NOT NULL,
+  ip TEXT NOT NULL,
+  user_id INTEGER,
+  causer_email TEXT,
+  request_id TEXT,
+  created_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX activity_logs_created_at ON activity_logs(created_at);
+CREATE INDEX activity_logs_request_id ON activity_logs(request_id);
+CREATE INDEX activity_logs_user_id ON activity_logs(user_id, created_at);
+
+CREATE TABLE api_logs (
+  id INTEGER PRIMARY KEY,
+  request_id TEXT NOT NULL,
+  method TEXT NOT NULL,
+  path TEXT NOT NULL,
+  status_code INTEGER NOT NULL,
+  api_key_id TEXT,
+  user_id INTEGER,
+  configuration_id TEXT,
+  destination TEXT,
+  duration_ms REAL NOT NULL,
+  ip TEXT NOT NULL,
+  created_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX api_logs_created_at ON api_logs(created_at);
+CREATE INDEX api_logs_request_id ON api_logs(request_id);
+CREATE INDEX api_logs_user_id ON api_logs(user_id, created_at);
+
+CREATE TABLE usage_logs (
+  id INTEGER PRIMARY KEY,
+  request_id TEXT NOT NULL,
+  configuration_id TEXT NOT NULL,
+  api_key_id TEXT,
+  user_id INTEGER,
+  mode TEXT NOT NULL CHECK (mode IN ('encrypt', 'decrypt')),
+  field_count INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  created_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX usage_logs_created_at ON usage_logs(created_at);
+CREATE INDEX usage_logs_request_id ON usage_logs(request_id);
+CREATE INDEX usage_logs_user_id ON usage_logs(user_id, created_at);
+
+-- Built-in roles and permissions (DESIGN §9).
+INSERT INTO permissions (name) VALUES
+  ('classifications.view'), ('classifications.create'), ('classifications.update'), ('classifications.delete'),
+  ('configurations.view'), ('configurations.create'), ('configurations.update'), ('configurations.delete'),
+  ('configurations.rotate'),
+  ('data.encrypt'), ('data.decrypt'),
+  ('logs.view'),
+  ('api-keys.view'), ('api-keys.create'), ('api-keys.revoke'), ('api-keys.rotate'),
+  ('users.view'), ('users.manage'),
+  ('roles.view');
+
+INSERT INTO roles (name, description) VALUES
+  ('owner', 'Owns the account. Full access.'),
+  ('administrator', 'Manages the account. Full access.'),
+  ('developer', 'Encrypts and decrypts data, views settings and creates API keys.'),
+  ('viewer', 'Read-only access to settings and logs.');
+
+INSERT INTO role_permissions (role_id, permission_id)
+  SELECT r.id, p.id FROM roles r, permissions p
+  WHERE r.name IN ('owner', 'administrator')
+     OR (r.name = 'developer' AND (p.name LIKE 'data.%' OR p.name LIKE '%.view' OR p.name = 'api-keys.create'))
+     OR (r.name = 'viewer' AND p.name LIKE '%.view');
+`;
+
+export const migrations: readonly Migration[] = Object.freeze([{ version: 1, sql: schemaV1 }]);
+
+export function schemaVersion(db: DatabaseSync): number {
+  const row = db.prepare('PRAGMA user_version').get() as { user_version: number } | undefined;
+  return row?.user_version ?? 0;
+}
+
+/**
+ * Brings the database up to the newest version in `list`. Returns the versions it moved
+ * between. Throws, changing nothing, when the database was written by a newer build:
+ * running old code on a newer schema would corrupt it in ways no error reports.
+ */
+export function migrate(db: DatabaseSync, list: readonly Migration[] = migrations): { from: number; to: number } {
+  checkMigrationList(list);
+  const latest = list.at(-1)?.version ?? 0;
+  const current = schemaVersion(db);
+  assertNotNewer(current, latest);
+  if (current === latest) return { from: current, to: current };
+
+  // Re-read inside the write lock: another process may have migrated while we waited.
+  return runInTransaction(db, () => {
+    const from = schemaVersion(db);
+    assertNotNewer(from, latest);
+    for (const migration of list) {
+      if (migration.version <= from) continue;
+      db.exec(migration.sql);
+      // Pragmas take no bound parameters; the version is an integer from our own list.
+      db.exec(`PRAGMA user_version = ${migration.version}`);
+    }
+    return { from, to: latest };
+  });
+}
+
+function assertNotNewer(current: number, latest: number): void {
+  if (current > latest) {
+    throw new Error(
+      `The database schema is version ${current}, but this build of svc-sidecar only knows versions up to ${latest}. ` +
+        'Run a newer svc-sidecar, or restore a backup made by this version.',
+    );
+  }
+}
+
+function checkMigrationList(list: readonly Migration[]): void {
+  list.forEach((migration, index) => {
+    if (migration.version !== index + 1) {
+      throw new Error(`Migration versions must run 1, 2, 3, ... without gaps; found ${migration.version} at position ${index + 1}.`);
+    }
+  });
+}

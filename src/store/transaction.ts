@@ -1,0 +1,50 @@
+import type { DatabaseSync } from 'node:sqlite';
+
+/**
+ * Runs `fn` in a transaction: BEGIN IMMEDIATE at the outermost level, a SAVEPOINT when
+ * already inside one, so repositories can wrap their own multi-statement writes and still
+ * compose inside a caller's larger transaction (the seed runs everything in one).
+ *
+ * IMMEDIATE takes the write lock up front: a deferred transaction that reads and then
+ * writes can fail with SQLITE_BUSY at the write without busy_timeout being honoured,
+ * while an IMMEDIATE one waits at BEGIN.
+ *
+ * The nesting level comes from `db.isTransaction` rather than a counter, so it stays right
+ * however many repositories share the connection. A fixed savepoint name is enough because
+ * SQLite resolves RELEASE / ROLLBACK TO against the innermost savepoint of that name.
+ */
+export function runInTransaction<T>(db: DatabaseSync, fn: () => T): T {
+  const nested = db.isTransaction;
+  db.exec(nested ? 'SAVEPOINT svc_nested' : 'BEGIN IMMEDIATE');
+  let result: T;
+  try {
+    result = fn();
+    // node:sqlite is synchronous: an async callback would commit before its awaits ran.
+    if (result instanceof Promise) {
+      result.catch(() => {});
+      throw new TypeError('A store transaction callback must be synchronous.');
+    }
+  } catch (error) {
+    rollback(db, nested);
+    throw error;
+  }
+  try {
+    db.exec(nested ? 'RELEASE svc_nested' : 'COMMIT');
+  } catch (error) {
+    rollback(db, nested);
+    throw error;
+  }
+  return result;
+}
+
+function rollback(db: DatabaseSync, nested: boolean): void {
+  // Some errors (SQLITE_FULL, SQLITE_IOERR, ...) make SQLite roll back the whole
+  // transaction itself; issuing ROLLBACK then would throw and hide the original error.
+  if (!db.isTransaction) return;
+  if (nested) {
+    db.exec('ROLLBACK TO svc_nested');
+    db.exec('RELEASE svc_nested');
+  } else {
+    db.exec('ROLLBACK');
+  }
+}

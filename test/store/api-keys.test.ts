@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { test, type TestContext } from 'node:test';
+import { openStore, type Store } from '../../src/store/db.ts';
+import { isUniqueViolation } from '../../src/store/sql.ts';
+
+const sha256 = (key: string): Buffer => createHash('sha256').update(key).digest();
+const newKey = (): string => `svc_${randomBytes(30).toString('base64url').replace(/[-_]/g, 'x').slice(0, 40)}`;
+
+function setup(t: TestContext): { store: Store; userId: number } {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  const userId = store.users.create({ name: 'Ada', email: 'ada@example.com', roleIds: [] }).id;
+  return { store, userId };
+}
+
+test('create stores the hash and scopes; findByHash and findById return it', (t) => {
+  const { store, userId } = setup(t);
+  const key = newKey();
+  const created = store.apiKeys.create({
+    name: 'ci',
+    prefix: key.slice(0, 12),
+    keyHash: sha256(key),
+    userId,
+    permissions: ['data.encrypt'],
+    configurations: ['c1'],
+  });
+  assert.match(created.id, /^[0-9a-f-]{36}$/);
+  assert.equal(created.prefix, key.slice(0, 12));
+  assert.equal(created.status, 'active');
+  assert.equal(created.revokedAt, null);
+  assert.equal(created.source, 'api');
+  assert.deepEqual(created.permissions, ['data.encrypt']);
+  assert.deepEqual(created.configurations, ['c1']);
+  assert.ok(created.keyHash.equals(sha256(key)));
+
+  assert.deepEqual(store.apiKeys.findByHash(sha256(key)), created);
+  assert.deepEqual(store.apiKeys.findById(created.id), created);
+  assert.deepEqual(store.apiKeys.findByName('ci'), created);
+  assert.equal(store.apiKeys.findByHash(sha256(newKey())), undefined);
+  assert.deepEqual(
+    store.apiKeys.list().map((k) => k.id),
+    [created.id],
+  );
+});
+
+test('hashes and names are unique, the owner must exist, the hash must be SHA-256 sized', (t) => {
+  const { store, userId } = setup(t);
+  const hash = sha256('k');
+  store.apiKeys.create({ name: 'one', prefix: 'p', keyHash: hash, userId });
+  assert.throws(() => store.apiKeys.create({ name: 'two', prefix: 'p', keyHash: hash, userId }), (e) => isUniqueViolation(e));
+  assert.throws(() => store.apiKeys.create({ name: 'one', prefix: 'p', keyHash: sha256('j'), userId }), (e) => isUniqueViolation(e));
+  assert.throws(() => store.apiKeys.create({ name: 'three', prefix: 'p', keyHash: sha256('x'), userId: 999 }), /FOREIGN KEY/);
+  assert.throws(() => store.apiKeys.create({ name: 'four', prefix: 'p', keyHash: Buffer.alloc(5), userId }), /CHECK/);
+});
+
+test('revoke marks the key once; a second revoke keeps the first time', async (t) => {
+  const { store, userId } = setup(t);
+  const key = store.apiKeys.create({ name: 'ci', prefix: 'p', keyHash: sha256('k'), userId });
+  const revoked = store.apiKeys.revoke(key.id);
+  assert.equal(revoked?.status, 'revoked');
+  assert.ok(revoked?.revokedAt);
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  assert.equal(store.apiKeys.revoke(key.id)?.revokedAt, revoked.revokedAt);
+  // Revoked keys are still found by hash: the caller answers 401.
+  assert.equal(store.apiKeys.findByHash(sha256('k'))?.status, 'revoked');
+  assert.equal(store.apiKeys.revoke('missing'), undefined);
+});
+
+test('replaceHash rotates: the old hash stops matching at once', (t) => {
+  const { store, userId } = setup(t);
+  const key = store.apiKeys.create({ name: 'ci', prefix: 'svc_old00000', keyHash: sha256('old'), userId });
+  const rotated = store.apiKeys.replaceHash(key.id, 'svc_new00000', sha256('new'));
+  assert.equal(rotated?.prefix, 'svc_new00000');
+  assert.equal(store.apiKeys.findByHash(sha256('old')), undefined);
+  assert.equal(store.apiKeys.findByHash(sha256('new'))?.id, key.id);
+  assert.equal(store.apiKeys.replaceHash('missing', 'p', sha256('z')), undefined);
+});
+
+test('update changes name, owner and scopes', (t) => {
+  const { store, userId } = setup(t);
+  const other = store.users.create({ name: 'Bob', email: 'bob@example.com', roleIds: [] }).id;
+  const key = store.apiKeys.create({ name: 'ci', prefix: 'p', keyHash: sha256('k'), userId });
+  const updated = store.apiKeys.update(key.id, { userId: other, permissions: ['logs.view'], configurations: ['x', 'y'] });
+  assert.equal(updated?.userId, other);
+  assert.equal(updated?.name, 'ci');
+  assert.deepEqual(updated?.permissions, ['logs.view']);
+  assert.deepEqual(updated?.configurations, ['x', 'y']);
+  assert.ok(updated?.keyHash.equals(sha256('k')));
+  assert.equal(store.apiKeys.update('missing', { name: 'x' }), undefined);
+});

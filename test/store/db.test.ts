@@ -1,0 +1,170 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { test, type TestContext } from 'node:test';
+import { openStore } from '../../src/store/db.ts';
+import { migrate, migrations, schemaVersion, type Migration } from '../../src/store/migrations.ts';
+import { runInTransaction } from '../../src/store/transaction.ts';
+
+function tempDir(t: TestContext): string {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-store-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+function pragma(db: DatabaseSync, name: string): unknown {
+  const row = db.prepare(`PRAGMA ${name}`).get();
+  return row === undefined ? undefined : Object.values(row)[0];
+}
+
+const latest = migrations.at(-1)?.version ?? 0;
+
+test('a file store creates its parent directory, uses WAL and the pragmas', (t) => {
+  const path = join(tempDir(t), 'nested', 'deeper', 'svc.db');
+  const store = openStore(path);
+  t.after(() => store.close());
+  assert.ok(existsSync(path));
+  assert.equal(pragma(store.db, 'journal_mode'), 'wal');
+  assert.equal(pragma(store.db, 'synchronous'), 1); // NORMAL
+  assert.equal(pragma(store.db, 'foreign_keys'), 1);
+  assert.equal(pragma(store.db, 'busy_timeout'), 5000);
+  assert.equal(schemaVersion(store.db), latest);
+});
+
+test('an in-memory store is migrated and has foreign keys on', (t) => {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  assert.equal(store.path, ':memory:');
+  assert.equal(schemaVersion(store.db), 1);
+  assert.equal(pragma(store.db, 'foreign_keys'), 1);
+  assert.throws(() => store.db.prepare('INSERT INTO user_roles (user_id, role_id) VALUES (999, 999)').run(), /FOREIGN KEY/);
+});
+
+test('reopening runs no migration again and keeps the data', (t) => {
+  const path = join(tempDir(t), 'svc.db');
+  const first = openStore(path);
+  first.users.create({ name: 'Ada', email: 'ada@example.com', roleIds: [] });
+  first.close();
+  first.close(); // closing twice is harmless
+
+  const second = openStore(path);
+  t.after(() => second.close());
+  assert.equal(schemaVersion(second.db), 1);
+  assert.equal(second.users.list().length, 1);
+  // Migration 1 inserts the built-in roles; a second run would have failed on UNIQUE or doubled them.
+  assert.equal(second.roles.list().length, 4);
+  assert.deepEqual(migrate(second.db), { from: 1, to: 1 });
+});
+
+test('a later migration is applied on reopen, in order, once', (t) => {
+  const path = join(tempDir(t), 'svc.db');
+  openStore(path).close();
+  const db = new DatabaseSync(path);
+  t.after(() => db.close());
+  const next: Migration[] = [
+    ...migrations,
+    { version: 2, sql: 'CREATE TABLE extra_a (id INTEGER PRIMARY KEY) STRICT;' },
+    { version: 3, sql: 'INSERT INTO extra_a (id) VALUES (7);' },
+  ];
+  assert.deepEqual(migrate(db, next), { from: 1, to: 3 });
+  assert.equal(schemaVersion(db), 3);
+  assert.deepEqual(migrate(db, next), { from: 3, to: 3 });
+  assert.deepEqual(db.prepare('SELECT id FROM extra_a').all().map((row) => row['id']), [7]);
+});
+
+test('a failing migration leaves the database at its old version', (t) => {
+  const db = new DatabaseSync(':memory:');
+  t.after(() => db.close());
+  const broken: Migration[] = [...migrations, { version: 2, sql: 'CREATE TABLE half (id INTEGER); SELECT * FROM missing_table;' }];
+  assert.throws(() => migrate(db, broken), /no such table: missing_table/);
+  assert.equal(schemaVersion(db), 0);
+  assert.equal(db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('roles', 'half')").get()?.['n'], 0);
+});
+
+test('a database newer than the code is refused with a clear error', (t) => {
+  const path = join(tempDir(t), 'svc.db');
+  openStore(path).close();
+  const raw = new DatabaseSync(path);
+  raw.exec(`PRAGMA user_version = ${latest + 5}`);
+  raw.close();
+  assert.throws(() => openStore(path), (error: Error) => {
+    assert.match(error.message, new RegExp(`schema is version ${latest + 5}.*only knows versions up to ${latest}`));
+    return true;
+  });
+  // Refusing must not have touched the file.
+  const check = new DatabaseSync(path);
+  t.after(() => check.close());
+  assert.equal(schemaVersion(check), latest + 5);
+});
+
+test('migration lists with gaps are rejected', () => {
+  const db = new DatabaseSync(':memory:');
+  try {
+    assert.throws(() => migrate(db, [{ version: 2, sql: '' }]), /without gaps/);
+  } finally {
+    db.close();
+  }
+});
+
+test('transaction commits, and rolls back everything when the callback throws', (t) => {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  const id = store.transaction(() => store.users.create({ name: 'A', email: 'a@example.com', roleIds: [] }).id);
+  assert.ok(store.users.findById(id));
+
+  assert.throws(
+    () =>
+      store.transaction(() => {
+        store.users.create({ name: 'B', email: 'b@example.com', roleIds: [1] });
+        store.users.update(id, { name: 'changed' });
+        throw new Error('boom');
+      }),
+    /boom/,
+  );
+  assert.equal(store.users.findByEmail('b@example.com'), undefined);
+  assert.equal(store.users.findById(id)?.name, 'A');
+  assert.equal(store.db.isTransaction, false);
+});
+
+test('a nested transaction that throws rolls back only its own writes', (t) => {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  store.transaction(() => {
+    store.users.create({ name: 'Outer', email: 'outer@example.com', roleIds: [] });
+    assert.throws(() =>
+      store.transaction(() => {
+        store.users.create({ name: 'Inner', email: 'inner@example.com', roleIds: [] });
+        throw new Error('inner');
+      }),
+    );
+    store.transaction(() => store.users.create({ name: 'Inner2', email: 'inner2@example.com', roleIds: [] }));
+  });
+  assert.deepEqual(
+    store.users.list().map((user) => user.name),
+    ['Outer', 'Inner2'],
+  );
+});
+
+test('a repository write that fails half-way inside is atomic', (t) => {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  // The user row goes in first, then role 999 violates the foreign key.
+  assert.throws(() => store.users.create({ name: 'X', email: 'x@example.com', roleIds: [1, 999] }), /FOREIGN KEY/);
+  assert.equal(store.users.list().length, 0);
+});
+
+test('an async transaction callback is refused and rolled back', async (t) => {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  assert.throws(
+    () =>
+      runInTransaction(store.db, async () => {
+        store.users.create({ name: 'Async', email: 'async@example.com', roleIds: [] });
+      }),
+    /must be synchronous/,
+  );
+  assert.equal(store.users.list().length, 0);
+  assert.equal(store.db.isTransaction, false);
+});

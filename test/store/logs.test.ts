@@ -1,0 +1,172 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { openStore, type Store } from '../../src/store/db.ts';
+import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../src/store/logs.ts';
+
+function setup(t: TestContext): Store {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  return store;
+}
+
+const at = (minute: number): string => new Date(Date.UTC(2025, 0, 1, 0, minute)).toISOString();
+
+const activity = (i: number, extra: Partial<NewActivityLog> = {}): NewActivityLog => ({
+  action: 'login',
+  description: `event ${i}`,
+  ip: '10.0.0.1',
+  createdAt: at(i),
+  ...extra,
+});
+const api = (i: number): NewApiLog => ({
+  requestId: `req-${i}`,
+  method: 'POST',
+  path: '/proxy/payments',
+  statusCode: 200,
+  durationMs: 1.25,
+  ip: '10.0.0.2',
+  createdAt: at(i),
+});
+const usage = (i: number): NewUsageLog => ({
+  requestId: `req-${i}`,
+  configurationId: 'cfg',
+  mode: 'encrypt',
+  fieldCount: 3,
+  bytes: 120,
+  createdAt: at(i),
+});
+
+test('10,000 rows of each kind go in with one call each', (t) => {
+  const store = setup(t);
+  const n = 10_000;
+  store.logs.insertActivity(Array.from({ length: n }, (_, i) => activity(i)));
+  store.logs.insertApi(Array.from({ length: n }, (_, i) => api(i)));
+  store.logs.insertUsage(Array.from({ length: n }, (_, i) => usage(i)));
+  assert.equal(store.logs.count('activity'), n);
+  assert.equal(store.logs.count('api'), n);
+  assert.equal(store.logs.count('usage'), n);
+  assert.equal(store.logs.countUnified(['activity', 'api', 'usage']), 3 * n);
+  store.logs.insertApi([]);
+  assert.equal(store.logs.count('api'), n);
+});
+
+test('a batch is atomic: one bad row stores none of it', (t) => {
+  const store = setup(t);
+  const bad = { ...usage(2), mode: 'explode' } as unknown as NewUsageLog;
+  assert.throws(() => store.logs.insertUsage([usage(1), bad, usage(3)]), /CHECK/);
+  assert.equal(store.logs.count('usage'), 0);
+  assert.equal(store.db.isTransaction, false);
+});
+
+test('rows read back with every field, newest first, filtered by user', (t) => {
+  const store = setup(t);
+  store.logs.insertActivity([
+    activity(1, { userId: 7, causerEmail: 'ada@example.com', requestId: 'r1' }),
+    activity(2),
+    activity(3, { userId: 7 }),
+  ]);
+  store.logs.insertApi([
+    { ...api(4), apiKeyId: 'k', userId: 7, configurationId: 'cfg', destination: 'https://x.example/', statusCode: 502 },
+  ]);
+  store.logs.insertUsage([{ ...usage(5), apiKeyId: 'k', userId: 8, mode: 'decrypt' }]);
+
+  const all = store.logs.listActivity({ limit: 10, offset: 0 });
+  assert.deepEqual(
+    all.map((row) => row.description),
+    ['event 3', 'event 2', 'event 1'],
+  );
+  const first = all[2];
+  assert.ok(first);
+  assert.deepEqual({ ...first, id: 0 }, {
+    id: 0,
+    action: 'login',
+    description: 'event 1',
+    ip: '10.0.0.1',
+    userId: 7,
+    causerEmail: 'ada@example.com',
+    requestId: 'r1',
+    createdAt: at(1),
+  });
+  assert.equal(all[1]?.userId, null);
+  assert.deepEqual(
+    store.logs.listActivity({ limit: 10, offset: 0, userId: 7 }).map((row) => row.description),
+    ['event 3', 'event 1'],
+  );
+  assert.deepEqual(
+    store.logs.listActivity({ limit: 1, offset: 1 }).map((row) => row.description),
+    ['event 2'],
+  );
+  assert.equal(store.logs.count('activity', { userId: 7 }), 2);
+
+  const [apiRow] = store.logs.listApi({ limit: 10, offset: 0 });
+  assert.deepEqual({ ...apiRow, id: 0 }, {
+    id: 0,
+    requestId: 'req-4',
+    method: 'POST',
+    path: '/proxy/payments',
+    statusCode: 502,
+    apiKeyId: 'k',
+    userId: 7,
+    configurationId: 'cfg',
+    destination: 'https://x.example/',
+    durationMs: 1.25,
+    ip: '10.0.0.2',
+    createdAt: at(4),
+  });
+  const [usageRow] = store.logs.listUsage({ limit: 10, offset: 0, userId: 8 });
+  assert.deepEqual({ ...usageRow, id: 0 }, {
+    id: 0,
+    requestId: 'req-5',
+    configurationId: 'cfg',
+    apiKeyId: 'k',
+    userId: 8,
+    mode: 'decrypt',
+    fieldCount: 3,
+    bytes: 120,
+    createdAt: at(5),
+  });
+  assert.deepEqual(store.logs.listUsage({ limit: 10, offset: 0, userId: 7 }), []);
+});
+
+test('the unified list interleaves the chosen kinds by time', (t) => {
+  const store = setup(t);
+  store.logs.insertActivity([activity(1), activity(4)]);
+  store.logs.insertApi([api(2), api(5)]);
+  store.logs.insertUsage([usage(3)]);
+
+  const all = store.logs.listUnified(['activity', 'api', 'usage'], { limit: 10, offset: 0 });
+  assert.deepEqual(
+    all.map((entry) => `${entry.kind}@${entry.log.createdAt.slice(14, 16)}`),
+    ['api@05', 'activity@04', 'usage@03', 'api@02', 'activity@01'],
+  );
+  const page = store.logs.listUnified(['activity', 'usage'], { limit: 2, offset: 1 });
+  assert.deepEqual(
+    page.map((entry) => entry.kind),
+    ['usage', 'activity'],
+  );
+  const first = all[0];
+  assert.ok(first?.kind === 'api');
+  assert.equal(first.log.requestId, 'req-5');
+  assert.deepEqual(store.logs.listUnified([], { limit: 10, offset: 0 }), []);
+  assert.equal(store.logs.countUnified(['api', 'usage']), 3);
+});
+
+test('deleteOlderThan removes rows before the cutoff in every table, in chunks', (t) => {
+  const store = setup(t);
+  // More than one delete chunk (5,000) of old rows.
+  store.logs.insertActivity(Array.from({ length: 12_000 }, (_, i) => activity(0, { description: `old ${i}` })));
+  store.logs.insertActivity([activity(30)]);
+  store.logs.insertApi([api(5), api(30)]);
+  store.logs.insertUsage([usage(29), usage(31)]);
+
+  const deleted = store.logs.deleteOlderThan(at(30));
+  assert.deepEqual(deleted, { activity: 12_000, api: 1, usage: 1 });
+  assert.equal(store.logs.count('activity'), 1);
+  assert.equal(store.logs.count('api'), 1);
+  assert.equal(store.logs.count('usage'), 1);
+  assert.deepEqual(store.logs.deleteOlderThan(at(30)), { activity: 0, api: 0, usage: 0 });
+  // A cutoff in another ISO spelling is normalised before comparing.
+  assert.deepEqual(store.logs.deleteOlderThan('2025-01-01T02:00:00+02:00'), { activity: 0, api: 0, usage: 0 });
+  assert.deepEqual(store.logs.deleteOlderThan('2025-01-01T02:31:00+02:00'), { activity: 1, api: 1, usage: 0 });
+  assert.throws(() => store.logs.deleteOlderThan('yesterday'), RangeError);
+});

@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { openStore } from '../../src/store/db.ts';
+
+// DESIGN §9, written out by hand so that a change to the migration cannot also change the expectation.
+const ALL = [
+  'classifications.view',
+  'classifications.create',
+  'classifications.update',
+  'classifications.delete',
+  'configurations.view',
+  'configurations.create',
+  'configurations.update',
+  'configurations.delete',
+  'configurations.rotate',
+  'data.encrypt',
+  'data.decrypt',
+  'logs.view',
+  'api-keys.view',
+  'api-keys.create',
+  'api-keys.revoke',
+  'api-keys.rotate',
+  'users.view',
+  'users.manage',
+  'roles.view',
+];
+const VIEWS = ['classifications.view', 'configurations.view', 'logs.view', 'api-keys.view', 'users.view', 'roles.view'];
+const DEVELOPER = ['data.encrypt', 'data.decrypt', ...VIEWS, 'api-keys.create'];
+
+const sorted = (values: Iterable<string>): string[] => [...values].sort();
+
+test('built-in permissions and role grants are exactly DESIGN §9', (t) => {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  assert.deepEqual(store.roles.permissionNames(), ALL);
+
+  const roles = store.roles.list();
+  assert.deepEqual(
+    roles.map((role) => role.name),
+    ['owner', 'administrator', 'developer', 'viewer'],
+  );
+  const byName = new Map(roles.map((role) => [role.name, role]));
+  assert.deepEqual(byName.get('owner')?.permissions, ALL);
+  assert.deepEqual(byName.get('administrator')?.permissions, ALL);
+  assert.deepEqual(sorted(byName.get('developer')?.permissions ?? []), sorted(DEVELOPER));
+  assert.deepEqual(sorted(byName.get('viewer')?.permissions ?? []), sorted(VIEWS));
+  for (const role of roles) {
+    assert.ok(role.description !== null && role.description.length > 0 && role.description.length < 80, role.name);
+  }
+});
+
+test('roles are found by id and name; permissionsForRoles unions', (t) => {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  const viewer = store.roles.findByName('viewer');
+  assert.ok(viewer);
+  assert.deepEqual(store.roles.findById(viewer.id), viewer);
+  assert.equal(store.roles.findByName('root'), undefined);
+  assert.equal(store.roles.findById(12345), undefined);
+
+  const developer = store.roles.findByName('developer');
+  assert.ok(developer);
+  assert.deepEqual(sorted(store.roles.permissionsForRoles([viewer.id, developer.id])), sorted(DEVELOPER));
+  assert.deepEqual(sorted(store.roles.permissionsForRoles([viewer.id])), sorted(VIEWS));
+  assert.equal(store.roles.permissionsForRoles([]).size, 0);
+  assert.equal(store.roles.permissionsForRoles([999]).size, 0);
+});

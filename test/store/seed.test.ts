@@ -1,0 +1,396 @@
+import assert from 'node:assert/strict';
+import { createCipheriv, createDecipheriv, createHash, randomBytes, randomInt, scryptSync, timingSafeEqual } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { openStore, type Store } from '../../src/store/db.ts';
+import { applySeed, SeedError, type SeedDeps, type SeedInput } from '../../src/store/seed.ts';
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+/** Small real implementations, with call counters to prove what a re-run does not redo. */
+function makeDeps() {
+  const masterKey = randomBytes(32);
+  const calls = { hashPassword: 0, verifyPassword: 0, wrapKey: 0, generateDataKey: 0, generateApiKey: 0 };
+  const aad = (configurationId: string, version: number): Buffer => Buffer.from(`${configurationId}:${version}`);
+  const deps: SeedDeps = {
+    hashPassword(password) {
+      calls.hashPassword++;
+      const salt = randomBytes(16);
+      return `scrypt$${salt.toString('base64')}$${scryptSync(password, salt, 32).toString('base64')}`;
+    },
+    verifyPassword(password, stored) {
+      calls.verifyPassword++;
+      const [, salt = '', hash = ''] = stored.split('$');
+      return timingSafeEqual(scryptSync(password, Buffer.from(salt, 'base64'), 32), Buffer.from(hash, 'base64'));
+    },
+    wrapKey(configurationId, version, key) {
+      calls.wrapKey++;
+      const nonce = randomBytes(12);
+      const cipher = createCipheriv('aes-256-gcm', masterKey, nonce).setAAD(aad(configurationId, version));
+      return Buffer.concat([nonce, cipher.update(key), cipher.final(), cipher.getAuthTag()]);
+    },
+    generateDataKey() {
+      calls.generateDataKey++;
+      return randomBytes(32);
+    },
+    generateKeyringId: () => randomBytes(16),
+    hashApiKey: (key) => createHash('sha256').update(key).digest(),
+    generateApiKey() {
+      calls.generateApiKey++;
+      return `svc_${Array.from({ length: 40 }, () => BASE62[randomInt(62)]).join('')}`;
+    },
+  };
+  const unwrap = (configurationId: string, version: number, wrapped: Buffer): Buffer => {
+    const decipher = createDecipheriv('aes-256-gcm', masterKey, wrapped.subarray(0, 12)).setAAD(aad(configurationId, version));
+    decipher.setAuthTag(wrapped.subarray(-16));
+    return Buffer.concat([decipher.update(wrapped.subarray(12, -16)), decipher.final()]);
+  };
+  return { deps, calls, unwrap };
+}
+
+const LITERAL_KEY = `svc_${'A1b2C3d4E5'.repeat(4)}`;
+
+function baseSeed(): SeedInput {
+  return {
+    users: [
+      { name: 'Ada Admin', email: 'ada@example.com', password: 'correct horse', roles: ['owner'] },
+      { name: 'Dev', email: 'dev@example.com', roles: ['developer', 'viewer'] },
+    ],
+    configurations: [
+      {
+        name: 'payments',
+        type: 'encryption',
+        proxy_slug: 'payments',
+        fields: ['card.number'],
+        destinations: ['http://127.0.0.1:9999/'],
+        deterministic: false,
+      },
+      { name: 'Customer Records', type: 'encryption', fields: [], destinations: [], deterministic: true },
+      {
+        name: 'google',
+        type: 'provider',
+        provider: 'google',
+        fields: [],
+        destinations: [],
+        deterministic: false,
+        groups: [{ id: 'g1', name: 'Doctors', email: 'docs@example.com', members: ['dev@example.com'] }],
+      },
+    ],
+    api_keys: [
+      { name: 'ci', user: 'ada@example.com', key: LITERAL_KEY, permissions: [], configurations: [] },
+      { name: 'generated', user: 'dev@example.com', permissions: ['data.encrypt'], configurations: ['payments', 'customer-records'] },
+    ],
+    classifications: [
+      {
+        name: 'PHI',
+        bg_color: '#aa0000',
+        fg_color: '#ffffff',
+        emoji: '🩺',
+        users: ['ada@example.com'],
+        roles: ['developer'],
+        providers: [{ configuration: 'google', gws_groups: [{ id: 'g1', name: 'Doctors' }] }],
+      },
+      { name: 'Hello, World!', bg_color: '#000000', fg_color: '#ffffff', users: [], roles: [] },
+    ],
+  };
+}
+
+function setup(t: TestContext): Store {
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  return store;
+}
+
+/** Every row of every table of ours (not SQLite's planner statistics), to compare whole databases. */
+function dump(store: Store): Record<string, unknown[]> {
+  const tables = store.db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all();
+  const out: Record<string, unknown[]> = {};
+  for (const { name } of tables) out[String(name)] = store.db.prepare(`SELECT * FROM "${String(name)}" ORDER BY 1, 2`).all();
+  return out;
+}
+
+test('the first run creates everything, marked as seed', (t) => {
+  const store = setup(t);
+  const { deps, unwrap } = makeDeps();
+  const result = applySeed(store, baseSeed(), deps);
+
+  const ada = store.users.findByEmail('ada@example.com');
+  assert.ok(ada?.passwordHash);
+  assert.equal(ada.source, 'seed');
+  assert.ok(deps.verifyPassword('correct horse', ada.passwordHash));
+  assert.deepEqual(
+    store.users.rolesOf(ada.id).map((role) => role.name),
+    ['owner'],
+  );
+  const dev = store.users.findByEmail('dev@example.com');
+  assert.ok(dev);
+  assert.equal(dev.passwordHash, null);
+  assert.deepEqual(
+    store.users.rolesOf(dev.id).map((role) => role.name),
+    ['developer', 'viewer'],
+  );
+
+  const payments = store.configurations.findByName('payments');
+  assert.ok(payments?.keyringId);
+  assert.equal(payments.source, 'seed');
+  assert.equal(payments.proxySlug, 'payments');
+  assert.equal(payments.keyVersion, 1);
+  assert.equal(payments.deterministic, false);
+  assert.deepEqual(payments.fields, ['card.number']);
+  const [key] = store.configurations.keys(payments.id);
+  assert.ok(key);
+  assert.equal(unwrap(payments.id, 1, key.wrapped).length, 32);
+
+  const records = store.configurations.findByName('Customer Records');
+  assert.equal(records?.proxySlug, 'customer-records');
+  assert.equal(records.deterministic, true);
+  const google = store.configurations.findByName('google');
+  assert.ok(google);
+  assert.equal(google.keyringId, null);
+  assert.equal(google.proxySlug, null);
+  assert.deepEqual(google.extra, { groups: [{ id: 'g1', name: 'Doctors', email: 'docs@example.com', members: ['dev@example.com'] }] });
+
+  const ci = store.apiKeys.findByName('ci');
+  assert.ok(ci);
+  assert.equal(ci.prefix, LITERAL_KEY.slice(0, 12));
+  assert.equal(store.apiKeys.findByHash(deps.hashApiKey(LITERAL_KEY))?.id, ci.id);
+  assert.equal(ci.userId, ada.id);
+  assert.equal(ci.source, 'seed');
+
+  assert.equal(result.createdApiKeys.length, 1);
+  const created = result.createdApiKeys[0];
+  assert.ok(created);
+  assert.equal(created.name, 'generated');
+  assert.match(created.key, /^svc_[0-9A-Za-z]{40}$/);
+  const generated = store.apiKeys.findByHash(deps.hashApiKey(created.key));
+  assert.equal(generated?.name, 'generated');
+  assert.equal(generated.prefix, created.key.slice(0, 12));
+  assert.deepEqual(generated.permissions, ['data.encrypt']);
+  assert.deepEqual(generated.configurations, [payments.id, records.id]);
+
+  const phi = store.classifications.findByName('PHI');
+  assert.ok(phi);
+  assert.equal(phi.slug, 'phi');
+  assert.equal(phi.source, 'seed');
+  assert.equal(phi.emoji, '🩺');
+  assert.deepEqual(store.classifications.members(phi.id), {
+    userIds: [ada.id],
+    roleIds: [store.roles.findByName('developer')?.id],
+    providers: [{ configurationId: google.id, gwsGroups: [{ id: 'g1', name: 'Doctors' }] }],
+  });
+  assert.equal(store.classifications.findByName('Hello, World!')?.slug, 'hello-world');
+});
+
+test('a second run changes nothing: same rows, ids, keys and wrapped keys', (t) => {
+  const store = setup(t);
+  const { deps, calls } = makeDeps();
+  applySeed(store, baseSeed(), deps);
+  const before = dump(store);
+  const counts = { ...calls };
+
+  const again = applySeed(store, baseSeed(), deps);
+  assert.deepEqual(again.createdApiKeys, []);
+  assert.deepEqual(dump(store), before);
+  assert.equal(calls.hashPassword, counts.hashPassword, 'an unchanged password is not re-hashed');
+  assert.equal(calls.generateDataKey, counts.generateDataKey, 'no key is generated for an existing configuration');
+  assert.equal(calls.wrapKey, counts.wrapKey);
+  assert.equal(calls.generateApiKey, counts.generateApiKey);
+});
+
+test('idempotent across a restart of a file store', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-seed-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.db');
+  const { deps } = makeDeps();
+
+  const first = openStore(path);
+  const { createdApiKeys } = applySeed(first, baseSeed(), deps);
+  const before = dump(first);
+  first.close();
+
+  const second = openStore(path);
+  t.after(() => second.close());
+  assert.deepEqual(applySeed(second, baseSeed(), deps).createdApiKeys, []);
+  assert.deepEqual(dump(second), before);
+  assert.equal(second.apiKeys.findByHash(deps.hashApiKey(createdApiKeys[0]?.key ?? ''))?.name, 'generated');
+});
+
+test('changes in the seed update rows in place and never touch existing keys', (t) => {
+  const store = setup(t);
+  const { deps } = makeDeps();
+  applySeed(store, baseSeed(), deps);
+  const payments = store.configurations.findByName('payments');
+  assert.ok(payments);
+  const keysBefore = store.configurations.keys(payments.id);
+  const adaBefore = store.users.findByEmail('ada@example.com');
+  const generatedBefore = store.apiKeys.findByName('generated');
+
+  const seed = baseSeed();
+  const newKey = `svc_${'Z9y8X7w6V5'.repeat(4)}`;
+  seed.users = [
+    { name: 'Ada Lovelace', email: 'ADA@example.com', password: 'new password', roles: ['viewer'], disabled: true },
+    { name: 'Dev', email: 'dev@example.com', roles: ['developer', 'viewer'] },
+  ];
+  seed.configurations = seed.configurations?.map((c) =>
+    c.name === 'payments' ? { ...c, proxy_slug: 'pay', fields: ['ssn'], destinations: [] } : c,
+  );
+  seed.api_keys = [
+    { name: 'ci', user: 'dev@example.com', key: newKey, permissions: ['logs.view'], configurations: ['pay'] },
+    { name: 'generated', user: 'dev@example.com', permissions: [], configurations: [] },
+  ];
+  seed.classifications = [
+    { name: 'PHI', slug: 'health', description: 'Health', bg_color: '#00aa00', fg_color: '#ffffff', users: [], roles: ['viewer'] },
+  ];
+  const result = applySeed(store, seed, deps);
+  assert.deepEqual(result.createdApiKeys, []);
+
+  const ada = store.users.findByEmail('ada@example.com');
+  assert.ok(ada?.passwordHash);
+  assert.equal(ada.id, adaBefore?.id);
+  assert.equal(ada.name, 'Ada Lovelace');
+  assert.equal(ada.email, 'ADA@example.com');
+  assert.equal(ada.disabled, true);
+  assert.ok(deps.verifyPassword('new password', ada.passwordHash));
+  assert.deepEqual(
+    store.users.rolesOf(ada.id).map((role) => role.name),
+    ['viewer'],
+  );
+
+  const updated = store.configurations.findByName('payments');
+  assert.equal(updated?.id, payments.id);
+  assert.equal(updated.proxySlug, 'pay');
+  assert.deepEqual(updated.fields, ['ssn']);
+  assert.ok(updated.keyringId?.equals(payments.keyringId ?? Buffer.alloc(0)));
+  assert.deepEqual(store.configurations.keys(payments.id), keysBefore);
+
+  assert.equal(store.apiKeys.findByHash(deps.hashApiKey(LITERAL_KEY)), undefined, 'the old literal key stops working');
+  const ci = store.apiKeys.findByHash(deps.hashApiKey(newKey));
+  assert.equal(ci?.name, 'ci');
+  assert.equal(ci.prefix, newKey.slice(0, 12));
+  assert.equal(ci.userId, store.users.findByEmail('dev@example.com')?.id);
+  assert.deepEqual(ci.permissions, ['logs.view']);
+  assert.deepEqual(ci.configurations, [payments.id]);
+  const generated = store.apiKeys.findByName('generated');
+  assert.ok(generated);
+  assert.ok(generated.keyHash.equals(generatedBefore?.keyHash ?? Buffer.alloc(0)), 'a generated key is kept');
+  assert.deepEqual(generated.configurations, []);
+
+  const phi = store.classifications.findByName('PHI');
+  assert.ok(phi);
+  assert.equal(phi.slug, 'health');
+  assert.equal(phi.description, 'Health');
+  assert.equal(phi.bgColor, '#00aa00');
+  assert.equal(phi.emoji, '🩺', 'an omitted emoji is left alone');
+  assert.deepEqual(store.classifications.members(phi.id), {
+    userIds: [],
+    roleIds: [store.roles.findByName('viewer')?.id],
+    providers: [],
+  });
+  // Nothing is deleted: the classification left out of the seed is still there.
+  assert.ok(store.classifications.findByName('Hello, World!'));
+});
+
+test('rows that exist already are adopted, keeping their source', (t) => {
+  const store = setup(t);
+  const { deps } = makeDeps();
+  const existing = store.users.create({ name: 'Ada', email: 'Ada@Example.com', passwordHash: deps.hashPassword('correct horse'), roleIds: [] });
+  applySeed(store, { users: [{ name: 'Ada', email: 'Ada@Example.com', password: 'correct horse', roles: ['owner'] }] }, deps);
+  const ada = store.users.findById(existing.id);
+  assert.equal(ada?.source, 'api');
+  assert.equal(ada.passwordHash, existing.passwordHash);
+  assert.deepEqual(
+    store.users.rolesOf(existing.id).map((role) => role.name),
+    ['owner'],
+  );
+  assert.equal(store.users.list().length, 1);
+});
+
+test('every problem is reported at once and nothing is written', (t) => {
+  const store = setup(t);
+  const { deps } = makeDeps();
+  const seed: SeedInput = {
+    users: [
+      { name: 'Ada', email: 'ada@example.com', roles: ['owner', 'root'] },
+      { name: 'Ada again', email: 'ADA@example.com', roles: [] },
+    ],
+    configurations: [
+      { name: 'db', type: 'encryption', fields: [], destinations: [], deterministic: false },
+      { name: 'google', type: 'provider', proxy_slug: 'google', fields: [], destinations: [], deterministic: false },
+      { name: 'late', type: 'encryption', fields: [], destinations: [], deterministic: false, min_decryption_version: 2 },
+    ],
+    api_keys: [
+      { name: 'ci', user: 'nobody@example.com', permissions: ['data.encrypt', 'data.steal'], configurations: ['missing'] },
+      { name: 'ci2', user: 'ada@example.com', key: LITERAL_KEY, permissions: [], configurations: ['late'] },
+      { name: 'ci3', user: 'ada@example.com', key: LITERAL_KEY, permissions: [], configurations: [] },
+    ],
+    classifications: [
+      {
+        name: 'PHI',
+        bg_color: '#aa0000',
+        fg_color: '#ffffff',
+        users: ['ghost@example.com'],
+        roles: ['superuser'],
+        providers: [{ configuration: 'nowhere', gws_groups: [] }],
+      },
+    ],
+  };
+  assert.throws(
+    () => applySeed(store, seed, deps),
+    (error: unknown) => {
+      assert.ok(error instanceof SeedError);
+      assert.deepEqual(error.problems, [
+        'seed.users[0].roles[1]: unknown role "root"',
+        'seed.users[1].email: "ADA@example.com" is listed twice',
+        'seed.configurations[0].proxy_slug: "db" (derived from the name; set proxy_slug) must match ^[a-z0-9][a-z0-9-]{2,63}$',
+        'seed.configurations[1].proxy_slug: only encryption configurations have a proxy slug',
+        'seed.configurations[2].min_decryption_version: must be an integer from 1 to the current key version (1)',
+        'seed.api_keys[0].user: unknown user "nobody@example.com"',
+        'seed.api_keys[0].permissions[1]: unknown permission "data.steal"',
+        'seed.api_keys[0].configurations[0]: unknown configuration "missing"',
+        'seed.api_keys[2].key: the same key is given to another API key of the seed',
+        'seed.classifications[0].users[0]: unknown user "ghost@example.com"',
+        'seed.classifications[0].roles[0]: unknown role "superuser"',
+        'seed.classifications[0].providers[0].configuration: unknown configuration "nowhere"',
+      ]);
+      assert.match(error.message, /^The seed has 12 problems:\n {2}- seed\.users\[0\]/);
+      assert.ok(!error.message.includes(LITERAL_KEY), 'keys are never echoed');
+      return true;
+    },
+  );
+  assert.deepEqual(store.users.list(), []);
+  assert.deepEqual(store.configurations.list(), []);
+  assert.deepEqual(store.apiKeys.list(), []);
+  assert.deepEqual(store.classifications.list(), []);
+});
+
+test('conflicts with stored rows are reported', (t) => {
+  const store = setup(t);
+  const { deps } = makeDeps();
+  applySeed(store, baseSeed(), deps);
+  store.classifications.create({ name: 'Other', slug: 'taken', bgColor: '#000000', fgColor: '#ffffff' });
+  store.apiKeys.create({ name: 'api-made', prefix: 'x', keyHash: deps.hashApiKey(`svc_${'Q'.repeat(40)}`), userId: 1 });
+
+  const seed = baseSeed();
+  seed.configurations = [
+    { name: 'payments', type: 'provider', fields: [], destinations: [], deterministic: false },
+    { name: 'Customer Records', type: 'encryption', proxy_slug: 'payments', fields: [], destinations: [], deterministic: false },
+  ];
+  seed.api_keys = [{ name: 'ci', user: 'ada@example.com', key: `svc_${'Q'.repeat(40)}`, permissions: [], configurations: [] }];
+  seed.classifications = [{ name: 'PHI', slug: 'taken', bg_color: '#aa0000', fg_color: '#ffffff', users: [], roles: [] }];
+  assert.throws(
+    () => applySeed(store, seed, deps),
+    (error: unknown) => {
+      assert.ok(error instanceof SeedError);
+      assert.deepEqual(error.problems, [
+        'seed.configurations[0].type: configuration "payments" exists as "encryption" and its type cannot change',
+        'seed.configurations[1].proxy_slug: "payments" is already used by configuration "payments"',
+        'seed.configurations[1].deterministic: cannot change after the configuration "Customer Records" was created',
+        'seed.api_keys[0].key: the key is already used by API key "api-made"',
+        'seed.classifications[0].slug: "taken" is already used by classification "Other"',
+      ]);
+      return true;
+    },
+  );
+});
