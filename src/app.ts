@@ -24,6 +24,9 @@ import { openStore, type Store } from './store/db.ts';
 import { applySeed } from './store/seed.ts';
 import { createLogger } from './telemetry/logger.ts';
 import { NotReadyError } from './errors.ts';
+import { apiRoutes } from './api/index.ts';
+import { mount } from './api/routes.ts';
+import { LogWriter } from './telemetry/log-writer.ts';
 
 export interface App {
   readonly services: Services;
@@ -41,11 +44,31 @@ export interface AppOptions {
 }
 
 export function buildRouter(): Router<Handler<Services>> {
-  return new Router<Handler<Services>>()
+  const router = new Router<Handler<Services>>()
     .add('GET', '/healthz', healthz)
     .add('GET', '/readyz', readyz)
     .add('POST', '/api/v3/encryption/:slug/encrypt', encryptRoute)
     .add('POST', '/api/v3/encryption/:slug/decrypt', decryptRoute);
+  mount(router, apiRoutes);
+  return router;
+}
+
+/** Every /api and /proxy request leaves an api log entry (DESIGN §10). */
+function recordApiLog(ctx: RequestContext, services: Services): void {
+  if (!ctx.path.startsWith('/api/') && !ctx.path.startsWith('/proxy/')) return;
+  services.logs.api({
+    requestId: ctx.id,
+    method: ctx.req.method ?? 'GET',
+    path: ctx.path.length > 1024 ? ctx.path.slice(0, 1024) : ctx.path,
+    statusCode: ctx.res.statusCode,
+    apiKeyId: ctx.apiKeyId,
+    userId: ctx.userId,
+    configurationId: ctx.configurationId,
+    destination: null,
+    durationMs: Math.round(performance.now() - ctx.startedAt),
+    ip: ctx.req.socket.remoteAddress ?? '',
+    createdAt: new Date().toISOString(),
+  });
 }
 
 function healthz(ctx: RequestContext): void {
@@ -79,6 +102,11 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     auth: new Authenticator(store),
     codecs: new CodecCache(store, master),
     fieldPaths: new FieldPathCache(),
+    logs: new LogWriter(store, logger, {
+      flushInterval: config.logs.flush_interval,
+      batchSize: config.logs.batch_size,
+      queueLimit: config.logs.queue_limit,
+    }),
   };
   const serverOptions = {
     maxHeaderSize: config.server.max_header_size,
@@ -87,7 +115,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     keepAliveTimeout: config.server.keep_alive_timeout,
   };
   const router = buildRouter();
-  const server = createHttpServer(router, services, logger, serverOptions);
+  const server = createHttpServer(router, services, logger, serverOptions, (ctx) => recordApiLog(ctx, services));
   const admin =
     config.server.admin_listen === 'off'
       ? null
@@ -110,6 +138,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     },
     async close() {
       await Promise.all([closeServer(server, config.server.drain_timeout), admin === null ? undefined : closeServer(admin, 1000)]);
+      services.logs.close();
       store.close();
     },
   };

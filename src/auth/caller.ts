@@ -24,6 +24,14 @@ export class Authenticator {
     this.store = store;
   }
 
+  /**
+   * Makes the user of a bearer access token the acting user. Until access tokens are
+   * issued, any bearer token is refused (deny by default).
+   */
+  async actAs(_caller: Caller, _authorization: string): Promise<Caller> {
+    throw new UnauthorizedError();
+  }
+
   /** Resolves the caller from the request's API key; 401 when it is missing, unknown or revoked. */
   authenticate(apiKeyHeader: string | undefined): Caller {
     if (apiKeyHeader === undefined) throw new UnauthorizedError();

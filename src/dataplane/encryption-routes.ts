@@ -4,6 +4,7 @@
  * classification and field paths → transform the body as it arrives → respond.
  */
 import { ClassificationAccess } from '../auth/classification-access.ts';
+import { authenticateRequest } from '../auth/request-auth.ts';
 import { requireConfigurationScope, requirePermission, type Caller } from '../auth/caller.ts';
 import { BadRequestError, NotFoundError, ValidationError } from '../errors.ts';
 import { FieldMatcher } from '../fields/paths.ts';
@@ -26,7 +27,7 @@ export async function decryptRoute(ctx: RequestContext, services: Services): Pro
 }
 
 async function transformRoute(ctx: RequestContext, services: Services, mode: Mode): Promise<void> {
-  const caller = authenticate(ctx, services);
+  const caller = await authenticateRequest(ctx, services.auth);
   const configuration = resolveConfiguration(ctx, services, caller, ctx.params['slug']!);
   requirePermission(caller, mode === 'encrypt' ? 'data.encrypt' : 'data.decrypt');
   rejectForwarding(ctx);
@@ -36,13 +37,20 @@ async function transformRoute(ctx: RequestContext, services: Services, mode: Mod
   const handler = buildHandler(services, caller, configuration, mode, classificationId);
   const body = await transformBody(ctx, services.config.server.body_limit, matcher, handler);
   sendJson(ctx, 200, body);
+  recordUsage(ctx, services, configuration, mode, handler.count, body.length);
 }
 
-export function authenticate(ctx: RequestContext, services: Services): Caller {
-  const caller = services.auth.authenticate(ctx.header('x-svc-authorization'));
-  ctx.apiKeyId = caller.apiKeyId;
-  ctx.userId = caller.user.id;
-  return caller;
+export function recordUsage(ctx: RequestContext, services: Services, configuration: Configuration, mode: Mode, fieldCount: number, bytes: number): void {
+  services.logs.usage({
+    requestId: ctx.id,
+    configurationId: configuration.id,
+    apiKeyId: ctx.apiKeyId,
+    userId: ctx.userId,
+    mode,
+    fieldCount,
+    bytes,
+    createdAt: new Date().toISOString(),
+  });
 }
 
 export function resolveConfiguration(ctx: RequestContext, services: Services, caller: Caller, slug: string): Configuration {

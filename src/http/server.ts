@@ -19,9 +19,16 @@ export interface ServerOptions {
   readonly keepAliveTimeout: number;
 }
 
-export function createHttpServer<S>(router: Router<Handler<S>>, services: S, logger: Logger, options: ServerOptions): Server {
+export function createHttpServer<S>(
+  router: Router<Handler<S>>,
+  services: S,
+  logger: Logger,
+  options: ServerOptions,
+  onFinish?: (ctx: RequestContext) => void,
+): Server {
   const dispatch = (req: IncomingMessage, res: ServerResponse): void => {
     const ctx = new RequestContext(req, res);
+    if (onFinish !== undefined) res.once('close', () => onFinish(ctx));
     let result: Promise<void> | void;
     try {
       const match = router.find(req.method ?? 'GET', ctx.path);

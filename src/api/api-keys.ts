@@ -1,0 +1,3 @@
+import type { ApiRoute } from './routes.ts';
+
+export const routes: ApiRoute[] = [];
