@@ -13,7 +13,12 @@ import { wrapDataKey } from './crypto/data-keys.ts';
 import { Keyring } from './crypto/keyring.ts';
 import { loadMasterKey, type MasterKey } from './crypto/master-key.ts';
 import { CodecCache } from './dataplane/codecs.ts';
-import { decryptRoute, encryptRoute } from './dataplane/encryption-routes.ts';
+import { decryptRoute, encryptRoute, proxyRoute } from './dataplane/encryption-routes.ts';
+import { rewrapRoute } from './dataplane/rewrap.ts';
+import { Forwarder } from './dataplane/forwarder.ts';
+import { EgressRoutes, egressRoute } from './dataplane/egress.ts';
+import { compileRelayRoutes, RelayServer } from './dataplane/relay.ts';
+import type { Resolver } from './dataplane/address-policy.ts';
 import { FieldPathCache } from './dataplane/field-path-cache.ts';
 import type { Services } from './dataplane/services.ts';
 import type { RequestContext } from './http/context.ts';
@@ -27,28 +32,39 @@ import { NotReadyError } from './errors.ts';
 import { apiRoutes } from './api/index.ts';
 import { mount } from './api/routes.ts';
 import { LogWriter } from './telemetry/log-writer.ts';
+import { Metrics } from './telemetry/metrics.ts';
+import { RetentionJob } from './telemetry/retention.ts';
 
 export interface App {
   readonly services: Services;
   readonly server: Server;
   readonly admin: Server | null;
+  /** The relay listener in front of the application (`relay` in the config), if any. */
+  readonly relay: RelayServer | null;
   /** Keys created by the seed without a literal value: shown once, at first start. */
   readonly createdApiKeys: ReadonlyArray<{ name: string; key: string }>;
-  listen(): Promise<{ main: AddressInfo; admin: AddressInfo | null }>;
+  listen(): Promise<{ main: AddressInfo; admin: AddressInfo | null; relay: AddressInfo | null }>;
   close(): Promise<void>;
 }
 
 export interface AppOptions {
   readonly logger?: Logger;
   readonly env?: NodeJS.ProcessEnv;
+  /** DNS for public-only destinations (tests use their own names). */
+  readonly resolve?: Resolver;
 }
+
+const PROXY_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
 export function buildRouter(): Router<Handler<Services>> {
   const router = new Router<Handler<Services>>()
     .add('GET', '/healthz', healthz)
     .add('GET', '/readyz', readyz)
     .add('POST', '/api/v3/encryption/:slug/encrypt', encryptRoute)
-    .add('POST', '/api/v3/encryption/:slug/decrypt', decryptRoute);
+    .add('POST', '/api/v3/encryption/:slug/decrypt', decryptRoute)
+    .add('POST', '/api/v3/encryption/:slug/rewrap', rewrapRoute);
+  for (const method of PROXY_METHODS) router.add(method, '/proxy/:slug', proxyRoute);
+  for (const method of PROXY_METHODS) router.add(method, '/egress/:name/*rest', egressRoute);
   mount(router, apiRoutes);
   return router;
 }
@@ -64,11 +80,18 @@ function recordApiLog(ctx: RequestContext, services: Services): void {
     apiKeyId: ctx.apiKeyId,
     userId: ctx.userId,
     configurationId: ctx.configurationId,
-    destination: null,
+    destination: ctx.destination,
     durationMs: Math.round(performance.now() - ctx.startedAt),
     ip: ctx.req.socket.remoteAddress ?? '',
     createdAt: new Date().toISOString(),
   });
+}
+
+async function metricsRoute(ctx: RequestContext, services: Services): Promise<void> {
+  const { contentType, body } = await services.metrics.render();
+  ctx.res.statusCode = 200;
+  ctx.res.setHeader('content-type', contentType);
+  ctx.res.end(body);
 }
 
 function healthz(ctx: RequestContext): void {
@@ -76,9 +99,10 @@ function healthz(ctx: RequestContext): void {
 }
 
 function readyz(ctx: RequestContext, services: Services): void {
+  if (!services.health.ready) throw new NotReadyError();
   try {
     services.store.db.prepare('SELECT 1').get();
-  } catch (err) {
+  } catch {
     throw new NotReadyError();
   }
   sendJson(ctx, 200, { status: 'ready' });
@@ -87,6 +111,9 @@ function readyz(ctx: RequestContext, services: Services): void {
 export function createApp(config: Config, options: AppOptions = {}): App {
   const logger = options.logger ?? createLogger(config.logging.level);
   const master = openMasterKey(config, logger, options.env ?? process.env);
+  // Routes are compiled before the store opens: a bad one stops the start with nothing to undo.
+  const egress = new EgressRoutes(config.egress);
+  const relayRoutes = config.relay === undefined ? null : compileRelayRoutes(config.relay);
   const store = openStore(config.store.path);
   let createdApiKeys: Array<{ name: string; key: string }>;
   try {
@@ -95,19 +122,36 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     store.close();
     throw err;
   }
+  // The log queue is read at scrape time, once services exist.
+  const metrics = new Metrics(() => services.logs);
   const services: Services = {
     config,
     logger,
     store,
-    auth: new Authenticator(store),
+    auth: Authenticator.fromConfig(store, master, config.auth),
     codecs: new CodecCache(store, master),
     fieldPaths: new FieldPathCache(),
     logs: new LogWriter(store, logger, {
       flushInterval: config.logs.flush_interval,
       batchSize: config.logs.batch_size,
       queueLimit: config.logs.queue_limit,
+      enabled: config.logs.enabled,
     }),
+    master,
+    forwarder: new Forwarder({
+      connectTimeout: config.forwarding.connect_timeout,
+      headersTimeout: config.forwarding.headers_timeout,
+      bodyTimeout: config.forwarding.body_timeout,
+      resolve: options.resolve,
+      metrics,
+    }),
+    egress,
+    metrics,
+    health: { ready: false },
   };
+  // One state is applied at start: the seed.
+  metrics.stateVersion.set(1);
+  const retention = new RetentionJob(store, logger, { retention: config.logs.retention });
   const serverOptions = {
     maxHeaderSize: config.server.max_header_size,
     headersTimeout: config.server.headers_timeout,
@@ -115,12 +159,16 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     keepAliveTimeout: config.server.keep_alive_timeout,
   };
   const router = buildRouter();
-  const server = createHttpServer(router, services, logger, serverOptions, (ctx) => recordApiLog(ctx, services));
+  const server = createHttpServer(router, services, logger, serverOptions, (ctx) => {
+    metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', ctx.res.statusCode, (performance.now() - ctx.startedAt) / 1000);
+    recordApiLog(ctx, services);
+  });
+  const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, serverOptions);
   const admin =
     config.server.admin_listen === 'off'
       ? null
       : createHttpServer(
-          new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz),
+          new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz).add('GET', '/metrics', metricsRoute),
           services,
           logger,
           serverOptions,
@@ -130,15 +178,27 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     services,
     server,
     admin,
+    relay,
     createdApiKeys,
     async listen() {
       const main = await listenOn(server, config.server.listen);
       const adminAddress = admin === null ? null : await listenOn(admin, config.server.admin_listen);
-      return { main, admin: adminAddress };
+      const relayAddress = relay === null ? null : await relay.listen();
+      retention.start();
+      services.health.ready = true;
+      return { main, admin: adminAddress, relay: relayAddress };
     },
     async close() {
-      await Promise.all([closeServer(server, config.server.drain_timeout), admin === null ? undefined : closeServer(admin, 1000)]);
-      services.logs.close();
+      // Readiness fails first, so load balancers stop sending while requests drain.
+      services.health.ready = false;
+      await Promise.all([
+        closeServer(server, config.server.drain_timeout),
+        admin === null ? undefined : closeServer(admin, 1000),
+        relay?.close(config.server.drain_timeout),
+      ]);
+      await retention.stop();
+      await services.logs.close();
+      await services.forwarder.close();
       store.close();
     },
   };

@@ -155,6 +155,13 @@ export class UpstreamUnreachableError extends SvcError {
   }
 }
 
+/** A relay or egress route could not transform the upstream's answer: nothing of it is sent. */
+export class UpstreamResponseError extends SvcError {
+  constructor(cause?: unknown) {
+    super('SVC_ERR_UPSTREAM_RESPONSE', 502, 'The upstream response could not be transformed.', { cause });
+  }
+}
+
 export class UpstreamTimeoutError extends SvcError {
   constructor(cause?: unknown) {
     super('SVC_ERR_UPSTREAM_TIMEOUT', 504, 'The destination did not answer in time.', { cause });

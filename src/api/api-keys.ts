@@ -1,3 +1,179 @@
+/**
+ * API keys (DESIGN §9, §10; spec 2.8 and 4.10). A key's secret exists in exactly two
+ * responses, create and rotate; the store keeps only its SHA-256 and its prefix.
+ */
+import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
+import type { Caller } from '../auth/caller.ts';
+import { PERMISSIONS } from '../config/schema.ts';
+import type { Services } from '../dataplane/services.ts';
+import { ForbiddenError, NotFoundError, ValidationError } from '../errors.ts';
+import type { RequestContext } from '../http/context.ts';
+import { readJson } from '../http/json-body.ts';
+import { sendEmpty, sendJson } from '../http/respond.ts';
+import type { ApiKey } from '../store/api-keys.ts';
+import type { Store } from '../store/db.ts';
+import { isUniqueViolation } from '../store/sql.ts';
+import type { User } from '../store/users.ts';
+import { apiKeyView } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
+import { attributeName, Validator } from './validation.ts';
 
-export const routes: ApiRoute[] = [];
+const NAME_MAX = 64;
+const CATALOGUE: ReadonlySet<string> = new Set(PERMISSIONS);
+
+export const routes: ApiRoute[] = [
+  { method: 'GET', path: '/api/v3/api-keys', permission: 'api-keys.view', write: false, handler: list },
+  { method: 'POST', path: '/api/v3/api-keys', permission: 'api-keys.create', write: true, handler: create },
+  { method: 'GET', path: '/api/v3/api-keys/:id', permission: 'api-keys.view', write: false, handler: show },
+  { method: 'POST', path: '/api/v3/api-keys/:id/revoke', permission: 'api-keys.revoke', write: true, handler: revoke },
+  { method: 'POST', path: '/api/v3/api-keys/:id/rotate', permission: 'api-keys.rotate', write: true, handler: rotate },
+];
+
+/** A plain array, not a page envelope (spec 4.10). */
+function list(ctx: RequestContext, services: Services): void {
+  const { store } = services;
+  sendJson(ctx, 200, store.apiKeys.list().map((key) => apiKeyView(store, key)));
+}
+
+async function create(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const v = new Validator(await readJson(ctx));
+  const input = validateCreate(v, services.store, caller);
+  v.check();
+  authorizeScope(caller, input);
+  const secret = generateApiKey();
+  const key = insert(services.store, input, secret);
+  recordActivity(ctx, services, caller, 'api-key.created', `Created API key "${key.name}" for ${input.user.email}.`);
+  sendJson(ctx, 201, { ...apiKeyView(services.store, key), key: secret });
+}
+
+function show(ctx: RequestContext, services: Services): void {
+  sendJson(ctx, 200, apiKeyView(services.store, find(ctx, services)));
+}
+
+/** Idempotent: revoking a revoked key keeps its first `revoked_at`. */
+function revoke(ctx: RequestContext, services: Services, caller: Caller): void {
+  const key = find(ctx, services);
+  services.store.apiKeys.revoke(key.id);
+  if (key.status === 'active') recordActivity(ctx, services, caller, 'api-key.revoked', `Revoked API key "${key.name}".`);
+  sendEmpty(ctx, 204);
+}
+
+/** The new secret replaces the hash in one statement: the old key fails from the next request on. */
+function rotate(ctx: RequestContext, services: Services, caller: Caller): void {
+  const key = find(ctx, services);
+  if (key.status === 'revoked') throw new ValidationError({ status: ['A revoked API key cannot be rotated.'] });
+  const secret = generateApiKey();
+  if (services.store.apiKeys.replaceHash(key.id, apiKeyPrefix(secret), hashApiKey(secret)) === undefined) throw new NotFoundError();
+  recordActivity(ctx, services, caller, 'api-key.rotated', `Rotated API key "${key.name}".`);
+  sendJson(ctx, 200, { key: secret });
+}
+
+// ---------------------------------------------------------------------------------------
+// Steps
+
+function find(ctx: RequestContext, services: Services): ApiKey {
+  const key = services.store.apiKeys.findById(ctx.params['id'] ?? '');
+  if (key === undefined) throw new NotFoundError();
+  return key;
+}
+
+interface CreateInput {
+  name: string;
+  user: User;
+  /** Empty: the key narrows nothing (it has all of its user's permissions). */
+  permissions: string[];
+  /** Empty: every configuration. */
+  configurations: string[];
+  /** What the user's roles grant: all an unscoped key can do. */
+  userPermissions: ReadonlySet<string>;
+}
+
+function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput {
+  const name = v.string('name', { required: true, max: NAME_MAX });
+  if (typeof name === 'string' && store.apiKeys.findByName(name) !== undefined) v.fail('name', 'The name has already been taken.');
+
+  // Who the key is for comes first: acting for someone else needs users.manage, whether
+  // or not that user exists, so the answer says nothing about other users.
+  const userId = v.integer('user_id');
+  if (typeof userId === 'number' && userId !== caller.user.id && !caller.permissions.has('users.manage')) throw new ForbiddenError();
+  const user = typeof userId === 'number' ? store.users.findById(userId) : caller.user;
+  if (user === undefined) v.fail('user_id', 'The selected user id is invalid.');
+
+  const granted = user === undefined ? new Set<string>() : store.users.permissionsOf(user.id);
+  const permissions = v.array('permissions', (value, key) => {
+    if (typeof value !== 'string') {
+      v.fail(key, `The ${attributeName(key)} field must be a string.`);
+      return undefined;
+    }
+    if (!CATALOGUE.has(value)) {
+      v.fail(key, `The selected ${attributeName(key)} is invalid.`);
+      return undefined;
+    }
+    if (user !== undefined && !granted.has(value)) {
+      v.fail(key, `The ${attributeName(key)} field names a permission the key's user does not have.`);
+      return undefined;
+    }
+    return value;
+  });
+
+  const configurations = v.array('configurations', (value, key) => {
+    if (typeof value !== 'string') {
+      v.fail(key, `The ${attributeName(key)} field must be a string.`);
+      return undefined;
+    }
+    if (store.configurations.findById(value) === undefined) {
+      v.fail(key, `The selected ${attributeName(key)} is invalid.`);
+      return undefined;
+    }
+    return value;
+  });
+
+  return {
+    name: name ?? '',
+    user: user ?? caller.user,
+    permissions: [...new Set(permissions ?? [])],
+    configurations: [...new Set(configurations ?? [])],
+    userPermissions: granted,
+  };
+}
+
+/**
+ * A key may not mint a key that can do more than itself: its permissions (all of its
+ * user's when none are listed) must be ones the caller holds, and a caller limited to
+ * some configurations may only create keys limited to (some of) those.
+ */
+function authorizeScope(caller: Caller, input: CreateInput): void {
+  const effective = input.permissions.length > 0 ? input.permissions : input.userPermissions;
+  for (const p of effective) if (!caller.permissions.has(p)) throw new ForbiddenError();
+  const scope = caller.configurations;
+  if (scope !== null && (input.configurations.length === 0 || input.configurations.some((id) => !scope.has(id)))) throw new ForbiddenError();
+}
+
+function insert(store: Store, input: CreateInput, secret: string): ApiKey {
+  try {
+    return store.apiKeys.create({
+      name: input.name,
+      prefix: apiKeyPrefix(secret),
+      keyHash: hashApiKey(secret),
+      userId: input.user.id,
+      permissions: input.permissions,
+      configurations: input.configurations,
+    });
+  } catch (err) {
+    // Another writer of the same database file took the name after we checked.
+    if (isUniqueViolation(err)) throw new ValidationError({ name: ['The name has already been taken.'] });
+    throw err;
+  }
+}
+
+function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
+  services.logs.activity({
+    action,
+    description,
+    ip: ctx.req.socket.remoteAddress ?? '',
+    userId: caller.user.id,
+    causerEmail: caller.user.email,
+    requestId: ctx.id,
+    createdAt: new Date().toISOString(),
+  });
+}

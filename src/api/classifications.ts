@@ -1,3 +1,255 @@
+/**
+ * Classifications (DESIGN §10; spec 2.1, 4.1, 4.3). A classification labels encrypted data
+ * and says who may decrypt it: listed users, holders of listed roles, members of listed
+ * provider groups (DESIGN §9).
+ *
+ * The API manages one provider per classification: `provider_container_id` names the
+ * provider configuration (its UUID; the spec's "integer" cannot name our configurations)
+ * and `gws_groups` the groups of that provider. The list filter `providers` takes those
+ * UUIDs too.
+ */
+import type { Caller } from '../auth/caller.ts';
+import type { Services } from '../dataplane/services.ts';
+import { NotFoundError } from '../errors.ts';
+import type { RequestContext } from '../http/context.ts';
+import { readJson } from '../http/json-body.ts';
+import { sendEmpty, sendJson } from '../http/respond.ts';
+import {
+  CLASSIFICATION_SORTS,
+  SORT_DIRECTIONS,
+  type Classification,
+  type ClassificationPatch,
+  type GwsGroup,
+} from '../store/classifications.ts';
+import type { Store } from '../store/db.ts';
+import { envelope, pageRequest } from './pagination.ts';
+import { classificationView, MemberViews } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
+import { attributeName, queryIntegerList, Validator } from './validation.ts';
 
-export const routes: ApiRoute[] = [];
+const COLOR = /^#[0-9A-Fa-f]{6}$/;
+const NAME_MAX = 32;
+const DESCRIPTION_MAX = 255;
+const EMOJI_MAX = 32;
+const SEARCH_MAX = 255;
+const GROUP_TEXT_MAX = 255;
+/** Bounds the member lists so one request cannot ask for millions of lookups. */
+const MEMBERS_MAX = 1000;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const ID = /^[0-9]{1,15}$/;
+
+const COLLECTION = '/api/v3/classifications';
+const ITEM = '/api/v3/classifications/:id';
+
+export const routes: ApiRoute[] = [
+  { method: 'GET', path: COLLECTION, permission: 'classifications.view', write: false, handler: list },
+  { method: 'POST', path: COLLECTION, permission: 'classifications.create', write: true, handler: create },
+  { method: 'GET', path: ITEM, permission: 'classifications.view', write: false, handler: show },
+  { method: 'PATCH', path: ITEM, permission: 'classifications.update', write: true, handler: update },
+  { method: 'DELETE', path: ITEM, permission: 'classifications.delete', write: true, handler: remove },
+];
+
+function list(ctx: RequestContext, services: Services): void {
+  const query = ctx.query();
+  const v = Validator.forQuery(query);
+  const search = v.string('search', { max: SEARCH_MAX }) ?? undefined;
+  const sort = v.oneOf('sort', CLASSIFICATION_SORTS) ?? 'name';
+  const direction = v.oneOf('direction', SORT_DIRECTIONS) ?? 'asc';
+  const userId = v.integer('user', { min: 1 }) ?? undefined;
+  const roleIds = queryIntegerList(query, 'roles', v);
+  const providerIds = queryUuidList(query, 'providers', v);
+  const page = pageRequest(v);
+  v.check();
+
+  const { store } = services;
+  const result = store.classifications.page({ search, userId, roleIds, providerIds, sort, direction, limit: page.perPage, offset: page.offset });
+  const members = store.classifications.membersOf(result.items.map((c) => c.id));
+  const views = new MemberViews(store);
+  const data = result.items.map((c) => classificationView(store, c, members.get(c.id), views));
+  sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, result.total, data));
+}
+
+async function create(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const { store } = services;
+  const { name, bgColor, fgColor, ...rest } = validate(new Validator(await readJson(ctx)), store, null);
+  // validate() has already answered 422 when any of these is missing on create.
+  if (name === undefined || bgColor === undefined || fgColor === undefined) throw new TypeError('name and colours were validated as required');
+  const created = store.classifications.create({ ...rest, name, bgColor, fgColor });
+  recordActivity(ctx, services, caller, 'classification.created', `Created classification ${describe(created)}.`);
+  sendJson(ctx, 201, classificationView(store, created));
+}
+
+function show(ctx: RequestContext, services: Services): void {
+  sendJson(ctx, 200, classificationView(services.store, find(ctx, services.store)));
+}
+
+async function update(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const { store } = services;
+  const current = find(ctx, store);
+  const patch = validate(new Validator(await readJson(ctx)), store, current);
+  const updated = store.classifications.update(current.id, patch);
+  // Deleted by another request between the lookup and the write.
+  if (updated === undefined) throw new NotFoundError();
+  recordActivity(ctx, services, caller, 'classification.updated', `Updated classification ${describe(updated)}.`);
+  sendJson(ctx, 200, classificationView(store, updated));
+}
+
+function remove(ctx: RequestContext, services: Services, caller: Caller): void {
+  const { store } = services;
+  const current = find(ctx, store);
+  if (!store.classifications.delete(current.id)) throw new NotFoundError();
+  recordActivity(ctx, services, caller, 'classification.deleted', `Deleted classification ${describe(current)}.`);
+  sendEmpty(ctx, 204);
+}
+
+// ---------------------------------------------------------------------------------------
+// Steps
+
+/** The classification named by the `:id` path parameter: digits only, else 404. */
+function find(ctx: RequestContext, store: Store): Classification {
+  const raw = ctx.params['id'] ?? '';
+  const found = ID.test(raw) ? store.classifications.findById(Number(raw)) : undefined;
+  if (found === undefined) throw new NotFoundError();
+  return found;
+}
+
+function describe(classification: Classification): string {
+  return `"${classification.name}" (id ${classification.id}, slug ${classification.slug})`;
+}
+
+function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
+  services.logs.activity({
+    action,
+    description,
+    ip: ctx.req.socket.remoteAddress ?? '',
+    userId: caller.user.id,
+    causerEmail: caller.user.email,
+    requestId: ctx.id,
+    createdAt: new Date().toISOString(),
+  });
+}
+
+/**
+ * The body of POST (`current` null: name and colours required) or PATCH (any subset; a
+ * field that is sent is checked as on create). Returns the changes; throws the 422.
+ */
+function validate(v: Validator, store: Store, current: Classification | null): ClassificationPatch {
+  const creating = current === null;
+  const required = (field: string) => creating || v.has(field);
+  const name = v.string('name', { required: required('name'), max: NAME_MAX }) ?? undefined;
+  const bgColor = v.string('bg_color', { required: required('bg_color'), pattern: COLOR }) ?? undefined;
+  const fgColor = v.string('fg_color', { required: required('fg_color'), pattern: COLOR }) ?? undefined;
+  const description = nullableText(v, 'description', DESCRIPTION_MAX);
+  const emoji = nullableText(v, 'emoji', EMOJI_MAX);
+  const groups = gwsGroups(v);
+  const containerId = providerContainerId(v, store);
+  const userIds = v.array('users', v.existingId((id) => store.users.findById(id) !== undefined), { max: MEMBERS_MAX });
+  const roleIds = v.array('roles', v.existingId((id) => store.roles.findById(id) !== undefined), { max: MEMBERS_MAX });
+  v.check();
+
+  const patch: ClassificationPatch = { name, bgColor, fgColor, description, emoji, userIds, roleIds };
+  if (v.has('provider_container_id') || v.has('gws_groups')) {
+    // The container a PATCH without `provider_container_id` keeps is the current one.
+    const container = v.has('provider_container_id') ? (containerId ?? null) : (current?.providerContainerId ?? null);
+    patch.providerContainerId = container;
+    patch.providers = container === null ? [] : [{ configurationId: container, gwsGroups: groups ?? keptGroups(store, current, container) }];
+  }
+  return patch;
+}
+
+/** A PATCH that moves nothing but the container keeps the groups it had there. */
+function keptGroups(store: Store, current: Classification | null, container: string): GwsGroup[] {
+  if (current === null) return [];
+  const members = store.classifications.members(current.id);
+  return members.providers.find((p) => p.configurationId === container)?.gwsGroups ?? [];
+}
+
+/** Laravel converts empty strings to null before validating; nullable fields do the same here. */
+function nullableText(v: Validator, field: string, max: number): string | null | undefined {
+  if (v.input[field] === '') return null;
+  return v.string(field, { nullable: true, max });
+}
+
+/** `gws_groups`: an array of `{id, name?, email?}`; null or absent means "not sent". */
+function gwsGroups(v: Validator): GwsGroup[] | undefined {
+  if (v.input['gws_groups'] === null) return undefined;
+  return v.array(
+    'gws_groups',
+    (value, key) => {
+      if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+        v.fail(key, `The ${attributeName(key)} field must be an array.`);
+        return undefined;
+      }
+      const item = value as Record<string, unknown>;
+      const id = nestedText(v, `${key}.id`, item['id'], true);
+      const name = nestedText(v, `${key}.name`, item['name'], false);
+      const email = nestedText(v, `${key}.email`, item['email'], false);
+      if (typeof email === 'string' && !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email)) {
+        v.fail(`${key}.email`, `The ${attributeName(`${key}.email`)} field must be a valid email address.`);
+        return undefined;
+      }
+      if (typeof id !== 'string' || name === null || email === null) return undefined;
+      const ref: GwsGroup = { id };
+      if (name !== undefined) ref.name = name;
+      if (email !== undefined) ref.email = email;
+      return ref;
+    },
+    { max: MEMBERS_MAX },
+  );
+}
+
+/** A string inside an array item; returns null when it failed, undefined when absent. */
+function nestedText(v: Validator, key: string, value: unknown, required: boolean): string | null | undefined {
+  if (value === undefined || value === null || value === '') {
+    if (!required) return undefined;
+    v.fail(key, `The ${attributeName(key)} field is required.`);
+    return null;
+  }
+  if (typeof value !== 'string') {
+    v.fail(key, `The ${attributeName(key)} field must be a string.`);
+    return null;
+  }
+  if ([...value].length > GROUP_TEXT_MAX) {
+    v.fail(key, `The ${attributeName(key)} field must not be greater than ${GROUP_TEXT_MAX} characters.`);
+    return null;
+  }
+  return value;
+}
+
+/**
+ * `provider_container_id`: the UUID of a provider configuration; Laravel's `required_with`
+ * when `gws_groups` holds any group. Null clears it (and the groups).
+ */
+function providerContainerId(v: Validator, store: Store): string | null | undefined {
+  const field = 'provider_container_id';
+  const raw = v.input[field];
+  const groupsSent = Array.isArray(v.input['gws_groups']) && v.input['gws_groups'].length > 0;
+  if (raw === undefined || raw === null || raw === '') {
+    if (groupsSent) v.fail(field, 'The provider container id field is required when gws groups is present.');
+    return raw === undefined ? undefined : null;
+  }
+  if (typeof raw !== 'string') {
+    v.fail(field, 'The provider container id field must be a string.');
+    return undefined;
+  }
+  const configuration = UUID.test(raw) ? store.configurations.findById(raw.toLowerCase()) : undefined;
+  if (configuration === undefined || configuration.type !== 'provider') {
+    v.fail(field, 'The selected provider container id is invalid.');
+    return undefined;
+  }
+  return configuration.id;
+}
+
+/**
+ * Provider configuration UUIDs in a query string, as `providers=a,b` or
+ * `providers[]=a&providers[]=b`.
+ */
+function queryUuidList(query: URLSearchParams, name: string, v: Validator): string[] | undefined {
+  const raw = [...query.getAll(`${name}[]`), ...query.getAll(name).flatMap((s) => s.split(','))].map((s) => s.trim()).filter((s) => s !== '');
+  if (raw.length === 0) return undefined;
+  if (!raw.every((item) => UUID.test(item))) {
+    v.fail(name, `The ${attributeName(name)} field must be an array of UUIDs.`);
+    return undefined;
+  }
+  return raw.map((item) => item.toLowerCase());
+}

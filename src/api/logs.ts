@@ -1,3 +1,378 @@
+/**
+ * The log endpoints (DESIGN §10; spec 2.9, 2.10, 4.8, 4.9): activity, api and usage logs,
+ * each on its own and all three interleaved by time in the unified view. Newest first,
+ * in the page envelope.
+ *
+ * Filters (all lists; they combine):
+ * - `user` or `user_id`: the acting user's id;
+ * - `request_id`: one request's entries, as named by its `x-svc-request-id`;
+ * - unified only: `log_type` or `type`, one of `activity`, `api`, `usage`.
+ */
+import type { Services } from '../dataplane/services.ts';
+import type { RequestContext } from '../http/context.ts';
+import { sendJson } from '../http/respond.ts';
+import type { Store } from '../store/db.ts';
+import { LOG_KINDS, type ActivityLog, type ApiLog, type LogFilter, type LogKind, type UnifiedLog, type UsageLog } from '../store/logs.ts';
+import { envelope, pageRequest, type PageRequest } from './pagination.ts';
+import { configurationView, userView, type ConfigurationView, type UserView } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
+import { Validator } from './validation.ts';
 
-export const routes: ApiRoute[] = [];
+export const routes: ApiRoute[] = [
+  { method: 'GET', path: '/api/v3/logs/unified', permission: 'logs.view', write: false, handler: listUnified },
+  { method: 'GET', path: '/api/v3/logs/activity', permission: 'logs.view', write: false, handler: listActivity },
+  { method: 'GET', path: '/api/v3/logs/api', permission: 'logs.view', write: false, handler: listApi },
+  { method: 'GET', path: '/api/v3/logs/usage', permission: 'logs.view', write: false, handler: listUsage },
+];
+
+/** Request ids are at most this long (src/telemetry/request-id.ts). */
+const REQUEST_ID_MAX = 128;
+
+function listUnified(ctx: RequestContext, services: Services): void {
+  const v = Validator.forQuery(ctx.query());
+  const kinds = readKinds(v);
+  const filter = readFilter(v);
+  const page = pageRequest(v);
+  v.check();
+  const { logs } = services.store;
+  const total = logs.countUnified(kinds, filter);
+  const rows = logs.listUnified(kinds, { ...filter, limit: page.perPage, offset: page.offset });
+  const show = new LogPresenter(services.store);
+  respond(ctx, services, page, total, rows.map((row) => show.unified(row)));
+}
+
+function listActivity(ctx: RequestContext, services: Services): void {
+  const { page, filter } = readListQuery(ctx);
+  const { logs } = services.store;
+  const total = logs.count('activity', filter);
+  const show = new LogPresenter(services.store);
+  respond(ctx, services, page, total, logs.listActivity({ ...filter, limit: page.perPage, offset: page.offset }).map((row) => show.activity(row)));
+}
+
+function listApi(ctx: RequestContext, services: Services): void {
+  const { page, filter } = readListQuery(ctx);
+  const { logs } = services.store;
+  const total = logs.count('api', filter);
+  const show = new LogPresenter(services.store);
+  respond(ctx, services, page, total, logs.listApi({ ...filter, limit: page.perPage, offset: page.offset }).map((row) => show.api(row)));
+}
+
+function listUsage(ctx: RequestContext, services: Services): void {
+  const { page, filter } = readListQuery(ctx);
+  const { logs } = services.store;
+  const total = logs.count('usage', filter);
+  const show = new LogPresenter(services.store);
+  respond(ctx, services, page, total, logs.listUsage({ ...filter, limit: page.perPage, offset: page.offset }).map((row) => show.usage(row)));
+}
+
+function respond<T>(ctx: RequestContext, services: Services, page: PageRequest, total: number, data: T[]): void {
+  sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, total, data));
+}
+
+// ---------------------------------------------------------------------------------------
+// Query steps
+
+function readListQuery(ctx: RequestContext): { page: PageRequest; filter: LogFilter } {
+  const v = Validator.forQuery(ctx.query());
+  const filter = readFilter(v);
+  const page = pageRequest(v);
+  v.check();
+  return { page, filter };
+}
+
+/** `log_type` or `type` (both accepted; given together they must agree); none means every kind. */
+function readKinds(v: Validator): readonly LogKind[] {
+  const logType = v.oneOf('log_type', LOG_KINDS);
+  const type = v.oneOf('type', LOG_KINDS);
+  if (logType !== undefined && type !== undefined && logType !== type) v.fail('log_type', 'The log type field must match type.');
+  const kind = logType ?? type;
+  return kind === undefined ? LOG_KINDS : [kind];
+}
+
+/** `user` or `user_id` (given together they must agree), and `request_id`. */
+function readFilter(v: Validator): LogFilter {
+  const user = v.integer('user', { min: 1 }) ?? undefined;
+  const userId = v.integer('user_id', { min: 1 }) ?? undefined;
+  if (user !== undefined && userId !== undefined && user !== userId) v.fail('user_id', 'The user id field must match user.');
+  const requestId = v.string('request_id', { max: REQUEST_ID_MAX }) ?? undefined;
+  const filter: LogFilter = {};
+  const id = userId ?? user;
+  if (id !== undefined) filter.userId = id;
+  if (requestId !== undefined) filter.requestId = requestId;
+  return filter;
+}
+
+// ---------------------------------------------------------------------------------------
+// Shapes
+
+export interface ActivityLogView {
+  id: number;
+  action: string;
+  description: string;
+  ip: string;
+  when: string;
+  timestamp: string;
+  user: UserView | null;
+  causer_email: string | null;
+  request_id: string | null;
+}
+
+export interface ApiLogView {
+  id: number;
+  request_id: string;
+  method: string;
+  path: string;
+  status_code: number;
+  api_key: { id: string; prefix: string } | null;
+  configuration: ConfigurationView | null;
+  destination: string | null;
+  duration_ms: number;
+  ip: string;
+  timestamp: string;
+  user: UserView | null;
+}
+
+export interface UsageLogView {
+  id: number;
+  request_id: string;
+  configuration: ConfigurationView | null;
+  mode: 'encrypt' | 'decrypt';
+  field_count: number;
+  bytes: number;
+  timestamp: string;
+  user: UserView | null;
+  api_key: { id: string; prefix: string } | null;
+}
+
+export interface UnifiedLogView {
+  id: number;
+  log_type: LogKind;
+  action: string;
+  description: string;
+  /** The kind's own fields as JSON text. */
+  details: string;
+  causer_email: string | null;
+  status_code: number | null;
+  request_id: string | null;
+  timestamp: string;
+  configuration: ConfigurationView | null;
+  user: UserView | null;
+  full_log: { action: string; description: string; ip: string; when: string; timestamp: string; user: UserView | null };
+}
+
+interface EntryParts {
+  kind: LogKind;
+  action: string;
+  description: string;
+  details: Record<string, unknown>;
+  causerEmail: string | null;
+  statusCode: number | null;
+  configuration: ConfigurationView | null;
+  user: UserView | null;
+  ip: string;
+}
+
+const NUMBER = new Intl.NumberFormat('en-US');
+
+/**
+ * Builds the views of one page. Users, configurations and keys repeat across the rows of
+ * a page (one key makes most requests), so each is looked up once per page.
+ */
+class LogPresenter {
+  private readonly store: Store;
+  private readonly now: number;
+  private readonly users = new Map<number, UserView | null>();
+  private readonly configurations = new Map<string, ConfigurationView | null>();
+  private readonly keys = new Map<string, { id: string; prefix: string } | null>();
+
+  constructor(store: Store) {
+    this.store = store;
+    this.now = Date.now();
+  }
+
+  activity(row: ActivityLog): ActivityLogView {
+    return {
+      id: row.id,
+      action: row.action,
+      description: row.description,
+      ip: row.ip,
+      when: relativeTime(row.createdAt, this.now),
+      timestamp: row.createdAt,
+      user: this.user(row.userId),
+      causer_email: row.causerEmail,
+      request_id: row.requestId,
+    };
+  }
+
+  api(row: ApiLog): ApiLogView {
+    return {
+      id: row.id,
+      request_id: row.requestId,
+      method: row.method,
+      path: row.path,
+      status_code: row.statusCode,
+      api_key: this.apiKey(row.apiKeyId),
+      configuration: this.configuration(row.configurationId),
+      destination: row.destination,
+      duration_ms: row.durationMs,
+      ip: row.ip,
+      timestamp: row.createdAt,
+      user: this.user(row.userId),
+    };
+  }
+
+  usage(row: UsageLog): UsageLogView {
+    return {
+      id: row.id,
+      request_id: row.requestId,
+      configuration: this.configuration(row.configurationId),
+      mode: row.mode,
+      field_count: row.fieldCount,
+      bytes: row.bytes,
+      timestamp: row.createdAt,
+      user: this.user(row.userId),
+      api_key: this.apiKey(row.apiKeyId),
+    };
+  }
+
+  unified(entry: UnifiedLog): UnifiedLogView {
+    if (entry.kind === 'activity') {
+      const row = entry.log;
+      const user = this.user(row.userId);
+      return this.entry(row, {
+        kind: 'activity',
+        action: row.action,
+        description: row.description,
+        details: { ip: row.ip },
+        causerEmail: row.causerEmail ?? user?.email ?? null,
+        statusCode: null,
+        configuration: null,
+        user,
+        ip: row.ip,
+      });
+    }
+    if (entry.kind === 'api') {
+      const row = entry.log;
+      const user = this.user(row.userId);
+      return this.entry(row, {
+        kind: 'api',
+        action: 'api.request',
+        description: `${row.method} ${row.path} → ${row.statusCode}`,
+        details: {
+          method: row.method,
+          path: row.path,
+          status_code: row.statusCode,
+          duration_ms: row.durationMs,
+          api_key: this.apiKey(row.apiKeyId)?.prefix ?? null,
+          destination: row.destination,
+        },
+        causerEmail: user?.email ?? null,
+        statusCode: row.statusCode,
+        configuration: this.configuration(row.configurationId),
+        user,
+        ip: row.ip,
+      });
+    }
+    const row = entry.log;
+    const user = this.user(row.userId);
+    const configuration = this.configuration(row.configurationId);
+    return this.entry(row, {
+      kind: 'usage',
+      action: `data.${row.mode}`,
+      description: usageDescription(row, configuration),
+      details: { mode: row.mode, field_count: row.fieldCount, bytes: row.bytes },
+      causerEmail: user?.email ?? null,
+      // Usage is recorded only once the 200 response is out.
+      statusCode: 200,
+      configuration,
+      user,
+      // Usage rows keep no address: the request's api entry has it.
+      ip: this.store.logs.ipOfRequest(row.requestId) ?? '',
+    });
+  }
+
+  private entry(row: { id: number; requestId: string | null; createdAt: string }, parts: EntryParts): UnifiedLogView {
+    const when = relativeTime(row.createdAt, this.now);
+    return {
+      id: row.id,
+      log_type: parts.kind,
+      action: parts.action,
+      description: parts.description,
+      details: JSON.stringify(parts.details),
+      causer_email: parts.causerEmail,
+      status_code: parts.statusCode,
+      request_id: row.requestId,
+      timestamp: row.createdAt,
+      configuration: parts.configuration,
+      user: parts.user,
+      full_log: { action: parts.action, description: parts.description, ip: parts.ip, when, timestamp: row.createdAt, user: parts.user },
+    };
+  }
+
+  private user(id: number | null): UserView | null {
+    if (id === null) return null;
+    let view = this.users.get(id);
+    if (view === undefined) {
+      const user = this.store.users.findById(id);
+      view = user === undefined ? null : userView(this.store, user);
+      this.users.set(id, view);
+    }
+    return view;
+  }
+
+  private configuration(id: string | null): ConfigurationView | null {
+    if (id === null) return null;
+    let view = this.configurations.get(id);
+    if (view === undefined) {
+      const configuration = this.store.configurations.findById(id);
+      view = configuration === undefined ? null : configurationView(configuration);
+      this.configurations.set(id, view);
+    }
+    return view;
+  }
+
+  private apiKey(id: string | null): { id: string; prefix: string } | null {
+    if (id === null) return null;
+    let view = this.keys.get(id);
+    if (view === undefined) {
+      const key = this.store.apiKeys.findById(id);
+      view = key === undefined ? null : { id: key.id, prefix: key.prefix };
+      this.keys.set(id, view);
+    }
+    return view;
+  }
+}
+
+function usageDescription(row: UsageLog, configuration: ConfigurationView | null): string {
+  const verb = row.mode === 'encrypt' ? 'Encrypted' : 'Decrypted';
+  const fields = `${NUMBER.format(row.fieldCount)} ${row.fieldCount === 1 ? 'field' : 'fields'}`;
+  const bytes = `${NUMBER.format(row.bytes)} ${row.bytes === 1 ? 'byte' : 'bytes'}`;
+  const name = configuration === null ? 'a deleted configuration' : `configuration "${configuration.name}"`;
+  return `${verb} ${fields} (${bytes}) with ${name}.`;
+}
+
+const UNITS: ReadonlyArray<readonly [name: string, seconds: number]> = [
+  ['year', 365 * 86_400],
+  ['month', 30 * 86_400],
+  ['week', 7 * 86_400],
+  ['day', 86_400],
+  ['hour', 3_600],
+  ['minute', 60],
+  ['second', 1],
+];
+
+/**
+ * "5 minutes ago", in the largest whole unit, as Laravel's `diffForHumans` words it.
+ * A timestamp ahead of `now` (another machine's clock) reads "… from now".
+ */
+export function relativeTime(iso: string, now: number): string {
+  const then = Date.parse(iso);
+  if (Number.isNaN(then)) return '';
+  const seconds = Math.floor(Math.abs(now - then) / 1000);
+  if (seconds === 0) return 'just now';
+  for (const [unit, size] of UNITS) {
+    const n = Math.floor(seconds / size);
+    if (n >= 1) return `${n} ${unit}${n === 1 ? '' : 's'} ${now >= then ? 'ago' : 'from now'}`;
+  }
+  return 'just now';
+}

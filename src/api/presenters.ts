@@ -4,7 +4,7 @@
  * are never part of any shape.
  */
 import type { ApiKey } from '../store/api-keys.ts';
-import type { Classification } from '../store/classifications.ts';
+import type { Classification, ClassificationMembers } from '../store/classifications.ts';
 import type { Configuration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
 import type { Role } from '../store/roles.ts';
@@ -102,8 +102,61 @@ export interface ClassificationView {
   updated_at: string;
 }
 
-export function classificationView(store: Store, classification: Classification): ClassificationView {
-  const members = store.classifications.members(classification.id);
+/**
+ * The users, roles and provider names that classification views refer to, each read and
+ * shaped once per response: the classifications of a page share few of them, and looking
+ * them up per classification cost a 50-item page hundreds of queries.
+ */
+export class MemberViews {
+  readonly #store: Store;
+  readonly #users = new Map<number, UserView | null>();
+  readonly #roles = new Map<number, RoleView | null>();
+  readonly #configurationNames = new Map<string, string>();
+
+  constructor(store: Store) {
+    this.#store = store;
+  }
+
+  user(id: number): UserView | null {
+    let view = this.#users.get(id);
+    if (view === undefined) {
+      const user = this.#store.users.findById(id);
+      view = user === undefined ? null : userView(this.#store, user);
+      this.#users.set(id, view);
+    }
+    return view;
+  }
+
+  role(id: number): RoleView | null {
+    let view = this.#roles.get(id);
+    if (view === undefined) {
+      const role = this.#store.roles.findById(id);
+      view = role === undefined ? null : roleView(role);
+      this.#roles.set(id, view);
+    }
+    return view;
+  }
+
+  configurationName(id: string): string {
+    let name = this.#configurationNames.get(id);
+    if (name === undefined) {
+      name = this.#store.configurations.findById(id)?.name ?? '';
+      this.#configurationNames.set(id, name);
+    }
+    return name;
+  }
+}
+
+/**
+ * A list passes `members` (loaded for the whole page at once) and one `views` for all its
+ * items; a single classification needs neither.
+ */
+export function classificationView(
+  store: Store,
+  classification: Classification,
+  members: ClassificationMembers = store.classifications.members(classification.id),
+  views: MemberViews = new MemberViews(store),
+): ClassificationView {
   return {
     id: classification.id,
     name: classification.name,
@@ -113,19 +166,9 @@ export function classificationView(store: Store, classification: Classification)
     fg_color: classification.fgColor,
     emoji: classification.emoji,
     provider_container_id: classification.providerContainerId,
-    providers: members.providers.map((p) => ({
-      uuid: p.configurationId,
-      name: store.configurations.findById(p.configurationId)?.name ?? '',
-      gws_groups: p.gwsGroups,
-    })),
-    users: members.userIds.flatMap((id) => {
-      const user = store.users.findById(id);
-      return user === undefined ? [] : [userView(store, user)];
-    }),
-    roles: members.roleIds.flatMap((id) => {
-      const role = store.roles.findById(id);
-      return role === undefined ? [] : [roleView(role)];
-    }),
+    providers: members.providers.map((p) => ({ uuid: p.configurationId, name: views.configurationName(p.configurationId), gws_groups: p.gwsGroups })),
+    users: members.userIds.flatMap((id) => views.user(id) ?? []),
+    roles: members.roleIds.flatMap((id) => views.role(id) ?? []),
     created_at: classification.createdAt,
     updated_at: classification.updatedAt,
   };

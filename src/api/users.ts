@@ -1,3 +1,112 @@
+/**
+ * Users and roles (DESIGN §9, §10; spec 2.4, 2.5). Roles are built in, so they are only
+ * listed: a plain array, since there are four of them and a page envelope would only add
+ * noise. Passwords are stored scrypt-hashed and never shown.
+ */
+import type { Caller } from '../auth/caller.ts';
+import { hashPassword } from '../auth/passwords.ts';
+import type { Services } from '../dataplane/services.ts';
+import { ForbiddenError, ValidationError } from '../errors.ts';
+import type { RequestContext } from '../http/context.ts';
+import { readJson } from '../http/json-body.ts';
+import { sendJson } from '../http/respond.ts';
+import type { Store } from '../store/db.ts';
+import type { Role } from '../store/roles.ts';
+import { isUniqueViolation } from '../store/sql.ts';
+import type { User } from '../store/users.ts';
+import { envelope, pageRequest } from './pagination.ts';
+import { roleView, userView } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
+import { attributeName, Validator } from './validation.ts';
 
-export const routes: ApiRoute[] = [];
+const NAME_MAX = 255;
+const PASSWORD_MIN = 12;
+/** scrypt's cost grows with the input; nobody types more than this. */
+const PASSWORD_MAX = 1024;
+
+export const routes: ApiRoute[] = [
+  { method: 'GET', path: '/api/v3/users', permission: 'users.view', write: false, handler: list },
+  { method: 'POST', path: '/api/v3/users', permission: 'users.manage', write: true, handler: create },
+  { method: 'GET', path: '/api/v3/roles', permission: 'roles.view', write: false, handler: listRoles },
+];
+
+function list(ctx: RequestContext, services: Services): void {
+  const v = Validator.forQuery(ctx.query());
+  const page = pageRequest(v);
+  v.check();
+  const { store } = services;
+  const total = store.users.count();
+  const data = store.users.page(page.perPage, page.offset).map((user) => userView(store, user));
+  sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, total, data));
+}
+
+async function create(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const v = new Validator(await readJson(ctx));
+  const input = validateCreate(v, services.store);
+  v.check();
+  authorizeRoles(caller, input.roles);
+  const user = insert(services.store, input);
+  const roles = input.roles.length === 0 ? '' : ` with roles ${input.roles.map((r) => r.name).join(', ')}`;
+  recordActivity(ctx, services, caller, 'user.created', `Created user ${user.email}${roles}.`);
+  sendJson(ctx, 201, userView(services.store, user));
+}
+
+function listRoles(ctx: RequestContext, services: Services): void {
+  sendJson(ctx, 200, services.store.roles.list().map(roleView));
+}
+
+// ---------------------------------------------------------------------------------------
+// Steps
+
+interface CreateInput {
+  name: string;
+  email: string;
+  password: string | undefined;
+  roles: Role[];
+}
+
+function validateCreate(v: Validator, store: Store): CreateInput {
+  const name = v.string('name', { required: true, max: NAME_MAX });
+  const email = v.email('email', { required: true });
+  if (email !== undefined && store.users.findByEmail(email) !== undefined) v.fail('email', 'The email has already been taken.');
+  const password = v.string('password', { min: PASSWORD_MIN, max: PASSWORD_MAX });
+  const roles = v.array('roles', (value, key) => {
+    const role = typeof value === 'string' ? store.roles.findByName(value) : Number.isSafeInteger(value) ? store.roles.findById(value as number) : undefined;
+    if (role === undefined) v.fail(key, `The selected ${attributeName(key)} is invalid.`);
+    return role;
+  });
+  const unique = new Map((roles ?? []).map((r) => [r.id, r]));
+  return { name: name ?? '', email: email ?? '', password: password ?? undefined, roles: [...unique.values()] };
+}
+
+function insert(store: Store, input: CreateInput): User {
+  try {
+    return store.users.create({
+      name: input.name,
+      email: input.email,
+      passwordHash: input.password === undefined ? null : hashPassword(input.password),
+      roleIds: input.roles.map((r) => r.id),
+    });
+  } catch (err) {
+    // Another writer of the same database file took the email after we checked.
+    if (isUniqueViolation(err)) throw new ValidationError({ email: ['The email has already been taken.'] });
+    throw err;
+  }
+}
+
+/** Nobody creates a user who could do more than the caller can. */
+function authorizeRoles(caller: Caller, roles: readonly Role[]): void {
+  for (const role of roles) for (const p of role.permissions) if (!caller.permissions.has(p)) throw new ForbiddenError();
+}
+
+function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
+  services.logs.activity({
+    action,
+    description,
+    ip: ctx.req.socket.remoteAddress ?? '',
+    userId: caller.user.id,
+    causerEmail: caller.user.email,
+    requestId: ctx.id,
+    createdAt: new Date().toISOString(),
+  });
+}

@@ -1,12 +1,17 @@
 /**
  * Who is calling: the API key in `x-svc-authorization` and the user it acts for
- * (DESIGN §9). Effective permissions = the key's scope ∩ the user's role permissions.
+ * (DESIGN §9). Effective permissions = the key's scope ∩ the acting user's role
+ * permissions. The acting user is the key's user, or the user of a bearer access token.
  */
 import { timingSafeEqual } from 'node:crypto';
-import { ForbiddenError, UnauthorizedError } from '../errors.ts';
+import type { MasterKey } from '../crypto/master-key.ts';
+import { ActionUnauthorizedError, ForbiddenError, UnauthorizedError } from '../errors.ts';
 import type { Store } from '../store/db.ts';
 import type { User } from '../store/users.ts';
+import { ACCESS_TOKEN_SECRET_LABEL, AccessTokens, type AccessTokenClaims, type IssuedToken } from './access-tokens.ts';
 import { API_KEY_PATTERN, hashApiKey } from './api-keys.ts';
+import { LoginThrottle } from './login-throttle.ts';
+import { unusablePasswordHash, verifyPasswordAsync } from './passwords.ts';
 
 export interface Caller {
   readonly apiKeyId: string;
@@ -15,21 +20,70 @@ export interface Caller {
   readonly permissions: ReadonlySet<string>;
   /** Configuration ids the key is limited to; null when it is not limited. */
   readonly configurations: ReadonlySet<string> | null;
+  /** The key's permission scope; null when it is not limited. */
+  readonly keyScope: ReadonlySet<string> | null;
+  /** The bearer token that made `user` the acting user; null when the key's user acts. */
+  readonly accessToken: AccessTokenClaims | null;
 }
+
+export interface AuthSettings {
+  /** Milliseconds. */
+  readonly access_token_ttl: number;
+  readonly login_max_attempts: number;
+  /** Milliseconds. */
+  readonly login_window: number;
+}
+
+export type LoginOutcome =
+  | { readonly kind: 'ok'; readonly user: User; readonly issued: IssuedToken }
+  /** Unknown email, no password set, or a wrong password: indistinguishable to the client. */
+  | { readonly kind: 'wrong-credentials'; readonly user: User | undefined }
+  | { readonly kind: 'disabled'; readonly user: User };
+
+const DATA_PLANE_PERMISSIONS: ReadonlySet<string> = new Set(['data.encrypt', 'data.decrypt']);
+
+/**
+ * A data-plane key: its scope is limited to `data.*` permissions. Such keys live in
+ * applications that only encrypt and decrypt, so they may not log users in or carry a
+ * user's access token (docs/auth.md).
+ */
+export function isDataPlaneKey(caller: Caller): boolean {
+  const scope = caller.keyScope;
+  if (scope === null || scope.size === 0) return false;
+  for (const permission of scope) if (!DATA_PLANE_PERMISSIONS.has(permission)) return false;
+  return true;
+}
+
+/** 403 `This action is unauthorized.` for a data-plane key. */
+export function requireUserKey(caller: Caller): void {
+  if (isDataPlaneKey(caller)) throw new ActionUnauthorizedError();
+}
+
+const BEARER = /^bearer[ \t]+(\S+)[ \t]*$/i;
+/** Revocations of expired tokens are purged at most this often. */
+const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 
 export class Authenticator {
   private readonly store: Store;
+  readonly tokens: AccessTokens;
+  readonly throttle: LoginThrottle;
+  /** Verified against when the email is unknown, so the miss costs a full scrypt too. */
+  private readonly decoyHash = unusablePasswordHash();
+  private lastPurge = 0;
 
-  constructor(store: Store) {
+  constructor(store: Store, tokens: AccessTokens, throttle: LoginThrottle) {
     this.store = store;
+    this.tokens = tokens;
+    this.throttle = throttle;
   }
 
-  /**
-   * Makes the user of a bearer access token the acting user. Until access tokens are
-   * issued, any bearer token is refused (deny by default).
-   */
-  async actAs(_caller: Caller, _authorization: string): Promise<Caller> {
-    throw new UnauthorizedError();
+  /** The signing secret is derived from the master key once, here, not per request. */
+  static fromConfig(store: Store, master: MasterKey, settings: AuthSettings): Authenticator {
+    return new Authenticator(
+      store,
+      new AccessTokens(master.deriveSecret(ACCESS_TOKEN_SECRET_LABEL), settings.access_token_ttl),
+      new LoginThrottle({ maxAttempts: settings.login_max_attempts, windowMs: settings.login_window }),
+    );
   }
 
   /** Resolves the caller from the request's API key; 401 when it is missing, unknown or revoked. */
@@ -44,16 +98,74 @@ export class Authenticator {
     if (key === undefined || !timingSafeEqual(key.keyHash, hash) || key.status !== 'active') throw new UnauthorizedError();
     const user = this.store.users.findById(key.userId);
     if (user === undefined || user.disabled) throw new UnauthorizedError();
+    return this.callerFor(user, {
+      apiKeyId: key.id,
+      keyScope: key.permissions.length === 0 ? null : new Set(key.permissions),
+      configurations: key.configurations.length === 0 ? null : new Set(key.configurations),
+      accessToken: null,
+    });
+  }
+
+  /**
+   * Makes the user of a bearer access token the acting user, keeping the key and its
+   * scopes. Other authorization schemes are left alone: on /proxy they may be meant for
+   * the destination.
+   */
+  async actAs(caller: Caller, authorization: string): Promise<Caller> {
+    const match = BEARER.exec(authorization);
+    if (match === null) {
+      if (/^bearer(?:[ \t]|$)/i.test(authorization.trimStart())) throw new UnauthorizedError();
+      return caller;
+    }
+    const claims = await this.tokens.verify(match[1]!);
+    if (this.store.tokenRevocations.isRevoked(claims.jti)) throw new UnauthorizedError();
+    const user = this.store.users.findById(claims.userId);
+    if (user === undefined || user.disabled) throw new UnauthorizedError();
+    requireUserKey(caller);
+    return this.callerFor(user, { apiKeyId: caller.apiKeyId, keyScope: caller.keyScope, configurations: caller.configurations, accessToken: claims });
+  }
+
+  /**
+   * Checks credentials for login. The lockout is taken before the password is looked at,
+   * and every attempt counts as a failure until it succeeds, so parallel guesses cannot
+   * slip past the limit while their hashes are being computed.
+   */
+  async login(email: string, password: string): Promise<LoginOutcome> {
+    this.throttle.attempt(email);
+    const user = this.store.users.findByEmail(email);
+    const hash = user?.passwordHash ?? this.decoyHash;
+    const matches = await verifyPasswordAsync(password, hash);
+    if (user === undefined || user.passwordHash === null || !matches) return { kind: 'wrong-credentials', user };
+    if (user.disabled) return { kind: 'disabled', user };
+    this.throttle.succeed(email);
+    return { kind: 'ok', user, issued: await this.tokens.issue(user.id) };
+  }
+
+  /** Ends the caller's access token; 401 when the request carries none. */
+  logout(caller: Caller): void {
+    const token = caller.accessToken;
+    if (token === null) throw new UnauthorizedError();
+    const now = Date.now();
+    this.store.tokenRevocations.revoke(token.jti, new Date(token.expiresAt * 1000).toISOString());
+    if (now - this.lastPurge >= PURGE_INTERVAL_MS) {
+      this.lastPurge = now;
+      this.store.tokenRevocations.purgeExpired(new Date(now).toISOString());
+    }
+  }
+
+  private callerFor(user: User, key: Pick<Caller, 'apiKeyId' | 'keyScope' | 'configurations' | 'accessToken'>): Caller {
     const roles = this.store.users.rolesOf(user.id);
     const granted = new Set<string>();
     for (const role of roles) for (const p of role.permissions) granted.add(p);
-    const permissions = key.permissions.length === 0 ? granted : new Set(key.permissions.filter((p) => granted.has(p)));
+    const scope = key.keyScope;
     return {
-      apiKeyId: key.id,
+      apiKeyId: key.apiKeyId,
       user,
       roleIds: roles.map((r) => r.id),
-      permissions,
-      configurations: key.configurations.length === 0 ? null : new Set(key.configurations),
+      permissions: scope === null ? granted : new Set([...scope].filter((p) => granted.has(p))),
+      configurations: key.configurations,
+      keyScope: scope,
+      accessToken: key.accessToken,
     };
   }
 }

@@ -2,7 +2,8 @@
  * Password hashing with scrypt (N=2^14, r=8, p=1, 32-byte output, 16-byte salt).
  * Stored as `scrypt$N$r$p$salt$hash` (base64url parts) so parameters can change later.
  */
-import { randomBytes, scryptSync, timingSafeEqual } from 'node:crypto';
+import { randomBytes, scrypt, scryptSync, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+import { promisify } from 'node:util';
 
 const N = 16384;
 const R = 8;
@@ -16,13 +17,45 @@ export function hashPassword(password: string): string {
 }
 
 export function verifyPassword(password: string, stored: string): boolean {
+  const parsed = parseHash(stored);
+  if (parsed === null) return false;
+  const actual = scryptSync(password, parsed.salt, LENGTH, parsed.options);
+  return timingSafeEqual(actual, parsed.expected);
+}
+
+interface ParsedHash {
+  salt: Buffer;
+  expected: Buffer;
+  options: ScryptOptions;
+}
+
+function parseHash(stored: string): ParsedHash | null {
   const parts = stored.split('$');
-  if (parts.length !== 6 || parts[0] !== 'scrypt') return false;
+  if (parts.length !== 6 || parts[0] !== 'scrypt') return null;
   const [n, r, p] = [Number(parts[1]), Number(parts[2]), Number(parts[3])];
-  if (![n, r, p].every((x) => Number.isSafeInteger(x) && x > 0) || n > 2 ** 20) return false;
-  const salt = Buffer.from(parts[4]!, 'base64url');
+  if (![n, r, p].every((x) => Number.isSafeInteger(x) && x > 0) || n > 2 ** 20) return null;
   const expected = Buffer.from(parts[5]!, 'base64url');
-  if (expected.length !== LENGTH) return false;
-  const actual = scryptSync(password, salt, LENGTH, { N: n, r, p, maxmem: 256 * n * r + 1024 * 1024 });
-  return timingSafeEqual(actual, expected);
+  if (expected.length !== LENGTH) return null;
+  return { salt: Buffer.from(parts[4]!, 'base64url'), expected, options: { N: n, r, p, maxmem: 256 * n * r + 1024 * 1024 } };
+}
+
+const scryptAsync = promisify(scrypt) as (password: string, salt: Buffer, length: number, options: ScryptOptions) => Promise<Buffer>;
+
+/**
+ * verifyPassword off the event loop (libuv's thread pool): one scrypt takes tens of
+ * milliseconds, which on the main thread would stall every other request for a login.
+ */
+export async function verifyPasswordAsync(password: string, stored: string): Promise<boolean> {
+  const parsed = parseHash(stored);
+  if (parsed === null) return false;
+  const actual = await scryptAsync(password, parsed.salt, LENGTH, parsed.options);
+  return timingSafeEqual(actual, parsed.expected);
+}
+
+/**
+ * A well-formed hash with the current parameters that no password matches, to verify
+ * against when there is no user: an unknown email then costs what a wrong password costs.
+ */
+export function unusablePasswordHash(): string {
+  return `scrypt$${N}$${R}$${P}$${randomBytes(16).toString('base64url')}$${randomBytes(LENGTH).toString('base64url')}`;
 }

@@ -288,10 +288,14 @@ export const configSchema = z
         connect_timeout: duration('5s'),
         headers_timeout: duration('30s'),
         body_timeout: duration('30s'),
+        /** Largest body streamed to a destination (encrypt and forward is never buffered). */
+        max_body: size('4gb'),
       })
       .prefault({}),
     logs: z
       .strictObject({
+        /** false stops api and usage logs (activity logs are always kept). */
+        enabled: boolean.default(true),
         retention: duration('30d', { positive: true }),
         flush_interval: duration('1s', { positive: true }),
         batch_size: wholeNumber(1).default(500),

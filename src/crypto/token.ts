@@ -38,12 +38,14 @@ export type TokenHeader = {
 
 export type DecryptedToken = TokenHeader & { plaintext: Buffer };
 
-export type TokenErrorReason = 'malformed' | 'unknown-version' | 'retired-version' | 'authentication';
+export type TokenErrorReason = 'malformed' | 'unknown-version' | 'retired-version' | 'destroyed-version' | 'authentication';
 
 const MESSAGES: Record<TokenErrorReason, string> = {
   malformed: 'The token is malformed.',
   'unknown-version': 'The token was encrypted with an unknown key version.',
   'retired-version': 'The token was encrypted with a key version that is no longer accepted.',
+  // Said apart from retired: raising min_decryption_version can be undone, destroying cannot.
+  'destroyed-version': 'The token was encrypted with a key version that has been destroyed.',
   authentication: 'The token failed authentication: it was altered or belongs to another configuration.',
 };
 
@@ -343,7 +345,7 @@ export class TokenCodec {
 
     const material = this.keyring.forDecrypt(parts.version);
     if (typeof material === 'string') {
-      throw new TokenError(material === 'unknown-version' ? 'unknown-version' : 'retired-version');
+      throw new TokenError(material === 'below-minimum' ? 'retired-version' : material === 'destroyed' ? 'destroyed-version' : 'unknown-version');
     }
     const nonceOffset = aad.length - XAES_NONCE_SIZE;
     const subkey = this.#cacheFor(material).get(aad, nonceOffset);

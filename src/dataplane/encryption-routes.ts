@@ -1,56 +1,78 @@
 /**
- * `POST /api/v3/encryption/{slug}/encrypt` and `/decrypt` (spec 4.4, 4.5). The pipeline,
- * top to bottom: authenticate → resolve configuration → check permission → resolve
- * classification and field paths → transform the body as it arrives → respond.
+ * The data plane: `POST /api/v3/encryption/{slug}/encrypt|decrypt` (spec 4.4, 4.5) and
+ * `/proxy/{slug}` (spec 4.6, any method, `x-svc-mode`). One pipeline, top to bottom:
+ * authenticate → resolve configuration → check permission → resolve destination,
+ * classification and field paths → transform the body as it arrives → respond, or
+ * forward and relay.
  */
 import { ClassificationAccess } from '../auth/classification-access.ts';
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { requireConfigurationScope, requirePermission, type Caller } from '../auth/caller.ts';
-import { BadRequestError, NotFoundError, ValidationError } from '../errors.ts';
+import { BadRequestError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
+import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
 import { FieldMatcher } from '../fields/paths.ts';
-import { JsonTransformer, type ValueHandler } from '../fields/transformer.ts';
-import { consumeBody, requireJson } from '../http/body.ts';
+import { JsonTransformer } from '../fields/transformer.ts';
+import { bodyChunks, consumeBody, hasBody, isJsonContentType } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
-import { sendJson } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
+import { parseDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { Services } from './services.ts';
 
 export type Mode = 'encrypt' | 'decrypt';
+export type Format = 'json' | 'ndjson';
 
 export async function encryptRoute(ctx: RequestContext, services: Services): Promise<void> {
-  await transformRoute(ctx, services, 'encrypt');
+  await transform(ctx, services, 'encrypt');
 }
 
 export async function decryptRoute(ctx: RequestContext, services: Services): Promise<void> {
-  await transformRoute(ctx, services, 'decrypt');
+  await transform(ctx, services, 'decrypt');
 }
 
-async function transformRoute(ctx: RequestContext, services: Services, mode: Mode): Promise<void> {
+export async function proxyRoute(ctx: RequestContext, services: Services): Promise<void> {
+  await transform(ctx, services, proxyMode(ctx));
+}
+
+async function transform(ctx: RequestContext, services: Services, mode: Mode): Promise<void> {
   const caller = await authenticateRequest(ctx, services.auth);
   const configuration = resolveConfiguration(ctx, services, caller, ctx.params['slug']!);
   requirePermission(caller, mode === 'encrypt' ? 'data.encrypt' : 'data.decrypt');
-  rejectForwarding(ctx);
+  const destination = resolveDestination(ctx, configuration);
   const classificationId = resolveClassification(ctx, services);
   const matcher = resolveFieldPaths(ctx, services, configuration, mode);
-  requireJson(ctx);
+
+  if (destination !== null && !hasBody(ctx)) {
+    await services.forwarder.forward(ctx, destination, null);
+    return;
+  }
+  const format = bodyFormat(ctx);
   const handler = buildHandler(services, caller, configuration, mode, classificationId);
-  const body = await transformBody(ctx, services.config.server.body_limit, matcher, handler);
-  sendJson(ctx, 200, body);
-  recordUsage(ctx, services, configuration, mode, handler.count, body.length);
+  const transformer: ChunkTransformer = format === 'ndjson' ? new NdjsonTransformer(matcher, handler) : new JsonTransformer(matcher, handler);
+
+  if (destination === null) {
+    const body = await transformWhole(ctx, services.config.server.body_limit, transformer, handler);
+    send(ctx, format, body);
+  } else if (mode === 'encrypt') {
+    // Encrypt-and-forward streams: the destination gets a complete, correctly
+    // transformed body or an aborted request, never a wrong one.
+    const stream = transformStream(ctx, services.config.forwarding.max_body, transformer, handler);
+    await services.forwarder.forward(ctx, destination, stream);
+  } else {
+    // Decrypt-and-forward holds the body until every token is checked: a denied or
+    // invalid token must stop the request before any plaintext leaves.
+    const body = await transformWhole(ctx, services.config.server.body_limit, transformer, handler);
+    await services.forwarder.forward(ctx, destination, body);
+  }
+  recordUsage(ctx, services, configuration, mode, handler.count, ctx.bytesIn);
+  if (handler instanceof DecryptHandler) services.metrics.countKeyVersions(configuration.name, handler.versions);
 }
 
-export function recordUsage(ctx: RequestContext, services: Services, configuration: Configuration, mode: Mode, fieldCount: number, bytes: number): void {
-  services.logs.usage({
-    requestId: ctx.id,
-    configurationId: configuration.id,
-    apiKeyId: ctx.apiKeyId,
-    userId: ctx.userId,
-    mode,
-    fieldCount,
-    bytes,
-    createdAt: new Date().toISOString(),
-  });
+function proxyMode(ctx: RequestContext): Mode {
+  const value = ctx.header('x-svc-mode')?.trim().toLowerCase();
+  if (value === undefined || value === '' || value === 'encrypt') return 'encrypt';
+  if (value === 'decrypt') return 'decrypt';
+  throw new BadRequestError('The x-svc-mode header must be "encrypt" or "decrypt".');
 }
 
 export function resolveConfiguration(ctx: RequestContext, services: Services, caller: Caller, slug: string): Configuration {
@@ -61,11 +83,12 @@ export function resolveConfiguration(ctx: RequestContext, services: Services, ca
   return configuration;
 }
 
-/** Forwarding (`x-svc-destination`) is served by the proxy data path, not here yet. */
-function rejectForwarding(ctx: RequestContext): void {
-  if (ctx.header('x-svc-destination') !== undefined) {
-    throw new BadRequestError('Forwarding with x-svc-destination is not supported on this route in this version.');
-  }
+function resolveDestination(ctx: RequestContext, configuration: Configuration): Destination | null {
+  const value = ctx.header('x-svc-destination')?.trim();
+  if (value === undefined || value === '') return null;
+  const destination = parseDestination(value, configuration.destinations);
+  ctx.destination = destination.origin;
+  return destination;
 }
 
 /** The classification named by `x-svc-classification` (id or slug), 0 for none. */
@@ -86,36 +109,79 @@ export function resolveFieldPaths(ctx: RequestContext, services: Services, confi
   if (mode === 'decrypt') return FieldMatcher.anyToken();
   const defaults = configuration.fields.length === 0 ? null : services.fieldPaths.get(configuration.fields.join(','));
   if (defaults === null) {
-    throw new BadRequestError('No fields to encrypt: send x-svc-fields or set the configuration\'s fields.');
+    throw new BadRequestError("No fields to encrypt: send x-svc-fields or set the configuration's fields.");
   }
   return defaults;
 }
 
-export function buildHandler(
-  services: Services,
-  caller: Caller,
-  configuration: Configuration,
-  mode: Mode,
-  classificationId: number,
-): EncryptHandler | DecryptHandler {
+/** JSON or NDJSON, uncompressed (a compressed body cannot be transformed). */
+export function bodyFormat(ctx: RequestContext): Format {
+  const encoding = ctx.header('content-encoding');
+  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') throw new UnsupportedMediaTypeError();
+  const type = ctx.header('content-type');
+  if (isJsonContentType(type)) return 'json';
+  if (type !== undefined && /^application\/x-ndjson\s*(;|$)/i.test(type.trim())) return 'ndjson';
+  throw new UnsupportedMediaTypeError();
+}
+
+export function buildHandler(services: Services, caller: Caller, configuration: Configuration, mode: Mode, classificationId: number): EncryptHandler | DecryptHandler {
   const codec = services.codecs.get(configuration);
   if (mode === 'encrypt') return new EncryptHandler(codec.encryptor(classificationId));
   const access = new ClassificationAccess(services.store, caller);
   return new DecryptHandler(codec, (id) => access.check(id), classificationId === 0 ? null : classificationId);
 }
 
-/** Transforms the request body chunk by chunk as it arrives; 422 if any field failed. */
-export async function transformBody(
-  ctx: RequestContext,
-  limit: number,
-  matcher: FieldMatcher,
-  handler: ValueHandler & { failure(): ValidationError | null },
-): Promise<Buffer> {
-  const transformer = new JsonTransformer(matcher, handler);
+/** Transforms the body chunk by chunk as it arrives into memory; 422 if any field failed. */
+export async function transformWhole(ctx: RequestContext, limit: number, transformer: ChunkTransformer, handler: { failure(): ValidationError | null }): Promise<Buffer> {
   const out: Buffer[] = [];
-  await consumeBody(ctx, limit, (chunk) => transformer.push(chunk, out));
+  ctx.bytesIn = await consumeBody(ctx, limit, (chunk) => transformer.push(chunk, out));
   transformer.end(out);
   const failure = handler.failure();
   if (failure !== null) throw failure;
   return out.length === 1 ? out[0]! : Buffer.concat(out);
+}
+
+/** Transforms the body as it streams to the destination, one output buffer per input chunk. */
+async function* transformStream(ctx: RequestContext, limit: number, transformer: ChunkTransformer, handler: EncryptHandler | DecryptHandler): AsyncGenerator<Buffer> {
+  const out: Buffer[] = [];
+  for await (const chunk of bodyChunks(ctx, limit)) {
+    ctx.bytesIn += chunk.length;
+    transformer.push(chunk, out);
+    const failure = handler.failure();
+    if (failure !== null) throw failure;
+    if (out.length > 0) yield drain(out);
+  }
+  transformer.end(out);
+  const failure = handler.failure();
+  if (failure !== null) throw failure;
+  if (out.length > 0) yield drain(out);
+}
+
+function drain(out: Buffer[]): Buffer {
+  const joined = out.length === 1 ? out[0]! : Buffer.concat(out);
+  out.length = 0;
+  return joined;
+}
+
+export function send(ctx: RequestContext, format: Format, body: Buffer): void {
+  const res = ctx.res;
+  res.statusCode = 200;
+  res.setHeader('content-type', format === 'ndjson' ? 'application/x-ndjson' : 'application/json; charset=utf-8');
+  res.setHeader('content-length', body.length);
+  res.setHeader('x-svc-request-id', ctx.id);
+  res.end(body);
+}
+
+export function recordUsage(ctx: RequestContext, services: Services, configuration: Configuration, mode: Mode, fieldCount: number, bytes: number): void {
+  services.metrics.countFields(configuration.name, mode, fieldCount);
+  services.logs.usage({
+    requestId: ctx.id,
+    configurationId: configuration.id,
+    apiKeyId: ctx.apiKeyId,
+    userId: ctx.userId,
+    mode,
+    fieldCount,
+    bytes,
+    createdAt: new Date().toISOString(),
+  });
 }

@@ -69,6 +69,8 @@ function looksLikeTokenBytes(raw: Buffer): boolean {
 }
 
 export class DecryptHandler extends CollectingHandler {
+  /** Tokens decrypted per key version, for the retirement census. */
+  readonly versions = new Map<number, number>();
   private readonly codec: TokenCodec;
   private readonly checkAccess: (classificationId: number) => void;
   private readonly required: number | null;
@@ -102,12 +104,71 @@ export class DecryptHandler extends CollectingHandler {
       const decrypted = this.codec.decrypt(token);
       plaintext = decrypted.plaintext;
       type = decrypted.type;
+      this.versions.set(decrypted.version, (this.versions.get(decrypted.version) ?? 0) + 1);
     } catch (err) {
       if (err instanceof TokenError) return this.fail(value, err.message);
       throw err;
     }
     this.count++;
     return type === 's' ? jsonString(plaintext) : plaintext;
+  }
+}
+
+/**
+ * Re-encrypts each token under the configuration's newest key version, keeping its type
+ * and classification; the plaintext exists only between the two calls and is zeroed
+ * after. Tokens already at the newest version are authenticated and kept byte for byte,
+ * so rewrapping twice changes nothing the second time. A token that does not open (other
+ * configuration, altered, retired or destroyed version) fails the request like decrypt.
+ */
+export class RewrapHandler extends CollectingHandler {
+  private readonly codec: TokenCodec;
+  private readonly current: number;
+  /** One encryptor per classification met in this document (each binds its id). */
+  private readonly encryptors = new Map<number, FieldEncryptor>();
+  /** Tokens found already at the newest version and left as they were. */
+  kept = 0;
+
+  constructor(codec: TokenCodec) {
+    super();
+    this.codec = codec;
+    this.current = codec.keyring.current;
+  }
+
+  /** The version every token of the output carries. */
+  get version(): number {
+    return this.current;
+  }
+
+  failure(): ValidationError | null {
+    return this.errors === null ? null : new InvalidTokenError(this.errors);
+  }
+
+  replace(value: MatchedValue): Buffer | null {
+    if (value.kind !== 's' || value.escaped || !looksLikeTokenBytes(value.raw)) return null;
+    let decrypted;
+    try {
+      decrypted = this.codec.decrypt(value.raw.toString('latin1', 1, value.raw.length - 1));
+    } catch (err) {
+      if (err instanceof TokenError) return this.fail(value, err.message);
+      throw err;
+    }
+    try {
+      if (decrypted.version === this.current) {
+        this.kept++;
+        return null;
+      }
+      let encryptor = this.encryptors.get(decrypted.classificationId);
+      if (encryptor === undefined) {
+        encryptor = this.codec.encryptor(decrypted.classificationId);
+        this.encryptors.set(decrypted.classificationId, encryptor);
+      }
+      const token = encryptor.encrypt(decrypted.plaintext, decrypted.type);
+      this.count++;
+      return Buffer.from(`"${token}"`, 'latin1');
+    } finally {
+      decrypted.plaintext.fill(0);
+    }
   }
 }
 

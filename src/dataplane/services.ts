@@ -1,10 +1,14 @@
 import type { Logger } from 'pino';
 import type { Authenticator } from '../auth/caller.ts';
 import type { Config } from '../config/load.ts';
+import type { MasterKey } from '../crypto/master-key.ts';
 import type { Store } from '../store/db.ts';
 import type { LogWriter } from '../telemetry/log-writer.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
 import type { CodecCache } from './codecs.ts';
+import type { EgressRoutes } from './egress.ts';
 import type { FieldPathCache } from './field-path-cache.ts';
+import type { Forwarder } from './forwarder.ts';
 
 /** What request handlers need, built once at start. */
 export interface Services {
@@ -15,4 +19,12 @@ export interface Services {
   readonly codecs: CodecCache;
   readonly fieldPaths: FieldPathCache;
   readonly logs: LogWriter;
+  readonly forwarder: Forwarder;
+  /** `egress` routes by name, compiled at start. */
+  readonly egress: EgressRoutes;
+  readonly metrics: Metrics;
+  /** Ready to take traffic: set once listening, cleared when shutting down. */
+  readonly health: { ready: boolean };
+  /** Wraps new data keys (configuration create and rotate); never exposed in responses. */
+  readonly master: MasterKey;
 }

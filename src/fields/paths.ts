@@ -38,6 +38,8 @@ export class PathState {
   private readonly owner: FieldMatcher;
   private readonly byKey = new Map<string, PathState>();
   private other: PathState | null = null;
+  /** The keys some path names at this position, as UTF-8 bytes (built on first use). */
+  private explicit: Array<{ key: string; bytes: Buffer }> | null = null;
 
   constructor(owner: FieldMatcher, nodes: readonly TrieNode[], anyToken: boolean) {
     this.owner = owner;
@@ -54,6 +56,24 @@ export class PathState {
     if (known !== undefined) return known;
     for (const node of this.nodes) {
       if (node.children.has(key)) return this.cacheKey(key);
+    }
+    return this.otherState();
+  }
+
+  /**
+   * `next` for a key given as its raw, unescaped UTF-8 bytes: compared with the few keys
+   * the paths name, so keys nobody asked for are never decoded into strings.
+   */
+  nextBytes(buf: Buffer, start: number, end: number): PathState {
+    if (this.anyToken) return this;
+    if (this.explicit === null) {
+      const keys = new Set<string>();
+      for (const node of this.nodes) for (const key of node.children.keys()) keys.add(key);
+      this.explicit = [...keys].map((key) => ({ key, bytes: Buffer.from(key, 'utf8') }));
+    }
+    const length = end - start;
+    for (const { key, bytes } of this.explicit) {
+      if (bytes.length === length && bytes.compare(buf, start, end) === 0) return this.next(key);
     }
     return this.otherState();
   }

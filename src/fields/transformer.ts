@@ -80,7 +80,11 @@ export class JsonTransformer implements MatchedValue {
   private readonly stackType: Uint8Array;
   private readonly stackState: (PathState | null)[];
   private readonly stackIndex: Int32Array;
-  private readonly stackKey: string[];
+  /** Object keys per level: decoded only when escaped, else kept as bytes until a path is needed. */
+  private readonly stackKey: (string | null)[];
+  private readonly stackKeyBuf: Buffer[];
+  private readonly stackKeyStart: Int32Array;
+  private readonly stackKeyEnd: Int32Array;
   /** The state of the value that follows the current object key. */
   private pending: PathState | null = null;
   /** Bytes consumed before the current chunk, for error offsets. */
@@ -119,7 +123,10 @@ export class JsonTransformer implements MatchedValue {
     this.stackType = new Uint8Array(maxDepth + 1);
     this.stackState = new Array<PathState | null>(maxDepth + 1).fill(null);
     this.stackIndex = new Int32Array(maxDepth + 1);
-    this.stackKey = new Array<string>(maxDepth + 1).fill('');
+    this.stackKey = new Array<string | null>(maxDepth + 1).fill(null);
+    this.stackKeyBuf = new Array<Buffer>(maxDepth + 1).fill(EMPTY_KEY);
+    this.stackKeyStart = new Int32Array(maxDepth + 1);
+    this.stackKeyEnd = new Int32Array(maxDepth + 1);
   }
 
   /** Valid during a handler call: the levels above the captured value are still on the stack. */
@@ -365,18 +372,26 @@ export class JsonTransformer implements MatchedValue {
       this.pending = null;
       return;
     }
-    let key: string;
-    if (this.keyParts.length === 0) {
-      key = this.strEscaped ? decodeEscaped(chunk.subarray(start, end)) : chunk.toString('utf8', start, end);
-    } else {
+    let buf = chunk;
+    if (this.keyParts.length > 0) {
       if (start < end) this.keyParts.push(chunk.subarray(start < 0 ? 0 : start, end));
-      const whole = Buffer.concat(this.keyParts);
+      buf = Buffer.concat(this.keyParts);
       this.keyParts = [];
-      key = this.strEscaped ? decodeEscaped(whole) : whole.toString('utf8');
+      start = 0;
+      end = buf.length;
     }
     const d = this.depth - 1;
-    this.stackKey[d] = key;
-    this.pending = this.stackState[d]!.next(key);
+    if (this.strEscaped) {
+      const key = decodeEscaped(buf.subarray(start, end));
+      this.stackKey[d] = key;
+      this.pending = this.stackState[d]!.next(key);
+    } else {
+      this.stackKey[d] = null;
+      this.stackKeyBuf[d] = buf;
+      this.stackKeyStart[d] = start;
+      this.stackKeyEnd[d] = end;
+      this.pending = this.stackState[d]!.nextBytes(buf, start, end);
+    }
   }
 
   /** 1: the byte belongs to the number; 0: the number ended before it; -1: invalid. */
@@ -445,7 +460,8 @@ export class JsonTransformer implements MatchedValue {
   private currentPath(): string {
     let path = '';
     for (let d = 0; d < this.depth; d++) {
-      const part = this.stackType[d] === ARR ? String(this.stackIndex[d]) : escapeSegment(this.stackKey[d]!);
+      const key = this.stackKey[d] ?? this.stackKeyBuf[d]!.toString('utf8', this.stackKeyStart[d], this.stackKeyEnd[d]);
+      const part = this.stackType[d] === ARR ? String(this.stackIndex[d]) : escapeSegment(key);
       path = d === 0 ? part : `${path}.${part}`;
     }
     return path;
@@ -494,6 +510,7 @@ export class JsonTransformer implements MatchedValue {
 }
 
 const EMPTY = Buffer.alloc(0);
+const EMPTY_KEY = Buffer.alloc(0);
 
 function sequenceLength(lead: number): number {
   if (lead >= 0xf0) return 4;

@@ -75,3 +75,67 @@ export function consumeBody(ctx: RequestContext, limit: number, onChunk: (chunk:
     req.on('aborted', onAborted);
   });
 }
+
+/** True when the request has a body to read (RFC 9112 §6.3). */
+export function hasBody(ctx: RequestContext): boolean {
+  const length = ctx.req.headers['content-length'];
+  if (length !== undefined) return Number(length) > 0;
+  return ctx.req.headers['transfer-encoding'] !== undefined;
+}
+
+/**
+ * The body as an async sequence of chunks with backpressure, counted against `limit`.
+ * Unlike a `for await` over the request, stopping early leaves the socket open, so the
+ * error can still be answered; the connection is then marked to close.
+ */
+export async function* bodyChunks(ctx: RequestContext, limit: number): AsyncGenerator<Buffer> {
+  const req = ctx.req;
+  let received = 0;
+  let finished = false;
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limit) {
+    ctx.closeConnection = true;
+    throw new BodyTooLargeError(limit);
+  }
+  try {
+    for (;;) {
+      const chunk = req.read() as Buffer | null;
+      if (chunk !== null) {
+        received += chunk.length;
+        if (received > limit) throw new BodyTooLargeError(limit);
+        yield chunk;
+        continue;
+      }
+      if (req.readableEnded) break;
+      await nextReadable(req);
+      if (req.readableEnded && req.readableLength === 0) break;
+    }
+    finished = true;
+  } finally {
+    if (!finished) ctx.closeConnection = true;
+  }
+}
+
+function nextReadable(req: RequestContext['req']): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const done = () => {
+      cleanup();
+      resolve();
+    };
+    const gone = () => {
+      cleanup();
+      reject(new ClientGoneError());
+    };
+    const onClose = () => (req.readableEnded ? done() : gone());
+    const cleanup = () => {
+      req.off('readable', done);
+      req.off('end', done);
+      req.off('error', gone);
+      req.off('close', onClose);
+    };
+    req.on('readable', done);
+    req.on('end', done);
+    req.on('error', gone);
+    req.on('close', onClose);
+  });
+}

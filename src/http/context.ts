@@ -22,6 +22,10 @@ export class RequestContext {
   apiKeyId: string | null;
   userId: number | null;
   configurationId: string | null;
+  /** The destination origin a request was forwarded to. */
+  destination: string | null;
+  /** Body bytes read, for usage logs. */
+  bytesIn: number;
 
   constructor(req: IncomingMessage, res: ServerResponse) {
     this.req = req;
@@ -38,6 +42,8 @@ export class RequestContext {
     this.apiKeyId = null;
     this.userId = null;
     this.configurationId = null;
+    this.destination = null;
+    this.bytesIn = 0;
   }
 
   /** A single-valued header; repeated headers are joined by Node or taken first. */

@@ -1,5 +1,6 @@
 /**
- * A small segment-trie router: static segments beat `:params`, and a path that exists
+ * A small segment-trie router: static segments beat `:params`, which beat a trailing
+ * `*rest` (the rest of the path, however many segments, undecoded). A path that exists
  * under another method answers 405 with `Allow`. Routes are registered once at start.
  */
 import { MethodNotAllowedError, NotFoundError } from '../errors.ts';
@@ -9,11 +10,13 @@ export type Params = Record<string, string>;
 interface Node<H> {
   readonly statics: Map<string, Node<H>>;
   param: { name: string; node: Node<H> } | null;
+  /** A trailing `*name`: takes the rest of the path when nothing more specific matches. */
+  rest: { name: string; node: Node<H> } | null;
   readonly handlers: Map<string, { handler: H; template: string }>;
 }
 
 function node<H>(): Node<H> {
-  return { statics: new Map(), param: null, handlers: new Map() };
+  return { statics: new Map(), param: null, rest: null, handlers: new Map() };
 }
 
 export interface RouteMatch<H> {
@@ -28,8 +31,15 @@ export class Router<H> {
 
   add(method: string, pattern: string, handler: H): this {
     let at = this.root;
-    for (const segment of pattern.split('/').slice(1)) {
-      if (segment.startsWith(':')) {
+    const segments = pattern.split('/').slice(1);
+    for (const [i, segment] of segments.entries()) {
+      if (segment.startsWith('*')) {
+        const name = segment.slice(1);
+        if (i !== segments.length - 1) throw new Error(`route ${pattern}: *${name} must be the last segment`);
+        if (at.rest !== null && at.rest.name !== name) throw new Error(`route ${pattern}: *${name} clashes with *${at.rest.name}`);
+        at.rest ??= { name, node: node<H>() };
+        at = at.rest.node;
+      } else if (segment.startsWith(':')) {
         const name = segment.slice(1);
         if (at.param !== null && at.param.name !== name) throw new Error(`route ${pattern}: parameter :${name} clashes with :${at.param.name}`);
         at.param ??= { name, node: node<H>() };
@@ -50,10 +60,13 @@ export class Router<H> {
 
   /** Finds the handler for a path (without query). Throws 404 or 405. */
   find(method: string, path: string): RouteMatch<H> {
-    const params: Params = {};
+    let params: Params = {};
     let at: Node<H> | undefined = this.root;
     let start = 1;
+    // The deepest `*rest` passed on the way: where the walk falls back to if it dead-ends.
+    let fallback: { node: Node<H>; params: Params } | null = null;
     while (at !== undefined && start <= path.length) {
+      if (at.rest !== null) fallback = { node: at.rest.node, params: { ...params, [at.rest.name]: path.slice(start) } };
       let end = path.indexOf('/', start);
       if (end === -1) end = path.length;
       const raw = path.slice(start, end);
@@ -67,6 +80,14 @@ export class Router<H> {
         at = undefined;
       }
       start = end + 1;
+    }
+    // `/egress/x` with nothing after it: the rest is empty.
+    if (at !== undefined && at.handlers.size === 0 && at.rest !== null && start > path.length) {
+      fallback = { node: at.rest.node, params: { ...params, [at.rest.name]: '' } };
+    }
+    if ((at === undefined || at.handlers.size === 0) && fallback !== null) {
+      at = fallback.node;
+      params = fallback.params;
     }
     if (at === undefined || at.handlers.size === 0) throw new NotFoundError();
     const route = at.handlers.get(method) ?? (method === 'HEAD' ? at.handlers.get('GET') : undefined);

@@ -101,7 +101,8 @@ export class ApiKeysRepository {
     this.#byId = db.prepare('SELECT * FROM api_keys WHERE id = ?');
     this.#byHash = db.prepare('SELECT * FROM api_keys WHERE key_hash = ?');
     this.#byName = db.prepare('SELECT * FROM api_keys WHERE name = ?');
-    this.#list = db.prepare('SELECT * FROM api_keys ORDER BY created_at, id');
+    // rowid breaks ties in insertion order: keys made in the same millisecond list as created.
+    this.#list = db.prepare('SELECT * FROM api_keys ORDER BY created_at, rowid');
   }
 
   create(input: NewApiKey): ApiKey {

@@ -107,6 +107,97 @@ export function slugify(name: string): string {
 
 const ALL_DIGITS = /^[0-9]+$/;
 
+export const CLASSIFICATION_SORTS = ['name', 'id', 'created_at'] as const;
+export type ClassificationSort = (typeof CLASSIFICATION_SORTS)[number];
+export const SORT_DIRECTIONS = ['asc', 'desc'] as const;
+export type SortDirection = (typeof SORT_DIRECTIONS)[number];
+
+/** A filtered, sorted page of classifications. Absent filters match everything. */
+export interface ClassificationQuery {
+  /** Case-insensitive (ASCII letters) substring of name, slug or description. */
+  search?: string;
+  /** Classifications that list this user. */
+  userId?: number;
+  /** Classifications that list any of these roles. */
+  roleIds?: readonly number[];
+  /** Classifications that list any of these provider configurations. */
+  providerIds?: readonly string[];
+  sort: ClassificationSort;
+  direction: SortDirection;
+  limit: number;
+  offset: number;
+}
+
+export interface ClassificationPage {
+  total: number;
+  items: Classification[];
+}
+
+/** The filters of a classification page; each matches a named parameter of the same name. */
+const FILTER_TERMS = {
+  user: 'c.id IN (SELECT classification_id FROM classification_users WHERE user_id = $user)',
+  roles: 'c.id IN (SELECT classification_id FROM classification_roles WHERE role_id IN (SELECT value FROM json_each($roles)))',
+  providers: `c.id IN (SELECT classification_id FROM classification_providers
+                       WHERE configuration_id IN (SELECT value FROM json_each($providers)))`,
+  search: `(c.name LIKE $search ESCAPE '\\' OR c.slug LIKE $search ESCAPE '\\' OR c.description LIKE $search ESCAPE '\\')`,
+} as const;
+type Filter = keyof typeof FILTER_TERMS;
+/**
+ * In evaluation order: SQLite tests WHERE terms in the order written, so the membership
+ * tests (uncorrelated subqueries, built once per run from the member tables' indexes)
+ * come first and the LIKE of three text columns only sees the rows they let through.
+ */
+const FILTERS: readonly Filter[] = ['user', 'roles', 'providers', 'search'];
+type FilterValues = Record<Filter, number | string | null>;
+
+/**
+ * Pages use one WHERE clause for every combination of filters: an absent filter binds
+ * NULL and its term is true at once. That keeps the planner walking the sort column's
+ * index, so a page stops reading once it has offset + limit matches.
+ */
+const PAGE_WHERE = `WHERE ${FILTERS.map((f) => `($${f} IS NULL OR ${FILTER_TERMS[f]})`).join(' AND ')}`;
+
+/**
+ * A count visits every match anyway, so it gets a statement per combination of filters
+ * present (16): with only the present terms, SQLite drives it from the membership indexes
+ * (or, with no filter, counts from the smallest index) instead of scanning every row.
+ */
+function countSql(shape: number): string {
+  const terms = FILTERS.filter((_, bit) => (shape & (1 << bit)) !== 0).map((f) => FILTER_TERMS[f]);
+  return `SELECT count(*) AS n FROM classifications c${terms.length === 0 ? '' : ` WHERE ${terms.join(' AND ')}`}`;
+}
+
+function shapeOf(values: FilterValues): number {
+  return FILTERS.reduce((shape, f, bit) => (values[f] === null ? shape : shape | (1 << bit)), 0);
+}
+
+/** node:sqlite refuses named parameters a statement does not have. */
+function presentOnly(values: FilterValues): Record<string, number | string> {
+  const out: Record<string, number | string> = {};
+  for (const f of FILTERS) {
+    const value = values[f];
+    if (value !== null) out[f] = value;
+  }
+  return out;
+}
+
+/**
+ * ORDER BY per sort column. `id` breaks ties so pages never overlap or skip rows. Names
+ * sort case-insensitively (ASCII), as people read a list. Every order is served by an
+ * index in either direction (the NOCASE name index of migration 3, `created_at`, the
+ * rowid), so a page stops reading once it has its rows.
+ */
+const ORDER_BY: Record<ClassificationSort, Record<SortDirection, string>> = {
+  name: { asc: 'c.name COLLATE NOCASE ASC, c.id ASC', desc: 'c.name COLLATE NOCASE DESC, c.id DESC' },
+  id: { asc: 'c.id ASC', desc: 'c.id DESC' },
+  created_at: { asc: 'c.created_at ASC, c.id ASC', desc: 'c.created_at DESC, c.id DESC' },
+};
+
+/** `%`, `_` and the escape character itself are literal in a search. */
+function likePattern(search: string): string {
+  return `%${search.replace(/[\\%_]/g, (ch) => `\\${ch}`)}%`;
+}
+
 export class ClassificationsRepository {
   readonly #db: DatabaseSync;
   readonly #insert: StatementSync;
@@ -129,6 +220,12 @@ export class ClassificationsRepository {
   readonly #addRoles: StatementSync;
   readonly #clearProviders: StatementSync;
   readonly #addProvider: StatementSync;
+  /** By filter shape (`shapeOf`). */
+  readonly #count: StatementSync[];
+  readonly #page: Record<ClassificationSort, Record<SortDirection, StatementSync>>;
+  readonly #usersOf: StatementSync;
+  readonly #rolesOf: StatementSync;
+  readonly #providersOf: StatementSync;
 
   constructor(db: DatabaseSync) {
     this.#db = db;
@@ -161,6 +258,23 @@ export class ClassificationsRepository {
     this.#addRoles = db.prepare('INSERT INTO classification_roles (classification_id, role_id) SELECT DISTINCT ?, value FROM json_each(?)');
     this.#clearProviders = db.prepare('DELETE FROM classification_providers WHERE classification_id = ?');
     this.#addProvider = db.prepare('INSERT INTO classification_providers (classification_id, configuration_id, gws_groups) VALUES (?, ?, ?)');
+    this.#count = Array.from({ length: 1 << FILTERS.length }, (_, shape) => db.prepare(countSql(shape)));
+    const pageStatement = (order: string) =>
+      db.prepare(`SELECT c.* FROM classifications c ${PAGE_WHERE} ORDER BY ${order} LIMIT $limit OFFSET $offset`);
+    this.#page = {
+      name: { asc: pageStatement(ORDER_BY.name.asc), desc: pageStatement(ORDER_BY.name.desc) },
+      id: { asc: pageStatement(ORDER_BY.id.asc), desc: pageStatement(ORDER_BY.id.desc) },
+      created_at: { asc: pageStatement(ORDER_BY.created_at.asc), desc: pageStatement(ORDER_BY.created_at.desc) },
+    };
+    this.#usersOf = db.prepare(`
+      SELECT classification_id, user_id FROM classification_users
+       WHERE classification_id IN (SELECT value FROM json_each(?)) ORDER BY classification_id, user_id`);
+    this.#rolesOf = db.prepare(`
+      SELECT classification_id, role_id FROM classification_roles
+       WHERE classification_id IN (SELECT value FROM json_each(?)) ORDER BY classification_id, role_id`);
+    this.#providersOf = db.prepare(`
+      SELECT classification_id, configuration_id, gws_groups FROM classification_providers
+       WHERE classification_id IN (SELECT value FROM json_each(?)) ORDER BY classification_id, configuration_id`);
   }
 
   create(input: NewClassification): Classification {
@@ -240,6 +354,49 @@ export class ClassificationsRepository {
 
   list(): Classification[] {
     return (this.#list.all() as unknown as ClassificationRecord[]).map(toClassification);
+  }
+
+  /**
+   * One page of classifications matching `query`, and how many match in all. Filtering,
+   * sorting, counting and paging all happen in SQL.
+   */
+  page(query: ClassificationQuery): ClassificationPage {
+    const filters: FilterValues = {
+      user: query.userId ?? null,
+      roles: query.roleIds === undefined || query.roleIds.length === 0 ? null : JSON.stringify(query.roleIds),
+      providers: query.providerIds === undefined || query.providerIds.length === 0 ? null : JSON.stringify(query.providerIds),
+      search: query.search === undefined || query.search === '' ? null : likePattern(query.search),
+    };
+    const records = this.#page[query.sort][query.direction].all({ ...filters, limit: query.limit, offset: query.offset }) as unknown as ClassificationRecord[];
+    let total = query.offset + records.length;
+    // A page that is not full, and not past the end, already tells the total: skip the count.
+    if (records.length === 0 || records.length === query.limit) {
+      const row = this.#count[shapeOf(filters)]?.get(presentOnly(filters)) as { n: number } | undefined;
+      total = row?.n ?? 0;
+    }
+    return { total, items: records.map(toClassification) };
+  }
+
+  /** Members of the classifications `ids`, in three queries; every id gets an entry. */
+  membersOf(ids: readonly number[]): Map<number, ClassificationMembers> {
+    const out = new Map<number, ClassificationMembers>();
+    for (const id of ids) out.set(id, { userIds: [], roleIds: [], providers: [] });
+    if (ids.length === 0) return out;
+    const json = JSON.stringify(ids);
+    for (const row of this.#usersOf.all(json) as unknown as Array<{ classification_id: number; user_id: number }>) {
+      out.get(row.classification_id)?.userIds.push(row.user_id);
+    }
+    for (const row of this.#rolesOf.all(json) as unknown as Array<{ classification_id: number; role_id: number }>) {
+      out.get(row.classification_id)?.roleIds.push(row.role_id);
+    }
+    const providers = this.#providersOf.all(json) as unknown as Array<{ classification_id: number; configuration_id: string; gws_groups: string }>;
+    for (const row of providers) {
+      out.get(row.classification_id)?.providers.push({
+        configurationId: row.configuration_id,
+        gwsGroups: parseJsonArray<GwsGroup>(row.gws_groups),
+      });
+    }
+    return out;
   }
 
   members(id: number): ClassificationMembers {

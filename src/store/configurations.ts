@@ -86,6 +86,9 @@ interface ConfigurationRecord {
   updated_at: string;
 }
 
+/** What `destroyKey` did; anything but `destroyed` changed nothing. */
+export type DestroyKeyOutcome = 'destroyed' | 'not-found' | 'already-destroyed' | 'current';
+
 interface DataKeyRecord {
   version: number;
   wrapped: Uint8Array;
@@ -127,8 +130,16 @@ export class ConfigurationsRepository {
   readonly #byName: StatementSync;
   readonly #bySlug: StatementSync;
   readonly #list: StatementSync;
+  readonly #page: StatementSync;
+  readonly #count: StatementSync;
   readonly #keys: StatementSync;
   readonly #insertKey: StatementSync;
+  readonly #keyState: StatementSync;
+  readonly #shredKey: StatementSync;
+  readonly #touchLater: StatementSync;
+  readonly #secureDelete: StatementSync;
+  readonly #checkpoint: StatementSync;
+  readonly #inMemory: boolean;
 
   constructor(db: DatabaseSync) {
     this.#db = db;
@@ -146,8 +157,27 @@ export class ConfigurationsRepository {
     this.#byName = db.prepare(`${SELECT} WHERE c.name = ?`);
     this.#bySlug = db.prepare(`${SELECT} WHERE c.proxy_slug = ?`);
     this.#list = db.prepare(`${SELECT} ORDER BY c.created_at, c.name`);
+    // A NULL scope means every configuration; otherwise a JSON array of ids, so one
+    // prepared statement serves scoped and unscoped API keys alike.
+    this.#page = db.prepare(`${SELECT}
+      WHERE ?1 IS NULL OR c.id IN (SELECT value FROM json_each(?1))
+      ORDER BY c.created_at, c.rowid LIMIT ?2 OFFSET ?3`);
+    this.#count = db.prepare('SELECT count(*) AS n FROM configurations WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))');
     this.#keys = db.prepare('SELECT version, wrapped, created_at, destroyed_at FROM data_keys WHERE configuration_id = ? ORDER BY version');
     this.#insertKey = db.prepare('INSERT INTO data_keys (configuration_id, version, wrapped, created_at) VALUES (?, ?, ?, ?)');
+    this.#keyState = db.prepare(`
+      SELECT k.destroyed_at,
+        (SELECT max(n.version) FROM data_keys n WHERE n.configuration_id = k.configuration_id AND n.destroyed_at IS NULL) AS newest
+        FROM data_keys k WHERE k.configuration_id = ? AND k.version = ?`);
+    this.#shredKey = db.prepare("UPDATE data_keys SET wrapped = x'', destroyed_at = ? WHERE configuration_id = ? AND version = ?");
+    // Strictly later than before, even within the same millisecond: the codec caches of
+    // every process on this store rebuild only when the row's stamp changes.
+    this.#touchLater = db.prepare(`
+      UPDATE configurations SET updated_at = max(?1, strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))
+       WHERE id = ?2`);
+    this.#secureDelete = db.prepare('PRAGMA secure_delete');
+    this.#checkpoint = db.prepare('PRAGMA wal_checkpoint(TRUNCATE)');
+    this.#inMemory = (db.prepare('PRAGMA database_list').get() as { file: string }).file === '';
   }
 
   /** Inserts the configuration and, for `encryption`, its key version 1 in one transaction. */
@@ -227,6 +257,16 @@ export class ConfigurationsRepository {
     return (this.#list.all() as unknown as ConfigurationRecord[]).map(toConfiguration);
   }
 
+  /** One page in creation order (ties by insertion), limited to `scope` (configuration ids) unless it is null. */
+  page(limit: number, offset: number, scope: readonly string[] | null = null): Configuration[] {
+    const rows = this.#page.all(scope === null ? null : JSON.stringify(scope), limit, offset) as unknown as ConfigurationRecord[];
+    return rows.map(toConfiguration);
+  }
+
+  count(scope: readonly string[] | null = null): number {
+    return (this.#count.get(scope === null ? null : JSON.stringify(scope)) as { n: number }).n;
+  }
+
   /** Every key version of the configuration, oldest first. */
   keys(configurationId: string): DataKey[] {
     return (this.#keys.all(configurationId) as unknown as DataKeyRecord[]).map((record) => ({
@@ -244,6 +284,40 @@ export class ConfigurationsRepository {
       this.#insertKey.run(configurationId, version, wrapped, now);
       this.#touch.run(now, configurationId);
     });
+  }
+
+  /**
+   * Crypto-shredding: marks the version destroyed and overwrites its wrapped key with an
+   * empty blob in one transaction, so no row is ever "destroyed" yet still holding its key.
+   * The newest live version is refused (new tokens need it). The checks run inside the
+   * write transaction, so a concurrent rotation or destroy from another process cannot
+   * slip between them.
+   *
+   * secure_delete makes SQLite zero the freed bytes of the old row instead of leaving
+   * them in the page; the TRUNCATE checkpoint then moves the page into the database file
+   * and empties the WAL, where older images of the page may still sit. The checkpoint is
+   * best effort: a reader holding an old snapshot defers it to a later checkpoint.
+   */
+  destroyKey(configurationId: string, version: number): DestroyKeyOutcome {
+    const previous = (this.#secureDelete.get() as { secure_delete: number }).secure_delete;
+    this.#db.exec('PRAGMA secure_delete = ON');
+    let outcome: DestroyKeyOutcome;
+    try {
+      outcome = runInTransaction(this.#db, () => {
+        const state = this.#keyState.get(configurationId, version) as { destroyed_at: string | null; newest: number | null } | undefined;
+        if (state === undefined) return 'not-found';
+        if (state.destroyed_at !== null) return 'already-destroyed';
+        if (state.newest === null || version >= state.newest) return 'current';
+        const now = nowIso();
+        this.#shredKey.run(now, configurationId, version);
+        this.#touchLater.run(now, configurationId);
+        return 'destroyed';
+      });
+    } finally {
+      this.#db.exec(`PRAGMA secure_delete = ${Number(previous)}`);
+    }
+    if (outcome === 'destroyed' && !this.#inMemory && !this.#db.isTransaction) this.#checkpoint.get();
+    return outcome;
   }
 
   #mustFind(id: string): Configuration {

@@ -7,6 +7,7 @@ import { ConfigurationsRepository } from './configurations.ts';
 import { LogsRepository } from './logs.ts';
 import { migrate } from './migrations.ts';
 import { RolesRepository } from './roles.ts';
+import { TokenRevocationsRepository } from './token-revocations.ts';
 import { runInTransaction } from './transaction.ts';
 import { UsersRepository } from './users.ts';
 
@@ -21,6 +22,7 @@ export interface Store {
   readonly apiKeys: ApiKeysRepository;
   readonly classifications: ClassificationsRepository;
   readonly logs: LogsRepository;
+  readonly tokenRevocations: TokenRevocationsRepository;
   /** Runs `fn` atomically; nests (as a savepoint) inside another transaction. `fn` must be synchronous. */
   transaction<T>(fn: () => T): T;
   close(): void;
@@ -61,6 +63,7 @@ export function openStore(path: string): Store {
     apiKeys: new ApiKeysRepository(db),
     classifications: new ClassificationsRepository(db),
     logs: new LogsRepository(db),
+    tokenRevocations: new TokenRevocationsRepository(db),
     transaction: (fn) => runInTransaction(db, fn),
     close() {
       if (!db.isOpen) return;

@@ -83,16 +83,28 @@ export interface UsageLog {
   createdAt: string;
 }
 
+export interface LogBatch {
+  activity: readonly NewActivityLog[];
+  api: readonly NewApiLog[];
+  usage: readonly NewUsageLog[];
+}
+
 export type UnifiedLog =
   | { kind: 'activity'; log: ActivityLog }
   | { kind: 'api'; log: ApiLog }
   | { kind: 'usage'; log: UsageLog };
 
-export interface LogQuery {
-  limit: number;
-  offset: number;
+/** Narrows a list; filters combine with AND. */
+export interface LogFilter {
   /** Only rows of this user. */
   userId?: number;
+  /** Only rows of this request (the `x-svc-request-id` of its response). */
+  requestId?: string;
+}
+
+export interface LogQuery extends LogFilter {
+  limit: number;
+  offset: number;
 }
 
 interface ActivityLogRecord {
@@ -180,14 +192,42 @@ function toUsageLog(r: UsageLogRecord): UsageLog {
 const TABLES: Readonly<Record<LogKind, string>> = { activity: 'activity_logs', api: 'api_logs', usage: 'usage_logs' };
 
 /** Rows per DELETE during retention, so log writers get the lock between chunks. */
-const DELETE_CHUNK = 5_000;
+export const DELETE_CHUNK = 5_000;
+
+/**
+ * Every combination of filters gets its own statement, prepared once: a single statement
+ * with `($user IS NULL OR user_id = $user)` would be planned without knowing which
+ * filters are set and could not use the (user_id, created_at) and request_id indexes.
+ * Index into these arrays with `shapeOf(filter)`.
+ */
+const FILTER_SHAPES = [0, 1, 2, 3] as const;
+const BY_USER = 1;
+const BY_REQUEST = 2;
+
+function shapeOf(filter: LogFilter): number {
+  return (filter.userId === undefined ? 0 : BY_USER) | (filter.requestId === undefined ? 0 : BY_REQUEST);
+}
+
+function whereOf(shape: number): string[] {
+  const terms: string[] = [];
+  if (shape & BY_USER) terms.push('user_id = $user');
+  if (shape & BY_REQUEST) terms.push('request_id = $request');
+  return terms;
+}
+
+function filterParams(filter: LogFilter): Record<string, number | string> {
+  const params: Record<string, number | string> = {};
+  if (filter.userId !== undefined) params['user'] = filter.userId;
+  if (filter.requestId !== undefined) params['request'] = filter.requestId;
+  return params;
+}
 
 interface KindStatements {
-  count: StatementSync;
-  countByUser: StatementSync;
-  page: StatementSync;
-  pageByUser: StatementSync;
+  /** By filter shape. */
+  count: StatementSync[];
+  page: StatementSync[];
   byId: StatementSync;
+  anyOlder: StatementSync;
   deleteChunk: StatementSync;
 }
 
@@ -196,7 +236,10 @@ export class LogsRepository {
   readonly #insertActivity: StatementSync;
   readonly #insertApi: StatementSync;
   readonly #insertUsage: StatementSync;
-  readonly #unified: StatementSync;
+  /** By filter shape. */
+  readonly #unified: StatementSync[];
+  readonly #ipOfRequest: StatementSync;
+  readonly #busyTimeout: StatementSync;
   readonly #kinds: Record<LogKind, KindStatements>;
 
   constructor(db: DatabaseSync) {
@@ -212,18 +255,31 @@ export class LogsRepository {
       INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`);
     // Each branch is ordered by its created_at index, which lets SQLite merge them instead
-    // of sorting every log row for each page.
-    this.#unified = db.prepare(`
-      SELECT 'activity' AS kind, id, created_at FROM activity_logs WHERE $activity
-      UNION ALL SELECT 'api', id, created_at FROM api_logs WHERE $api
-      UNION ALL SELECT 'usage', id, created_at FROM usage_logs WHERE $usage
-      ORDER BY created_at DESC, id DESC LIMIT $limit OFFSET $offset`);
+    // of sorting every log row for each page. A kind that is not asked for has a constant
+    // false WHERE term, which SQLite tests once before touching the table.
+    this.#unified = FILTER_SHAPES.map((shape) => {
+      const branch = (flag: string) => ['$' + flag, ...whereOf(shape)].join(' AND ');
+      return db.prepare(`
+        SELECT 'activity' AS kind, id, created_at FROM activity_logs WHERE ${branch('activity')}
+        UNION ALL SELECT 'api', id, created_at FROM api_logs WHERE ${branch('api')}
+        UNION ALL SELECT 'usage', id, created_at FROM usage_logs WHERE ${branch('usage')}
+        ORDER BY created_at DESC, id DESC LIMIT $limit OFFSET $offset`);
+    });
+    this.#ipOfRequest = db.prepare('SELECT ip FROM api_logs WHERE request_id = ? ORDER BY id LIMIT 1');
+    this.#busyTimeout = db.prepare('PRAGMA busy_timeout');
     const prepareKind = (table: string): KindStatements => ({
-      count: db.prepare(`SELECT count(*) AS n FROM ${table}`),
-      countByUser: db.prepare(`SELECT count(*) AS n FROM ${table} WHERE user_id = ?`),
-      page: db.prepare(`SELECT * FROM ${table} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`),
-      pageByUser: db.prepare(`SELECT * FROM ${table} WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`),
+      count: FILTER_SHAPES.map((shape) => {
+        const where = whereOf(shape);
+        return db.prepare(`SELECT count(*) AS n FROM ${table}${where.length === 0 ? '' : ` WHERE ${where.join(' AND ')}`}`);
+      }),
+      page: FILTER_SHAPES.map((shape) => {
+        const where = whereOf(shape);
+        return db.prepare(
+          `SELECT * FROM ${table}${where.length === 0 ? '' : ` WHERE ${where.join(' AND ')}`} ORDER BY created_at DESC, id DESC LIMIT $limit OFFSET $offset`,
+        );
+      }),
       byId: db.prepare(`SELECT * FROM ${table} WHERE id = ?`),
+      anyOlder: db.prepare(`SELECT EXISTS (SELECT 1 FROM ${table} WHERE created_at < ?) AS found`),
       deleteChunk: db.prepare(`DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE created_at < ? LIMIT ${DELETE_CHUNK})`),
     });
     this.#kinds = { activity: prepareKind(TABLES.activity), api: prepareKind(TABLES.api), usage: prepareKind(TABLES.usage) };
@@ -272,9 +328,34 @@ export class LogsRepository {
     });
   }
 
-  count(kind: LogKind, filter: { userId?: number } = {}): number {
-    const statements = this.#kinds[kind];
-    const row = (filter.userId === undefined ? statements.count.get() : statements.countByUser.get(filter.userId)) as { n: number };
+  /**
+   * Writes a batch of every kind in one transaction: all rows or none. With `wait: false`
+   * a write lock held by another connection fails the batch at once (SQLITE_BUSY) instead
+   * of waiting out the busy timeout: node:sqlite waits synchronously, and a log writer
+   * that waited would hold up every request on the event loop for that long.
+   */
+  insertBatch(batch: LogBatch, options: { wait: boolean } = { wait: true }): void {
+    const write = () =>
+      runInTransaction(this.#db, () => {
+        this.insertActivity(batch.activity);
+        this.insertApi(batch.api);
+        this.insertUsage(batch.usage);
+      });
+    if (options.wait || this.#db.isTransaction) {
+      write();
+      return;
+    }
+    const { timeout } = this.#busyTimeout.get() as { timeout: number };
+    this.#db.exec('PRAGMA busy_timeout = 0');
+    try {
+      write();
+    } finally {
+      this.#db.exec(`PRAGMA busy_timeout = ${Math.trunc(timeout)}`);
+    }
+  }
+
+  count(kind: LogKind, filter: LogFilter = {}): number {
+    const row = this.#kinds[kind].count[shapeOf(filter)]!.get(filterParams(filter)) as { n: number };
     return row.n;
   }
 
@@ -292,13 +373,14 @@ export class LogsRepository {
   }
 
   /** Rows of the given kinds, newest first, interleaved by time. */
-  listUnified(kinds: readonly LogKind[], page: { limit: number; offset: number }): UnifiedLog[] {
-    const refs = this.#unified.all({
+  listUnified(kinds: readonly LogKind[], query: LogQuery): UnifiedLog[] {
+    const refs = this.#unified[shapeOf(query)]!.all({
+      ...filterParams(query),
       activity: kinds.includes('activity') ? 1 : 0,
       api: kinds.includes('api') ? 1 : 0,
       usage: kinds.includes('usage') ? 1 : 0,
-      limit: page.limit,
-      offset: page.offset,
+      limit: query.limit,
+      offset: query.offset,
     }) as unknown as Array<{ kind: LogKind; id: number }>;
     const out: UnifiedLog[] = [];
     for (const ref of refs) {
@@ -312,10 +394,19 @@ export class LogsRepository {
     return out;
   }
 
-  countUnified(kinds: readonly LogKind[]): number {
+  countUnified(kinds: readonly LogKind[], filter: LogFilter = {}): number {
     let total = 0;
-    for (const kind of new Set(kinds)) total += this.count(kind);
+    for (const kind of new Set(kinds)) total += this.count(kind, filter);
     return total;
+  }
+
+  /**
+   * The client address of a request, from its api log entry. Usage entries do not keep
+   * one of their own: the api entry of the same request already does.
+   */
+  ipOfRequest(requestId: string): string | undefined {
+    const row = this.#ipOfRequest.get(requestId) as { ip: string } | undefined;
+    return row?.ip;
   }
 
   /**
@@ -323,15 +414,11 @@ export class LogsRepository {
    * their own, and returns how many rows of each kind went.
    */
   deleteOlderThan(isoTimestamp: string): Record<LogKind, number> {
-    const cutoff = new Date(isoTimestamp);
-    if (Number.isNaN(cutoff.getTime())) throw new RangeError(`Not a timestamp: ${isoTimestamp}`);
-    // Normalised to the toISOString() form the column holds, so text comparison orders by time.
-    const bound = cutoff.toISOString();
+    const bound = normaliseCutoff(isoTimestamp);
     const deleted: Record<LogKind, number> = { activity: 0, api: 0, usage: 0 };
     for (const kind of LOG_KINDS) {
-      const statement = this.#kinds[kind].deleteChunk;
       for (;;) {
-        const changes = Number(runInTransaction(this.#db, () => statement.run(bound)).changes);
+        const changes = this.deleteChunkOlderThan(kind, bound);
         deleted[kind] += changes;
         if (changes < DELETE_CHUNK) break;
       }
@@ -339,10 +426,31 @@ export class LogsRepository {
     return deleted;
   }
 
-  #page(kind: LogKind, query: LogQuery): ReturnType<StatementSync['all']> {
-    const statements = this.#kinds[kind];
-    return query.userId === undefined
-      ? statements.page.all(query.limit, query.offset)
-      : statements.pageByUser.all(query.userId, query.limit, query.offset);
+  /** Whether any row of any kind was created before `isoTimestamp` (one index probe per kind). */
+  anyOlderThan(isoTimestamp: string): boolean {
+    const bound = normaliseCutoff(isoTimestamp);
+    return LOG_KINDS.some((kind) => (this.#kinds[kind].anyOlder.get(bound) as { found: number }).found === 1);
   }
+
+  /**
+   * One chunk of `deleteOlderThan` for one kind, in its own transaction, so a caller can
+   * yield to the event loop between chunks. Returns the rows deleted; fewer than
+   * `DELETE_CHUNK` means none older are left.
+   */
+  deleteChunkOlderThan(kind: LogKind, isoTimestamp: string): number {
+    const bound = normaliseCutoff(isoTimestamp);
+    const statement = this.#kinds[kind].deleteChunk;
+    return Number(runInTransaction(this.#db, () => statement.run(bound)).changes);
+  }
+
+  #page(kind: LogKind, query: LogQuery): ReturnType<StatementSync['all']> {
+    return this.#kinds[kind].page[shapeOf(query)]!.all({ ...filterParams(query), limit: query.limit, offset: query.offset });
+  }
+}
+
+/** Normalised to the toISOString() form the column holds, so text comparison orders by time. */
+function normaliseCutoff(isoTimestamp: string): string {
+  const cutoff = new Date(isoTimestamp);
+  if (Number.isNaN(cutoff.getTime())) throw new RangeError(`Not a timestamp: ${isoTimestamp}`);
+  return cutoff.toISOString();
 }

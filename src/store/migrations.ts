@@ -208,7 +208,33 @@ INSERT INTO role_permissions (role_id, permission_id)
      OR (r.name = 'viewer' AND p.name LIKE '%.view');
 `;
 
-export const migrations: readonly Migration[] = Object.freeze([{ version: 1, sql: schemaV1 }]);
+/**
+ * Logged-out access tokens (DESIGN §9). A row only has to outlive the token it names, so
+ * it keeps the token's expiry and rows past it are purged.
+ */
+const schemaV2 = /* sql */ `
+CREATE TABLE token_revocations (
+  jti TEXT PRIMARY KEY,
+  expires_at TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX token_revocations_expires_at ON token_revocations(expires_at);
+`;
+
+/**
+ * The classification list sorts names case-insensitively (ASCII, as SQLite's NOCASE folds).
+ * Without an index in that collation every page of the default listing sorted the whole
+ * table; with it a page reads just its rows. Index entries end with the rowid, so this
+ * also serves the `id` tie-break.
+ */
+const schemaV3 = /* sql */ `
+CREATE INDEX classifications_name_nocase ON classifications(name COLLATE NOCASE);
+`;
+
+export const migrations: readonly Migration[] = Object.freeze([
+  { version: 1, sql: schemaV1 },
+  { version: 2, sql: schemaV2 },
+  { version: 3, sql: schemaV3 },
+]);
 
 export function schemaVersion(db: DatabaseSync): number {
   const row = db.prepare('PRAGMA user_version').get() as { user_version: number } | undefined;

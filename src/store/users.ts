@@ -68,6 +68,8 @@ export class UsersRepository {
   readonly #byId: StatementSync;
   readonly #byEmail: StatementSync;
   readonly #list: StatementSync;
+  readonly #page: StatementSync;
+  readonly #count: StatementSync;
   readonly #clearRoles: StatementSync;
   readonly #addRoles: StatementSync;
   readonly #rolesOf: StatementSync;
@@ -85,6 +87,8 @@ export class UsersRepository {
     // The column is COLLATE NOCASE, so this lookup ignores case like the UNIQUE index does.
     this.#byEmail = db.prepare('SELECT * FROM users WHERE email = ?');
     this.#list = db.prepare('SELECT * FROM users ORDER BY id');
+    this.#page = db.prepare('SELECT * FROM users ORDER BY id LIMIT ? OFFSET ?');
+    this.#count = db.prepare('SELECT count(*) AS n FROM users');
     this.#clearRoles = db.prepare('DELETE FROM user_roles WHERE user_id = ?');
     this.#addRoles = db.prepare('INSERT INTO user_roles (user_id, role_id) SELECT DISTINCT ?, value FROM json_each(?)');
     this.#rolesOf = db.prepare(`
@@ -147,6 +151,15 @@ export class UsersRepository {
 
   list(): User[] {
     return (this.#list.all() as unknown as UserRecord[]).map(toUser);
+  }
+
+  /** One page in `list()` order. */
+  page(limit: number, offset: number): User[] {
+    return (this.#page.all(limit, offset) as unknown as UserRecord[]).map(toUser);
+  }
+
+  count(): number {
+    return (this.#count.get() as { n: number }).n;
   }
 
   /** Replaces the user's roles. */

@@ -1,118 +1,317 @@
 /**
  * Activity, api and usage logs (DESIGN §10) are queued in memory and written to the store
- * in batches, one transaction per kind, off the request path. The queue is bounded: past
+ * in batches, off the request path: recording an entry is an array push.
+ *
+ * When writes happen:
+ * - as soon as one kind has a full batch queued;
+ * - otherwise `flushInterval` after the oldest unwritten entry arrived;
+ * - everything still queued on `close()`.
+ *
+ * Each write takes at most `batchSize` entries of each kind and commits them in one
+ * transaction. Where they are written:
+ * - A file store: on a worker thread with its own connection (log-writer-thread.ts). A
+ *   batch of 1,000 rows costs SQLite 5–50 ms (random-key index updates, and now and then a
+ *   WAL checkpoint with its fsync); node:sqlite is synchronous, so on the main thread every
+ *   request in flight would wait that long. One batch is in flight at a time, which keeps
+ *   the rows in order.
+ * - An in-memory store (tests), or when the thread cannot run: on the main thread, one batch
+ *   per turn of the event loop, so a backlog is drained in slices rather than one stall.
+ *   Such a write does not wait for another connection's lock (that wait would block the
+ *   event loop too); the batch fails at once and is retried.
+ *
+ * A batch the store refuses (disk full, locked) is rolled back whole and put back at the
+ * head of its queues, to be retried after `flushInterval`; because the batch is one
+ * transaction, a retry never writes an entry twice. The queue is bounded: past
  * `queueLimit` entries new ones are dropped and counted rather than growing without end.
- * `close()` writes everything still queued.
  */
+import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { Store } from '../store/db.ts';
-import type { NewActivityLog, NewApiLog, NewUsageLog } from '../store/logs.ts';
+import type { LogBatch, NewActivityLog, NewApiLog, NewUsageLog } from '../store/logs.ts';
+import type { ThreadData, ThreadReply } from './log-writer-thread.ts';
 
 export interface LogWriterOptions {
+  /** Milliseconds an entry may wait for a batch to fill before it is written anyway. */
   readonly flushInterval: number;
+  /** Entries of each kind per transaction. */
   readonly batchSize: number;
+  /** Entries queued (all kinds together) past which new ones are dropped. */
   readonly queueLimit: number;
   /** false disables api and usage logs (activity is always kept). */
   readonly enabled?: boolean;
+  /** Write from a worker thread when the store is a file (default true). */
+  readonly thread?: boolean;
 }
+
+const THREAD_URL = new URL('./log-writer-thread.ts', import.meta.url);
 
 export class LogWriter {
   private readonly store: Store;
   private readonly logger: Logger;
   private readonly options: LogWriterOptions;
+  private readonly enabled: boolean;
   private activityQueue: NewActivityLog[] = [];
   private apiQueue: NewApiLog[] = [];
   private usageQueue: NewUsageLog[] = [];
+  /** The interval write, or the retry after a failed batch. */
   private timer: NodeJS.Timeout | null = null;
+  /** A full batch is waiting for the next turn of the event loop. */
+  private immediate: NodeJS.Immediate | null = null;
+  /** The last batch failed: wait for the timer instead of retrying on every full batch. */
+  private failing = false;
   private closed = false;
-  /** Entries dropped because the queue was full, since start. */
+  private closing: Promise<void> | null = null;
+  private thread: Worker | null = null;
+  /** The batch the thread is writing. */
+  private inFlight: LogBatch | null = null;
+  private whenSettled: (() => void) | null = null;
+  /** Entries not written: the queue was full, the writer was closed, or the store still refused them at close. */
   dropped = 0;
   /** Entries written, since start. */
   written = 0;
+  /** Batches the store refused (each was retried). */
+  failedBatches = 0;
 
   constructor(store: Store, logger: Logger, options: LogWriterOptions) {
     this.store = store;
     this.logger = logger;
     this.options = options;
+    this.enabled = options.enabled !== false;
+    if (options.thread !== false && store.path !== ':memory:') this.thread = this.startThread(store.path);
   }
 
   get depth(): number {
     return this.activityQueue.length + this.apiQueue.length + this.usageQueue.length;
   }
 
+  /** Whether batches are written on a worker thread. */
+  get threaded(): boolean {
+    return this.thread !== null;
+  }
+
   activity(entry: NewActivityLog): void {
-    if (this.admit()) this.activityQueue.push(entry);
+    if (this.admit()) this.queued(this.activityQueue.push(entry));
   }
 
   api(entry: NewApiLog): void {
-    if (this.options.enabled !== false && this.admit()) this.apiQueue.push(entry);
+    if (this.enabled && this.admit()) this.queued(this.apiQueue.push(entry));
   }
 
   usage(entry: NewUsageLog): void {
-    if (this.options.enabled !== false && this.admit()) this.usageQueue.push(entry);
+    if (this.enabled && this.admit()) this.queued(this.usageQueue.push(entry));
   }
 
-  /** Writes what is queued now, in batches. Safe to call at any time. */
+  /**
+   * Writes everything queued now, on this thread, batch after batch. Safe to call at any
+   * time; a batch already handed to the writer thread is written by that thread.
+   */
   flush(): void {
-    if (this.timer !== null) {
-      clearTimeout(this.timer);
-      this.timer = null;
-    }
-    while (this.depth > 0) {
-      const size = this.options.batchSize;
-      const activity = this.activityQueue.splice(0, size);
-      const api = this.apiQueue.splice(0, size);
-      const usage = this.usageQueue.splice(0, size);
-      try {
-        if (activity.length > 0) this.store.logs.insertActivity(activity);
-        if (api.length > 0) this.store.logs.insertApi(api);
-        if (usage.length > 0) this.store.logs.insertUsage(usage);
-        this.written += activity.length + api.length + usage.length;
-      } catch (err) {
-        // The store refused the batch (disk full, locked past the busy timeout): keep the
-        // entries for the next attempt unless that would overflow the queue.
-        this.activityQueue.unshift(...activity);
-        this.apiQueue.unshift(...api);
-        this.usageQueue.unshift(...usage);
-        this.logger.error({ err, queued: this.depth }, 'writing logs failed; will retry');
-        this.trim();
-        this.schedule();
-        return;
-      }
+    this.drain(false);
+  }
+
+  /**
+   * Waits for the thread's batch, writes everything still queued and stops. Entries
+   * recorded afterwards are dropped (and counted): the store is about to close.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.shutDown();
+    return this.closing;
+  }
+
+  private async shutDown(): Promise<void> {
+    this.closed = true;
+    this.clearTimers();
+    await this.stopThread();
+    // Shutting down, nothing left to hold up: waiting out another connection's lock beats losing the entries.
+    this.drain(true);
+    const lost = this.depth;
+    if (lost > 0) {
+      this.logger.error({ lost }, 'log entries could not be written before closing');
+      this.dropped += lost;
+      this.activityQueue = [];
+      this.apiQueue = [];
+      this.usageQueue = [];
     }
   }
 
-  /** Writes everything still queued and stops the timer. */
-  close(): void {
-    this.closed = true;
-    this.flush();
-    if (this.timer !== null) clearTimeout(this.timer);
-    this.timer = null;
+  private drain(wait: boolean): void {
+    while (this.depth > 0) {
+      if (!this.writeHere(this.take(), wait)) break;
+    }
+    if (this.depth === 0) this.clearTimers();
   }
 
   private admit(): boolean {
-    if (this.depth >= this.options.queueLimit) {
+    if (this.closed || this.depth >= this.options.queueLimit) {
       this.dropped++;
       return false;
     }
-    this.schedule();
     return true;
   }
 
-  private schedule(): void {
+  /** After a push: `length` is the new length of the queue that grew. */
+  private queued(length: number): void {
+    if (length >= this.options.batchSize && !this.failing) this.writeSoon();
+    else this.writeLater();
+  }
+
+  private writeSoon(): void {
+    if (this.immediate !== null || this.closed) return;
+    this.immediate = setImmediate(this.onImmediate);
+    this.immediate.unref();
+  }
+
+  private writeLater(): void {
     if (this.timer !== null || this.closed) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.flush();
-    }, this.options.flushInterval);
+    this.timer = setTimeout(this.onTimer, this.options.flushInterval);
     this.timer.unref();
   }
 
-  private trim(): void {
-    while (this.depth > this.options.queueLimit) {
-      const longest = [this.apiQueue, this.usageQueue, this.activityQueue].reduce((a, b) => (b.length > a.length ? b : a));
-      longest.shift();
-      this.dropped++;
+  // Arrows, so they can be handed to the timers as they are.
+  private readonly onImmediate = (): void => {
+    this.immediate = null;
+    this.writeNext();
+  };
+
+  private readonly onTimer = (): void => {
+    this.timer = null;
+    this.writeNext();
+  };
+
+  /** Starts one batch; what comes next is decided when it is done. */
+  private writeNext(): void {
+    if (this.depth === 0 || this.inFlight !== null) return;
+    const batch = this.take();
+    if (this.thread !== null) {
+      this.inFlight = batch;
+      this.thread.postMessage(batch);
+      return;
     }
+    this.afterBatch(this.writeHere(batch, false));
+  }
+
+  /** After a batch: the next full one on the next turn, else the timer for the rest. */
+  private afterBatch(ok: boolean): void {
+    if (this.depth === 0) {
+      this.clearTimers();
+      return;
+    }
+    const full = Math.max(this.activityQueue.length, this.apiQueue.length, this.usageQueue.length) >= this.options.batchSize;
+    if (ok && full) this.writeSoon();
+    // A pending timer is kept: it bounds how long the oldest queued entry waits.
+    else this.writeLater();
+  }
+
+  /** Writes a batch on this thread; false (and the batch back in the queue) if the store refused it. */
+  private writeHere(batch: LogBatch, wait: boolean): boolean {
+    try {
+      this.store.logs.insertBatch(batch, { wait });
+    } catch (err) {
+      this.refused(batch, err);
+      return false;
+    }
+    this.succeeded(batch);
+    return true;
+  }
+
+  private take(): LogBatch {
+    const size = this.options.batchSize;
+    return { activity: this.activityQueue.splice(0, size), api: this.apiQueue.splice(0, size), usage: this.usageQueue.splice(0, size) };
+  }
+
+  private succeeded(batch: LogBatch): void {
+    this.written += batch.activity.length + batch.api.length + batch.usage.length;
+    if (this.failing) {
+      this.failing = false;
+      this.logger.info({ failedBatches: this.failedBatches, queued: this.depth }, 'writing logs works again');
+    }
+  }
+
+  /**
+   * The batch was rolled back whole: it goes back in front, so order and the retry stay
+   * exact. A full queue is not checked: what was taken out goes back, nothing more.
+   */
+  private refused(batch: LogBatch, err: unknown): void {
+    this.activityQueue = (batch.activity as NewActivityLog[]).concat(this.activityQueue);
+    this.apiQueue = (batch.api as NewApiLog[]).concat(this.apiQueue);
+    this.usageQueue = (batch.usage as NewUsageLog[]).concat(this.usageQueue);
+    this.failedBatches++;
+    if (!this.failing) this.logger.error({ err, queued: this.depth }, 'writing logs failed; will retry');
+    this.failing = true;
+    this.writeLater();
+  }
+
+  // -------------------------------------------------------------------------------------
+  // The writer thread
+
+  private startThread(path: string): Worker | null {
+    let thread: Worker;
+    try {
+      thread = new Worker(THREAD_URL, { workerData: { path } satisfies ThreadData });
+    } catch (err) {
+      this.logger.warn({ err }, 'the log writer thread did not start; writing logs on the main thread');
+      return null;
+    }
+    thread.unref();
+    thread.on('message', (reply: ThreadReply) => this.replied(reply));
+    thread.on('error', (err) => this.lostThread(thread, err));
+    thread.on('exit', (code) => this.lostThread(thread, code === 0 ? null : new Error(`the log writer thread exited with code ${code}`)));
+    return thread;
+  }
+
+  private replied(reply: ThreadReply): void {
+    const batch = this.inFlight;
+    if (batch === null) return;
+    this.inFlight = null;
+    if (reply.ok) this.succeeded(batch);
+    else this.refused(batch, new Error(reply.message));
+    this.afterBatch(reply.ok);
+    this.settle();
+  }
+
+  /** The thread died (or was stopped): its batch goes back in the queue and writing continues here. */
+  private lostThread(thread: Worker, err: Error | null): void {
+    if (this.thread !== thread) return;
+    this.thread = null;
+    if (err !== null) this.logger.error({ err }, 'the log writer thread failed; writing logs on the main thread');
+    const batch = this.inFlight;
+    this.inFlight = null;
+    if (batch !== null) this.refused(batch, err ?? new Error('the log writer thread stopped'));
+    this.settle();
+  }
+
+  private settle(): void {
+    const resolve = this.whenSettled;
+    this.whenSettled = null;
+    resolve?.();
+  }
+
+  private async stopThread(): Promise<void> {
+    const thread = this.thread;
+    if (thread === null) return;
+    // Unreferenced so it never keeps a server's process alive; but once closing, the
+    // process must wait for it, or a CLI command would exit with the batch half way.
+    thread.ref();
+    if (this.inFlight !== null) {
+      await new Promise<void>((resolve) => {
+        this.whenSettled = resolve;
+      });
+    }
+    if (this.thread !== thread) return;
+    this.thread = null;
+    const exited = new Promise((resolve) => thread.once('exit', resolve));
+    // The thread is unref'd while it serves; waiting for its exit must hold the process
+    // open, or a process with nothing else pending (a CLI command, serve after its
+    // listeners closed) ends here, silently, with the queued entries unwritten.
+    thread.ref();
+    thread.postMessage('close');
+    await exited;
+  }
+
+  private clearTimers(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    if (this.immediate !== null) clearImmediate(this.immediate);
+    this.timer = null;
+    this.immediate = null;
   }
 }

@@ -250,7 +250,7 @@ test('minDecryptionVersion and destroyed versions retire tokens', () => {
     { version: 1, key: Buffer.alloc(0), destroyed: true },
     { version: 2, key: KEY2 },
   ]);
-  assert.equal(reasonOf(() => new TokenCodec(destroyed, { deterministic: false }).decrypt(old)), 'retired-version');
+  assert.equal(reasonOf(() => new TokenCodec(destroyed, { deterministic: false }).decrypt(old)), 'destroyed-version');
 });
 
 test('peek reads the header without keys; null when malformed', () => {

@@ -37,7 +37,7 @@ test('an in-memory store is migrated and has foreign keys on', (t) => {
   const store = openStore(':memory:');
   t.after(() => store.close());
   assert.equal(store.path, ':memory:');
-  assert.equal(schemaVersion(store.db), 1);
+  assert.equal(schemaVersion(store.db), latest);
   assert.equal(pragma(store.db, 'foreign_keys'), 1);
   assert.throws(() => store.db.prepare('INSERT INTO user_roles (user_id, role_id) VALUES (999, 999)').run(), /FOREIGN KEY/);
 });
@@ -51,11 +51,11 @@ test('reopening runs no migration again and keeps the data', (t) => {
 
   const second = openStore(path);
   t.after(() => second.close());
-  assert.equal(schemaVersion(second.db), 1);
+  assert.equal(schemaVersion(second.db), latest);
   assert.equal(second.users.list().length, 1);
   // Migration 1 inserts the built-in roles; a second run would have failed on UNIQUE or doubled them.
   assert.equal(second.roles.list().length, 4);
-  assert.deepEqual(migrate(second.db), { from: 1, to: 1 });
+  assert.deepEqual(migrate(second.db), { from: latest, to: latest });
 });
 
 test('a later migration is applied on reopen, in order, once', (t) => {
@@ -65,19 +65,19 @@ test('a later migration is applied on reopen, in order, once', (t) => {
   t.after(() => db.close());
   const next: Migration[] = [
     ...migrations,
-    { version: 2, sql: 'CREATE TABLE extra_a (id INTEGER PRIMARY KEY) STRICT;' },
-    { version: 3, sql: 'INSERT INTO extra_a (id) VALUES (7);' },
+    { version: latest + 1, sql: 'CREATE TABLE extra_a (id INTEGER PRIMARY KEY) STRICT;' },
+    { version: latest + 2, sql: 'INSERT INTO extra_a (id) VALUES (7);' },
   ];
-  assert.deepEqual(migrate(db, next), { from: 1, to: 3 });
-  assert.equal(schemaVersion(db), 3);
-  assert.deepEqual(migrate(db, next), { from: 3, to: 3 });
+  assert.deepEqual(migrate(db, next), { from: latest, to: latest + 2 });
+  assert.equal(schemaVersion(db), latest + 2);
+  assert.deepEqual(migrate(db, next), { from: latest + 2, to: latest + 2 });
   assert.deepEqual(db.prepare('SELECT id FROM extra_a').all().map((row) => row['id']), [7]);
 });
 
 test('a failing migration leaves the database at its old version', (t) => {
   const db = new DatabaseSync(':memory:');
   t.after(() => db.close());
-  const broken: Migration[] = [...migrations, { version: 2, sql: 'CREATE TABLE half (id INTEGER); SELECT * FROM missing_table;' }];
+  const broken: Migration[] = [...migrations, { version: latest + 1, sql: 'CREATE TABLE half (id INTEGER); SELECT * FROM missing_table;' }];
   assert.throws(() => migrate(db, broken), /no such table: missing_table/);
   assert.equal(schemaVersion(db), 0);
   assert.equal(db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('roles', 'half')").get()?.['n'], 0);

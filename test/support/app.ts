@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { TestContext } from 'node:test';
 import { Writable } from 'node:stream';
-import { createApp, type App } from '../../src/app.ts';
+import { createApp, type App, type AppOptions } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 
@@ -61,11 +61,20 @@ export interface Running {
   readonly port: number;
   /** Everything the service logged, for secrecy checks. */
   readonly logs: () => string;
+  /** The admin listener's base URL, when started with `admin: true`. */
+  readonly adminUrl: string | null;
 }
 
-export async function startApp(t: TestContext, extraYaml = '', seed = SEED): Promise<Running> {
+/** `publicUrl` sets `server.public_url` (extraYaml cannot: the `server:` block is written here). */
+export interface StartOptions extends Pick<AppOptions, 'resolve'> {
+  readonly publicUrl?: string;
+  /** Start the admin listener (metrics, health) on a free port too. */
+  readonly admin?: boolean;
+}
+
+export async function startApp(t: TestContext, extraYaml = '', seed = SEED, { publicUrl, admin, ...options }: StartOptions = {}): Promise<Running> {
   const text = `
-server: { listen: 127.0.0.1:0, admin_listen: "off", body_limit: 1mb }
+server: { listen: 127.0.0.1:0, admin_listen: "${admin === true ? '127.0.0.1:0' : 'off'}", body_limit: 1mb${publicUrl === undefined ? '' : `, public_url: "${publicUrl}"`} }
 store: { path: ":memory:" }
 keys: { master_key_file: /nonexistent/never-used.key }
 logging: { level: debug }
@@ -80,10 +89,16 @@ ${seed}`;
     },
   });
   const env = { SVC_MASTER_KEY: randomBytes(32).toString('base64') };
-  const app = createApp(config, { logger: createLogger('debug', sink), env });
-  const { main } = await app.listen();
+  const app = createApp(config, { logger: createLogger('debug', sink), env, ...options });
+  const { main, admin: adminAddress } = await app.listen();
   t.after(() => app.close());
-  return { app, url: `http://127.0.0.1:${main.port}`, port: main.port, logs: () => chunks.join('') };
+  return {
+    app,
+    url: `http://127.0.0.1:${main.port}`,
+    port: main.port,
+    logs: () => chunks.join(''),
+    adminUrl: adminAddress === null ? null : `http://127.0.0.1:${adminAddress.port}`,
+  };
 }
 
 export interface CallOptions {

@@ -1,0 +1,324 @@
+/**
+ * Starting and stopping the processes the HTTP benchmarks measure, and reading their CPU
+ * time and memory from /proc (Linux): the helper servers of servers.ts, nginx, and the
+ * service itself exactly as `npm start` runs it.
+ */
+import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Role } from './servers.ts';
+
+export interface Running {
+  readonly name: string;
+  readonly url: string;
+  readonly port: number;
+  /** Every process that does the work (nginx: the master and its workers). */
+  readonly pids: readonly number[];
+  stop(): Promise<void>;
+}
+
+const SERVERS = new URL('./servers.ts', import.meta.url).pathname;
+const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
+/** The flags `npm start` and the container image run the service with (package.json). */
+export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
+/** The seeded API key (`svc_` and 40 letters or digits). */
+export const BENCH_KEY = `svc_${'HttpBench'.padEnd(40, '0')}`;
+export const BENCH_SLUG = 'bench';
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+/** Asks politely, then kills after `graceMs`. */
+async function terminate(child: ChildProcess, ask: () => void, graceMs = 5000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  ask();
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited(child);
+  clearTimeout(timer);
+}
+
+export async function startHelper(role: Role, target?: string): Promise<Running> {
+  const child = fork(SERVERS, target === undefined ? [role] : [role, target], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: [] });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('message', (m) => resolve((m as { port: number }).port));
+    child.once('exit', (code) => reject(new Error(`${role} exited with code ${code} before listening`)));
+  });
+  return {
+    name: role,
+    url: `http://127.0.0.1:${port}`,
+    port,
+    pids: [child.pid!],
+    stop: () => terminate(child, () => child.send('stop')),
+  };
+}
+
+export interface ServiceOptions {
+  /** Origins (`http://127.0.0.1:port`) the bench configuration may forward to. */
+  readonly destinations: readonly string[];
+  /** Extra top-level YAML (e.g. `forwarding:`). */
+  readonly yaml?: string;
+  /** Extra node flags, e.g. `--cpu-prof`. */
+  readonly nodeArgs?: readonly string[];
+  /** Extra `server:` settings, e.g. `request_timeout: 10m`. */
+  readonly server?: string;
+}
+
+/**
+ * `node --max-semi-space-size=2 src/main.ts serve --config <temp yaml>` with a temp-dir
+ * store (WAL file, logs written on the log thread, as in production), `logging.level:
+ * warn` and the master key from SVC_MASTER_KEY.
+ */
+export async function startService(options: ServiceOptions): Promise<Running & { dir: string; output(): string }> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-http-bench-'));
+  const config = join(dir, 'svc.yaml');
+  writeFileSync(
+    config,
+    `server: { listen: 127.0.0.1:0, admin_listen: "off"${options.server === undefined ? '' : `, ${options.server}`} }
+store: { path: ${JSON.stringify(join(dir, 'svc.db'))} }
+keys: { master_key_file: ${JSON.stringify(join(dir, 'unused-master.key'))} }
+logging: { level: warn }
+${options.yaml ?? ''}
+seed:
+  users:
+    - { name: Bench Owner, email: owner@bench.example, roles: [owner] }
+  api_keys:
+    - { name: bench, user: owner@bench.example, key: ${BENCH_KEY} }
+  configurations:
+    - name: bench
+      type: encryption
+      proxy_slug: ${BENCH_SLUG}
+      destinations: [${options.destinations.map((d) => JSON.stringify(`${d}/`)).join(', ')}]
+`,
+  );
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? []), MAIN, 'serve', '--config', config], {
+    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64') },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: dir,
+  });
+  let output = '';
+  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  let port: number;
+  try {
+    port = await listeningPort(child, 20_000, () => output);
+  } catch (err) {
+    child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return {
+    name: 'svc',
+    url: `http://127.0.0.1:${port}`,
+    port,
+    pids: [child.pid!],
+    dir,
+    output: () => output,
+    // SIGTERM lets the service drain and exit normally, which also writes --cpu-prof output.
+    stop: async () => {
+      await terminate(child, () => child.kill('SIGTERM'), 15_000);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * At `warn` the service logs nothing when it starts listening, so the port it picked is
+ * read from /proc: the LISTEN socket among the inodes of its open file descriptors.
+ */
+async function listeningPort(child: ChildProcess, timeoutMs: number, output: () => string): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`the service exited with ${child.exitCode}:\n${output()}`);
+    const port = listenPortOf(child.pid!);
+    if (port !== null) return port;
+    await sleep(50);
+  }
+  throw new Error(`the service did not listen within ${timeoutMs} ms:\n${output()}`);
+}
+
+function listenPortOf(pid: number): number | null {
+  const inodes = new Set<string>();
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return null;
+  }
+  for (const fd of fds) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m !== null) inodes.add(m[1]!);
+    } catch {
+      // closed while listing
+    }
+  }
+  for (const table of ['tcp', 'tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${pid}/net/${table}`, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      // local_address is cols[1] (ADDR:PORT in hex), st is cols[3] (0A = LISTEN), inode is cols[9].
+      if (cols[3] === '0A' && cols[9] !== undefined && inodes.has(cols[9])) return parseInt(cols[1]!.split(':')[1]!, 16);
+    }
+  }
+  return null;
+}
+
+/**
+ * nginx cannot listen on port 0, so a free port is found by binding one and closing it;
+ * a race with another process is possible, and then nginx fails to start and is retried.
+ */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export function nginxAvailable(): boolean {
+  return spawnSync('nginx', ['-v'], { stdio: 'ignore' }).status === 0;
+}
+
+export function installNginx(log: (m: string) => void): boolean {
+  log('installing nginx (apt-get install -y nginx)...');
+  const result = spawnSync('sh', ['-c', 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx'], { stdio: 'inherit' });
+  return result.status === 0 && nginxAvailable();
+}
+
+function nginxConfig(dir: string, port: number, upstream: number, workers: number): string {
+  return `# Written by bench/http/processes.ts: a loopback reverse proxy to the echo backend.
+daemon off;
+master_process on;
+worker_processes ${workers};
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/client_body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 60s;
+  upstream echo {
+    server 127.0.0.1:${upstream};
+    keepalive 64;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+  }
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      proxy_pass http://echo;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`;
+}
+
+export async function startNginx(upstreamPort: number, workers: number): Promise<Running> {
+  for (let attempt = 1; ; attempt++) {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-bench-nginx-'));
+    // Workers run as nobody when started by root: let them reach their temp directories.
+    chmodSync(dir, 0o755);
+    const port = await freePort();
+    writeFileSync(join(dir, 'nginx.conf'), nginxConfig(dir, port, upstreamPort, workers));
+    const child = spawn('nginx', ['-p', dir, '-e', join(dir, 'error.log'), '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'inherit', 'inherit'] });
+    const up = await waitForPort(port, child, 10_000);
+    if (!up) {
+      const log = readText(join(dir, 'error.log'));
+      child.kill('SIGKILL');
+      await exited(child);
+      rmSync(dir, { recursive: true, force: true });
+      if (attempt < 3 && /Address already in use/.test(log)) continue;
+      throw new Error(`nginx did not start:\n${log}`);
+    }
+    const workerPids = await childrenOf(child.pid!, workers);
+    return {
+      name: 'nginx',
+      url: `http://127.0.0.1:${port}`,
+      port,
+      pids: [child.pid!, ...workerPids],
+      stop: async () => {
+        // SIGQUIT: graceful shutdown of the master and its workers.
+        await terminate(child, () => child.kill('SIGQUIT'));
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  }
+}
+
+function readText(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+async function waitForPort(port: number, child: ChildProcess, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) return false;
+    const ok = await fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{}' }).then(
+      async (r) => (await r.arrayBuffer(), true),
+      () => false,
+    );
+    if (ok) return true;
+    await sleep(50);
+  }
+  return false;
+}
+
+async function childrenOf(pid: number, expected: number): Promise<number[]> {
+  for (let i = 0; i < 50; i++) {
+    const found: number[] = [];
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      const stat = readText(`/proc/${entry}/stat`);
+      // Field 4 (ppid) follows the parenthesised command name, which may hold spaces.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[1]) === pid) found.push(Number(entry));
+    }
+    if (found.length >= expected) return found;
+    await sleep(50);
+  }
+  throw new Error(`nginx did not start ${expected} worker(s)`);
+}
+
+const TICKS_PER_SECOND = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** User + system CPU seconds used so far by `pids` (all their threads). */
+export function cpuSeconds(pids: readonly number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    const stat = readText(`/proc/${pid}/stat`);
+    if (stat === '') continue;
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime are fields 14 and 15 of /proc/pid/stat, 12 and 13 after the name.
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks / TICKS_PER_SECOND;
+}
+
+/** VmRSS and VmHWM of a process, in bytes (0 once it is gone). */
+export function memory(pid: number): { rss: number; hwm: number } {
+  const status = readText(`/proc/${pid}/status`);
+  const kb = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
+  return { rss: kb('VmRSS'), hwm: kb('VmHWM') };
+}

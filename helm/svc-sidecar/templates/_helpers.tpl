@@ -1,0 +1,122 @@
+{{/* Chart name, overridable with nameOverride. */}}
+{{- define "svc-sidecar.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified name of the release's objects. Truncated to 55 characters so that
+suffixed names (<fullname>-sidecar) stay within the 63 allowed for labels and DNS.
+*/}}
+{{- define "svc-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 55 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 55 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 55 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "svc-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "svc-sidecar.labels" -}}
+helm.sh/chart: {{ include "svc-sidecar.chart" . }}
+app.kubernetes.io/name: {{ include "svc-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selects the control-plane pods only: application pods carrying a sidecar have their own
+labels, and must never receive the control plane's traffic.
+*/}}
+{{- define "svc-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "svc-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: control-plane
+{{- end }}
+
+{{- define "svc-sidecar.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{- define "svc-sidecar.sidecarImage" -}}
+{{- $repository := .Values.sidecar.image.repository | default .Values.image.repository }}
+{{- $tag := .Values.sidecar.image.tag | default (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" $repository $tag }}
+{{- end }}
+
+{{/* The Secret holding SVC_MASTER_KEY and SVC_API_KEY: the given one, or the chart's. */}}
+{{- define "svc-sidecar.secretName" -}}
+{{- .Values.secrets.existingSecret | default (include "svc-sidecar.fullname" .) }}
+{{- end }}
+
+{{- define "svc-sidecar.claimName" -}}
+{{- .Values.persistence.existingClaim | default (printf "%s-data" (include "svc-sidecar.fullname" .)) }}
+{{- end }}
+
+{{- define "svc-sidecar.controlPlaneUrl" -}}
+{{- .Values.sidecar.controlPlaneUrl | default (printf "http://%s.%s.svc:%d" (include "svc-sidecar.fullname" .) .Release.Namespace (int .Values.service.port)) }}
+{{- end }}
+
+{{/*
+The control plane's svc.yaml: `config` from the values plus the keys the chart owns
+(listeners, store path, master key file), which the values may not set.
+*/}}
+{{- define "svc-sidecar.config" -}}
+{{- $config := deepCopy (.Values.config | default dict) }}
+{{- range $section := list "store" "keys" }}
+{{- if hasKey $config $section }}
+{{- fail (printf "config.%s is set by the chart (the store lives on the data volume at /app/data); remove it from your values" $section) }}
+{{- end }}
+{{- end }}
+{{- $server := $config.server | default dict }}
+{{- range $key := list "listen" "admin_listen" }}
+{{- if hasKey $server $key }}
+{{- fail (printf "config.server.%s is set by the chart from containerPorts; remove it from your values" $key) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $server "listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.http)) }}
+{{- $_ := set $server "admin_listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.admin)) }}
+{{- $_ := set $config "server" $server }}
+{{- $_ := set $config "store" (dict "path" "/app/data/svc.db") }}
+{{- $_ := set $config "keys" (dict "master_key_file" "/app/data/master.key") }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+The svc.yaml of sidecars in application pods: state replicated from the control plane,
+API on localhost only, admin listener on the pod IP for the kubelet.
+*/}}
+{{- define "svc-sidecar.sidecarConfig" -}}
+{{- $config := dict
+  "server" (dict
+    "listen" (printf "127.0.0.1:%d" (int .Values.sidecar.ports.api))
+    "admin_listen" (printf "0.0.0.0:%d" (int .Values.sidecar.ports.admin)))
+  "store" (dict "path" "/app/data/svc.db")
+  "keys" (dict "master_key_file" "/app/data/master.key")
+  "state" (dict
+    "source" "control-plane"
+    "control_plane" (dict
+      "url" (include "svc-sidecar.controlPlaneUrl" .)
+      "api_key" "${SVC_CP_KEY}"
+      "poll_interval" .Values.sidecar.pollInterval))
+  "logging" (dict "level" .Values.sidecar.logLevel) }}
+{{- if .Values.sidecar.relay.enabled }}
+{{- $_ := set $config "relay" (dict
+  "listen" (printf "0.0.0.0:%d" (int .Values.sidecar.ports.relay))
+  "upstream" .Values.sidecar.relay.upstream
+  "routes" .Values.sidecar.relay.routes) }}
+{{- end }}
+{{- with .Values.sidecar.egress }}
+{{- $_ := set $config "egress" . }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}

@@ -1,0 +1,82 @@
+/**
+ * Access tokens from login (DESIGN §9): HS256 JWTs signed with a secret derived from the
+ * master key, so every instance sharing the master key accepts the same tokens and no
+ * separate signing key has to be distributed or rotated on its own.
+ */
+import { createSecretKey, randomBytes, type webcrypto } from 'node:crypto';
+import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import { UnauthorizedError } from '../errors.ts';
+
+/** HKDF info for the signing secret; changing it invalidates every token issued. */
+export const ACCESS_TOKEN_SECRET_LABEL = 'svc-sidecar access token v1';
+export const ACCESS_TOKEN_ISSUER = 'svc-sidecar';
+const ALGORITHM = 'HS256';
+
+/** What a verified token says. */
+export interface AccessTokenClaims {
+  readonly userId: number;
+  readonly jti: string;
+  /** Expiry, seconds since the epoch (the JWT `exp`). */
+  readonly expiresAt: number;
+}
+
+export interface IssuedToken {
+  readonly token: string;
+  /** Seconds the token is valid for. */
+  readonly expiresIn: number;
+  readonly claims: AccessTokenClaims;
+}
+
+export class AccessTokens {
+  /**
+   * A WebCrypto key imported once: jose re-imports a raw Uint8Array secret on every
+   * sign and verify, which would be a per-request key import.
+   */
+  readonly #key: webcrypto.CryptoKey;
+  readonly ttlSeconds: number;
+
+  /** `secret` is at least 32 bytes; `ttlMs` is `auth.access_token_ttl`. */
+  constructor(secret: Buffer, ttlMs: number) {
+    if (secret.length < 32) throw new RangeError('the access token secret must be at least 32 bytes');
+    this.#key = createSecretKey(secret).toCryptoKey({ name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']);
+    // JWT times are whole seconds; a sub-second TTL still gives a token that lives one.
+    this.ttlSeconds = Math.max(1, Math.round(ttlMs / 1000));
+  }
+
+  async issue(userId: number): Promise<IssuedToken> {
+    const now = Math.floor(Date.now() / 1000);
+    const claims: AccessTokenClaims = { userId, jti: randomBytes(16).toString('base64url'), expiresAt: now + this.ttlSeconds };
+    const token = await new SignJWT({})
+      .setProtectedHeader({ alg: ALGORITHM, typ: 'JWT' })
+      .setSubject(String(userId))
+      .setJti(claims.jti)
+      .setIssuer(ACCESS_TOKEN_ISSUER)
+      .setIssuedAt(now)
+      .setExpirationTime(claims.expiresAt)
+      .sign(this.#key);
+    return { token, expiresIn: this.ttlSeconds, claims };
+  }
+
+  /**
+   * Checks signature, algorithm, issuer and expiry; any failure is the same 401, so a
+   * client learns nothing about which check failed.
+   */
+  async verify(token: string): Promise<AccessTokenClaims> {
+    let payload;
+    try {
+      ({ payload } = await jwtVerify(token, this.#key, {
+        algorithms: [ALGORITHM],
+        issuer: ACCESS_TOKEN_ISSUER,
+        requiredClaims: ['sub', 'jti', 'exp', 'iat'],
+      }));
+    } catch (err) {
+      if (err instanceof joseErrors.JOSEError) throw new UnauthorizedError({ cause: err });
+      throw err;
+    }
+    const userId = payload.sub !== undefined && /^[1-9]\d{0,15}$/.test(payload.sub) ? Number(payload.sub) : NaN;
+    if (!Number.isSafeInteger(userId) || typeof payload.jti !== 'string' || payload.jti === '' || typeof payload.exp !== 'number') {
+      throw new UnauthorizedError();
+    }
+    return { userId, jti: payload.jti, expiresAt: payload.exp };
+  }
+}

@@ -1,0 +1,89 @@
+/**
+ * `x-svc-destination` (DESIGN §8): an absolute http(s) URL that must fall under one of the
+ * configuration's `destinations` prefixes. An entry may name its host exactly
+ * (`https://api.vendor.com/v1/`) or by wildcard (`https://*.vendor.com/`); only an exact
+ * name lets the destination reach a non-public address.
+ */
+import { isIP } from 'node:net';
+import { BadRequestError, DestinationNotAllowedError } from '../errors.ts';
+import { isPublicAddress } from './address-policy.ts';
+
+export interface Destination {
+  readonly url: URL;
+  /** `protocol//host:port`, the connection pool key. */
+  readonly origin: string;
+  /** Path and query sent in the request line. */
+  readonly path: string;
+  /** `Basic ...` from `user:pass@` in the URL, if any. */
+  readonly authorization: string | null;
+  /** The allowlist names this host exactly, so non-public addresses are allowed. */
+  readonly trusted: boolean;
+  /** The allowlist entry that matched: a bounded label for metrics. */
+  readonly entry: string;
+}
+
+const MAX_URL_LENGTH = 8192;
+
+export function parseDestination(value: string, allowlist: readonly string[]): Destination {
+  let url: URL;
+  try {
+    if (value.length > MAX_URL_LENGTH) throw new Error('too long');
+    url = new URL(value);
+  } catch {
+    throw new BadRequestError('The x-svc-destination header must be an absolute http or https URL.');
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+    throw new BadRequestError('The x-svc-destination header must be an absolute http or https URL.');
+  }
+  const found = matchAllowlist(url, allowlist);
+  if (found === null) throw new DestinationNotAllowedError(url.host);
+  const match = found.kind;
+  const literal = literalAddress(url.hostname);
+  // An IP literal is the address connected to: check it here, as no lookup will run.
+  if (literal !== null && match !== 'exact' && !isPublicAddress(literal)) throw new DestinationNotAllowedError(url.host);
+  const authorization =
+    url.username !== '' || url.password !== ''
+      ? `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}`
+      : null;
+  return {
+    url,
+    origin: `${url.protocol}//${url.host}`,
+    path: `${url.pathname}${url.search}`,
+    authorization,
+    trusted: match === 'exact',
+    entry: found.entry,
+  };
+}
+
+/** `exact` when an entry names the host itself, `wildcard` for `*.domain` entries, else null. */
+function matchAllowlist(url: URL, allowlist: readonly string[]): { kind: 'exact' | 'wildcard'; entry: string } | null {
+  let result: { kind: 'exact' | 'wildcard'; entry: string } | null = null;
+  for (const entry of allowlist) {
+    const wildcard = /^(https?):\/\/\*\.([^/]+)(\/.*)?$/i.exec(entry);
+    let pattern: URL;
+    try {
+      pattern = new URL(wildcard === null ? entry : `${wildcard[1]}://${wildcard[2]}${wildcard[3] ?? '/'}`);
+    } catch {
+      continue;
+    }
+    if (pattern.protocol !== url.protocol || pattern.port !== url.port) continue;
+    if (!pathUnder(url.pathname, pattern.pathname)) continue;
+    if (wildcard === null) {
+      if (pattern.hostname === url.hostname) return { kind: 'exact', entry };
+    } else if (url.hostname.endsWith(`.${pattern.hostname}`)) {
+      result ??= { kind: 'wildcard', entry };
+    }
+  }
+  return result;
+}
+
+/** `/v1/` covers `/v1/x`; `/v1` covers `/v1` and `/v1/x` but not `/v1x`. */
+function pathUnder(path: string, prefix: string): boolean {
+  if (prefix === '/' || path === prefix) return true;
+  return path.startsWith(prefix.endsWith('/') ? prefix : `${prefix}/`);
+}
+
+function literalAddress(hostname: string): string | null {
+  const bare = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname;
+  return isIP(bare) === 0 ? null : bare;
+}

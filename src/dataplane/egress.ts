@@ -1,0 +1,67 @@
+/**
+ * Egress routes (DESIGN §12): the application calls `/egress/{name}/{rest}` on the main
+ * listener and the request goes to the route's `destination` + `/{rest}` + query, its
+ * body transformed on the way (typically decrypted, so the application never holds
+ * plaintext), the vendor's answer relayed back (optionally transformed too).
+ *
+ * Pipeline: find the route → log it → resolve its configuration → build the destination
+ * → transform the body → forward and relay.
+ */
+import type { EgressRoute as EgressConfig } from '../config/schema.ts';
+import { NotFoundError } from '../errors.ts';
+import type { RequestContext } from '../http/context.ts';
+import { parseDestination, type Destination } from './destination.ts';
+import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, type TransformRoute } from './route-transform.ts';
+import type { Services } from './services.ts';
+
+export interface EgressRoute extends TransformRoute {
+  /** `protocol//userinfo@host` + the destination's path without its trailing `/`. */
+  readonly base: string;
+  /**
+   * The destination as the one allowlist entry of the route: it names its host exactly,
+   * so it may be a private address, and a path that climbs out of it (`../`) is refused.
+   */
+  readonly allow: string;
+}
+
+/** The configured egress routes by name, compiled once at start. */
+export class EgressRoutes {
+  private readonly routes: ReadonlyMap<string, EgressRoute>;
+
+  constructor(config: readonly EgressConfig[]) {
+    const routes = new Map<string, EgressRoute>();
+    config.forEach((entry, i) => {
+      const url = new URL(entry.destination);
+      const prefix = url.pathname.endsWith('/') ? url.pathname.slice(0, -1) : url.pathname;
+      const userinfo = url.username === '' && url.password === '' ? '' : `${url.username}:${url.password}@`;
+      routes.set(entry.name, {
+        ...compileTransformRoute(`egress:${entry.name}`, `egress[${i}]`, entry),
+        base: `${url.protocol}//${userinfo}${url.host}${prefix}`,
+        allow: `${url.protocol}//${url.host}${prefix}/`,
+      });
+    });
+    this.routes = routes;
+  }
+
+  get(name: string): EgressRoute | undefined {
+    return this.routes.get(name);
+  }
+}
+
+/** `/egress/:name/*rest`, any method. */
+export async function egressRoute(ctx: RequestContext, services: Services): Promise<void> {
+  const route = services.egress.get(ctx.params['name'] ?? '');
+  if (route === undefined) throw new NotFoundError();
+  const rest = ctx.params['rest'] ?? '';
+  logRouteRequest(ctx, services, route, `/${rest}`);
+  const configuration = routeConfiguration(ctx, services, route);
+  const destination = egressDestination(route, rest, ctx.rawQuery);
+  ctx.destination = destination.origin;
+  const request = await requestBody(ctx, services, route, configuration);
+  await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false));
+  request.recordUsage();
+}
+
+function egressDestination(route: EgressRoute, rest: string, query: string): Destination {
+  return parseDestination(`${route.base}/${rest}${query === '' ? '' : `?${query}`}`, [route.allow]);
+}

@@ -1,0 +1,178 @@
+/**
+ * Forwarding to a destination (DESIGN §8): undici Agents with keep-alive pools per origin,
+ * request headers cleaned of `x-svc-*` and hop-by-hop headers, no redirects followed, and
+ * the destination's answer relayed back as a stream. Failures map to gateway statuses
+ * with the cause kept for the log and nothing internal in the body.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import { pipeline, Readable } from 'node:stream';
+import { Agent, errors as undiciErrors } from 'undici';
+import type { Dispatcher } from 'undici';
+import { BadRequestError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';
+import type { RequestContext } from '../http/context.ts';
+import { AddressNotAllowedError, publicOnlyLookup, type Resolver } from './address-policy.ts';
+import type { Destination } from './destination.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
+
+export interface ForwarderOptions {
+  readonly connectTimeout: number;
+  readonly headersTimeout: number;
+  readonly bodyTimeout: number;
+  /** DNS for destinations that must be public; the system resolver by default. */
+  readonly resolve?: Resolver;
+  readonly metrics?: Metrics;
+}
+
+/** RFC 9110 §7.6.1 hop-by-hop fields, plus the ones we set or strip ourselves. */
+export const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const NOT_FORWARDED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect']);
+/** Printable ASCII and tab: anything else (CR, LF, NUL, obs-text) never reaches a destination. */
+const SAFE_VALUE = /^[\t\x20-\x7e]*$/;
+
+export type ForwardBody = Buffer | AsyncIterable<Buffer> | null;
+
+/** How relay and egress routes differ from `/proxy` (DESIGN §12); `/proxy` passes none. */
+export interface ForwardOptions {
+  /**
+   * Pass the client's `authorization` on. On relay and egress routes it is the
+   * application's own credential for the upstream, not one for svc-sidecar.
+   */
+  readonly keepAuthorization?: boolean;
+  /** Keep the client's `host` (relay: the application sees the host it was called by). */
+  readonly keepHost?: boolean;
+  /** Set after cleaning, replacing what the client sent. */
+  readonly setHeaders?: Readonly<Record<string, string>>;
+  /**
+   * Answers the client instead of relaying the response as-is (response transforms).
+   * It must consume or destroy the response body.
+   */
+  readonly respond?: (ctx: RequestContext, response: Dispatcher.ResponseData, method: string) => Promise<void>;
+}
+
+const NO_OPTIONS: ForwardOptions = {};
+
+export class Forwarder {
+  /** For hosts named exactly in an allowlist: any address. */
+  private readonly trusted: Agent;
+  /** For wildcard matches: public addresses only, checked at connect time. */
+  private readonly publicOnly: Agent;
+  private readonly options: ForwarderOptions;
+
+  constructor(options: ForwarderOptions) {
+    this.options = options;
+    const common = { keepAliveTimeout: 10_000, connections: 256, headersTimeout: options.headersTimeout, bodyTimeout: options.bodyTimeout };
+    this.trusted = new Agent({ ...common, connect: { timeout: options.connectTimeout } });
+    this.publicOnly = new Agent({ ...common, connect: { timeout: options.connectTimeout, lookup: publicOnlyLookup(options.resolve) } });
+  }
+
+  /**
+   * Sends the request and relays the answer to `ctx.res`. Resolves when the relay is
+   * done; rejects (before anything was sent to the client) with a gateway error.
+   */
+  async forward(ctx: RequestContext, destination: Destination, body: ForwardBody, options: ForwardOptions = NO_OPTIONS): Promise<void> {
+    const headers = forwardedHeaders(ctx.req.headers, destination, options);
+    const method = ctx.req.method ?? 'GET';
+    const dispatcher = destination.trusted ? this.trusted : this.publicOnly;
+    const abort = new AbortController();
+    const onClientGone = () => abort.abort(new Error('client went away'));
+    ctx.res.once('close', onClientGone);
+    let response: Dispatcher.ResponseData;
+    const started = performance.now();
+    try {
+      response = await dispatcher.request({
+        origin: destination.origin,
+        path: destination.path,
+        method: method as Dispatcher.HttpMethod,
+        headers,
+        body: body === null || Buffer.isBuffer(body) ? body : Readable.from(body, { objectMode: false }),
+        signal: abort.signal,
+        headersTimeout: this.options.headersTimeout,
+        bodyTimeout: this.options.bodyTimeout,
+      });
+    } catch (err) {
+      ctx.res.off('close', onClientGone);
+      const mapped = mapUpstreamError(err, destination);
+      this.options.metrics?.countForwardError(destination.entry, mapped.status === 504 ? 'timeout' : mapped.status === 403 ? 'refused' : 'unreachable');
+      throw mapped;
+    }
+    this.options.metrics?.observeForward(destination.entry, response.statusCode, (performance.now() - started) / 1000);
+    try {
+      await (options.respond ?? relay)(ctx, response, method);
+    } finally {
+      ctx.res.off('close', onClientGone);
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.trusted.close(), this.publicOnly.close()]);
+  }
+}
+
+/**
+ * `authorization` is not passed on unless `keepAuthorization`: on `/proxy` it carries the
+ * caller's access token for svc-sidecar itself. Credentials for the destination go in the
+ * destination URL (`https://user:pass@host/`, sent as basic auth) or in another header.
+ */
+function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destination, options: ForwardOptions): Record<string, string | string[]> {
+  const listed = new Set(
+    String(incoming['connection'] ?? '')
+      .split(',')
+      .map((s) => s.trim().toLowerCase())
+      .filter((s) => s !== ''),
+  );
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(incoming)) {
+    if (value === undefined || name.startsWith('x-svc-') || NOT_FORWARDED.has(name) || listed.has(name)) continue;
+    if (name === 'authorization' && options.keepAuthorization !== true) continue;
+    const values = Array.isArray(value) ? value : [value];
+    if (!values.every((v) => SAFE_VALUE.test(v))) {
+      throw new BadRequestError(`The ${name} header holds characters that cannot be forwarded.`);
+    }
+    out[name] = value;
+  }
+  if (options.keepHost === true && incoming.host !== undefined && SAFE_VALUE.test(incoming.host)) out['host'] = incoming.host;
+  if (options.setHeaders !== undefined) Object.assign(out, options.setHeaders);
+  if (destination.authorization !== null) out['authorization'] = destination.authorization;
+  return out;
+}
+
+/** Relays the destination's answer as-is, streamed (DESIGN §8). */
+export async function relay(ctx: RequestContext, response: Dispatcher.ResponseData, method: string): Promise<void> {
+  const res = ctx.res;
+  res.statusCode = response.statusCode;
+  const listed = new Set(
+    String(response.headers['connection'] ?? '')
+      .split(',')
+      .map((s) => s.trim().toLowerCase()),
+  );
+  for (const [name, value] of Object.entries(response.headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
+    res.setHeader(name, value);
+  }
+  res.setHeader('x-svc-request-id', ctx.id);
+  if (method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304) {
+    response.body.resume();
+    res.end();
+    return;
+  }
+  await new Promise<void>((resolve) => {
+    // A destination that resets mid-body leaves a half-sent response: pipeline destroys
+    // the client's socket, the only honest signal once the status line is gone.
+    pipeline(response.body, res, () => resolve());
+  });
+}
+
+export function mapUpstreamError(err: unknown, destination: Destination): SvcError {
+  if (err instanceof SvcError) return err;
+  // A failure of our own request body (bad JSON, over the limit) surfaces wrapped.
+  if (err instanceof Error && err.cause instanceof SvcError) return err.cause;
+  const cause = err instanceof Error ? err : new Error(String(err));
+  const code = (cause as NodeJS.ErrnoException).code;
+  if (cause instanceof AddressNotAllowedError || (cause.cause instanceof AddressNotAllowedError)) {
+    return new DestinationNotAllowedError(destination.url.host);
+  }
+  if (cause instanceof undiciErrors.HeadersTimeoutError || cause instanceof undiciErrors.ConnectTimeoutError || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT') {
+    return new UpstreamTimeoutError(cause);
+  }
+  return new UpstreamUnreachableError(cause);
+}

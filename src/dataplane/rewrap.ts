@@ -1,0 +1,87 @@
+/**
+ * Rewrap: tokens in, the same tokens re-encrypted under the configuration's newest key
+ * version out (`POST /api/v3/encryption/{slug}/rewrap` and `svc-sidecar keys rewrap`).
+ * The pipeline is decrypt's — authenticate → resolve configuration → permission → field
+ * paths → transform the body as it arrives → respond — with a handler that writes tokens
+ * where decrypt writes plaintext.
+ *
+ * Permission is `configurations.rotate`, not `data.decrypt`, and there is no
+ * classification access check: no plaintext leaves the process, and every token keeps
+ * its classification, so a caller ends up with exactly what it could read before. What
+ * the caller gains is moving tokens off a key version, which is the rotate permission's
+ * business.
+ */
+import { requirePermission } from '../auth/caller.ts';
+import { authenticateRequest } from '../auth/request-auth.ts';
+import { BadRequestError } from '../errors.ts';
+import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
+import type { FieldMatcher } from '../fields/paths.ts';
+import { JsonTransformer } from '../fields/transformer.ts';
+import type { RequestContext } from '../http/context.ts';
+import type { Configuration } from '../store/configurations.ts';
+import type { CodecCache } from './codecs.ts';
+import { bodyFormat, recordUsage, resolveConfiguration, resolveFieldPaths, send, transformWhole, type Format } from './encryption-routes.ts';
+import { RewrapHandler } from './field-handlers.ts';
+import type { Services } from './services.ts';
+
+export async function rewrapRoute(ctx: RequestContext, services: Services): Promise<void> {
+  const caller = await authenticateRequest(ctx, services.auth);
+  const configuration = resolveConfiguration(ctx, services, caller, ctx.params['slug']!);
+  requirePermission(caller, 'configurations.rotate');
+  refuseInapplicableHeaders(ctx);
+  // As on decrypt: without x-svc-fields every string that is a token is rewrapped.
+  const matcher = resolveFieldPaths(ctx, services, configuration, 'decrypt');
+  const format = bodyFormat(ctx);
+  const handler = new RewrapHandler(services.codecs.get(configuration));
+  const body = await transformWhole(ctx, services.config.server.body_limit, newTransformer(format, matcher, handler), handler);
+  ctx.res.setHeader('x-svc-key-version', String(handler.version));
+  send(ctx, format, body);
+  // The usage log's mode is encrypt or decrypt (a fixed schema other tools read): a
+  // rewrap writes tokens, so it counts as encrypt; its api log entry names the path.
+  recordUsage(ctx, services, configuration, 'encrypt', handler.count, ctx.bytesIn);
+}
+
+/** Rewrap neither forwards nor reclassifies; silently ignoring either header would surprise. */
+function refuseInapplicableHeaders(ctx: RequestContext): void {
+  if ((ctx.header('x-svc-destination')?.trim() ?? '') !== '') {
+    throw new BadRequestError('The rewrap endpoint does not forward: remove the x-svc-destination header.');
+  }
+  if ((ctx.header('x-svc-classification')?.trim() ?? '') !== '') {
+    throw new BadRequestError("Rewrap keeps each token's classification: remove the x-svc-classification header.");
+  }
+}
+
+function newTransformer(format: Format, matcher: FieldMatcher, handler: RewrapHandler): ChunkTransformer {
+  return format === 'ndjson' ? new NdjsonTransformer(matcher, handler) : new JsonTransformer(matcher, handler);
+}
+
+export interface RewrapResult {
+  readonly body: Buffer;
+  /** Tokens re-encrypted. */
+  readonly rewrapped: number;
+  /** Tokens already at the newest version, left unchanged. */
+  readonly kept: number;
+  /** The key version every token of `body` carries. */
+  readonly version: number;
+}
+
+/**
+ * Rewraps a whole document arriving in chunks (the CLI's stdin). Throws the 422 of the
+ * failed tokens, if any, before returning any output.
+ */
+export async function rewrapDocument(
+  codecs: CodecCache,
+  configuration: Configuration,
+  chunks: AsyncIterable<Buffer>,
+  matcher: FieldMatcher,
+  format: Format,
+): Promise<RewrapResult> {
+  const handler = new RewrapHandler(codecs.get(configuration));
+  const transformer = newTransformer(format, matcher, handler);
+  const out: Buffer[] = [];
+  for await (const chunk of chunks) transformer.push(chunk, out);
+  transformer.end(out);
+  const failure = handler.failure();
+  if (failure !== null) throw failure;
+  return { body: Buffer.concat(out), rewrapped: handler.count, kept: handler.kept, version: handler.version };
+}

@@ -1,0 +1,104 @@
+/**
+ * Prometheus metrics (prom-client) served on the admin listener's /metrics. Every label
+ * is bounded: route templates (never raw paths), status codes, configuration names,
+ * key versions, allowlist entries (never requested hosts), fixed error kinds.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export interface QueueSource {
+  readonly depth: number;
+  readonly dropped: number;
+  readonly written: number;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'route' | 'method' | 'status'>;
+  private readonly latency: Histogram<'route' | 'method' | 'status'>;
+  private readonly fields: Counter<'configuration' | 'mode'>;
+  private readonly keyVersions: Counter<'configuration' | 'version'>;
+  private readonly forwardLatency: Histogram<'destination' | 'status'>;
+  private readonly forwardErrors: Counter<'destination' | 'kind'>;
+  readonly stateVersion: Gauge;
+  readonly reloadFailures: Counter;
+  /** Children by label key, so a request does not re-hash its labels. */
+  private readonly requestChildren = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<'route' | 'method' | 'status'> }>();
+
+  constructor(queue: () => QueueSource | null) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry, prefix: 'svc_' });
+    this.requests = new Counter({ name: 'svc_http_requests_total', help: 'HTTP requests by route template, method and status.', labelNames: ['route', 'method', 'status'], registers });
+    this.latency = new Histogram({ name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route template, method and status.', labelNames: ['route', 'method', 'status'], buckets: LATENCY_BUCKETS, registers });
+    this.fields = new Counter({ name: 'svc_fields_total', help: 'Field values encrypted or decrypted, by configuration and mode.', labelNames: ['configuration', 'mode'], registers });
+    this.keyVersions = new Counter({
+      name: 'svc_decrypt_key_version_total',
+      help: 'Tokens decrypted per key version: when an old version stops appearing it can be retired.',
+      labelNames: ['configuration', 'version'],
+      registers,
+    });
+    this.forwardLatency = new Histogram({ name: 'svc_forward_duration_seconds', help: 'Time to the destination\'s response headers, by allowlist entry and status.', labelNames: ['destination', 'status'], buckets: LATENCY_BUCKETS, registers });
+    this.forwardErrors = new Counter({ name: 'svc_forward_errors_total', help: 'Forwards that failed, by allowlist entry and kind.', labelNames: ['destination', 'kind'], registers });
+    this.stateVersion = new Gauge({ name: 'svc_state_version', help: 'Version of the applied state (seed or control-plane snapshot).', registers });
+    this.reloadFailures = new Counter({ name: 'svc_state_reload_failures_total', help: 'State reloads that failed and kept the last good state.', registers });
+    new Gauge({
+      name: 'svc_log_queue_depth',
+      help: 'Log entries waiting to be written to the store.',
+      registers,
+      collect() {
+        this.set(queue()?.depth ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'svc_log_entries_dropped',
+      help: 'Log entries dropped because the queue was full, since start.',
+      registers,
+      collect() {
+        this.set(queue()?.dropped ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'svc_log_entries_written',
+      help: 'Log entries written to the store, since start.',
+      registers,
+      collect() {
+        this.set(queue()?.written ?? 0);
+      },
+    });
+  }
+
+  observeRequest(route: string, method: string, status: number, seconds: number): void {
+    const m = METHODS.has(method) ? method : 'OTHER';
+    const key = `${route}|${m}|${status}`;
+    let child = this.requestChildren.get(key);
+    if (child === undefined) {
+      const labels = { route, method: m, status: String(status) };
+      child = { count: this.requests.labels(labels), latency: this.latency.labels(labels) };
+      this.requestChildren.set(key, child);
+    }
+    child.count.inc();
+    child.latency.observe(seconds);
+  }
+
+  countFields(configuration: string, mode: string, count: number): void {
+    if (count > 0) this.fields.inc({ configuration, mode }, count);
+  }
+
+  countKeyVersions(configuration: string, versions: ReadonlyMap<number, number>): void {
+    for (const [version, count] of versions) this.keyVersions.inc({ configuration, version: String(version) }, count);
+  }
+
+  observeForward(destination: string, status: number, seconds: number): void {
+    this.forwardLatency.observe({ destination, status: String(status) }, seconds);
+  }
+
+  countForwardError(destination: string, kind: 'unreachable' | 'timeout' | 'refused'): void {
+    this.forwardErrors.inc({ destination, kind });
+  }
+
+  async render(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * Log retention (`logs.retention`, DESIGN §10): once at start and then every `interval`,
+ * rows older than the retention period are deleted.
+ *
+ * An hour of a busy instance's logs is millions of rows, and SQLite deletes about one
+ * row per 8 µs (index entries included): minutes of work an hour, which must not run as
+ * one stall of the event loop. So the delete goes in chunks, each its own transaction,
+ * and:
+ * - for a file store, on a worker thread with its own connection (retention-thread.ts);
+ * - for an in-memory store (tests), on this thread with a turn of the event loop between
+ *   chunks.
+ */
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import type { Store } from '../store/db.ts';
+import { DELETE_CHUNK, LOG_KINDS, type LogKind } from '../store/logs.ts';
+import type { RetentionThreadData, RetentionThreadReply } from './retention-thread.ts';
+
+export interface RetentionOptions {
+  /** Milliseconds a log row is kept. */
+  readonly retention: number;
+  /** Milliseconds between runs. */
+  readonly interval?: number;
+  /** The clock, for tests. */
+  readonly now?: () => number;
+  /** Delete from a worker thread when the store is a file (default true). */
+  readonly thread?: boolean;
+}
+
+export type Deleted = Record<LogKind, number>;
+
+const HOUR = 60 * 60 * 1000;
+const THREAD_URL = new URL('./retention-thread.ts', import.meta.url);
+
+export class RetentionJob {
+  private readonly store: Store;
+  private readonly logger: Logger;
+  private readonly retention: number;
+  private readonly interval: number;
+  private readonly now: () => number;
+  private readonly threaded: boolean;
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<Deleted> | null = null;
+  private stopped = false;
+  /** The thread of the run in progress, if it runs on one. */
+  private thread: Worker | null = null;
+  /** Tells a thread run to stop between chunks. */
+  private readonly stopFlag = new Int32Array(new SharedArrayBuffer(4));
+
+  constructor(store: Store, logger: Logger, options: RetentionOptions) {
+    this.store = store;
+    this.logger = logger;
+    this.retention = options.retention;
+    this.interval = options.interval ?? HOUR;
+    this.now = options.now ?? Date.now;
+    this.threaded = options.thread !== false && store.path !== ':memory:';
+  }
+
+  /** Runs once now and then every interval, without keeping the process alive. */
+  start(): void {
+    if (this.timer !== null || this.stopped) return;
+    this.timer = setInterval(() => void this.run(), this.interval);
+    this.timer.unref();
+    void this.run();
+  }
+
+  /**
+   * Deletes what is past retention; resolves with the rows deleted per kind. A run that
+   * is already going is joined rather than started twice.
+   */
+  run(): Promise<Deleted> {
+    this.running ??= this.sweep().finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  /** Stops the timer and waits for a run in progress to stop after its current chunk. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    Atomics.store(this.stopFlag, 0, 1);
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    // Unreferenced while it runs; stopping must wait for it (the store closes next).
+    this.thread?.ref();
+    await this.running;
+  }
+
+  private async sweep(): Promise<Deleted> {
+    // After stop() the store may be closed.
+    if (this.stopped) return { activity: 0, api: 0, usage: 0 };
+    const cutoff = new Date(this.now() - this.retention).toISOString();
+    let deleted: Deleted;
+    try {
+      // The probe spares a thread start when there is nothing to delete (a fresh or quiet store).
+      if (!this.store.logs.anyOlderThan(cutoff)) return { activity: 0, api: 0, usage: 0 };
+      deleted = this.threaded ? await this.sweepOnThread(cutoff) : await this.sweepHere(cutoff);
+    } catch (err) {
+      // The next run tries again; the service keeps serving meanwhile.
+      this.logger.error({ err, cutoff }, 'deleting old logs failed');
+      return { activity: 0, api: 0, usage: 0 };
+    }
+    if (deleted.activity + deleted.api + deleted.usage > 0) this.logger.info({ cutoff, deleted }, 'deleted logs past retention');
+    return deleted;
+  }
+
+  private async sweepHere(cutoff: string): Promise<Deleted> {
+    const deleted: Deleted = { activity: 0, api: 0, usage: 0 };
+    for (const kind of LOG_KINDS) {
+      for (;;) {
+        // Checked before every chunk: stop() is followed by closing the store.
+        if (this.stopped) return deleted;
+        const n = this.store.logs.deleteChunkOlderThan(kind, cutoff);
+        deleted[kind] += n;
+        if (n < DELETE_CHUNK) break;
+        await nextTurn();
+      }
+    }
+    return deleted;
+  }
+
+  private sweepOnThread(cutoff: string): Promise<Deleted> {
+    return new Promise((resolve, reject) => {
+      const data: RetentionThreadData = { path: this.store.path, cutoff, stop: this.stopFlag };
+      const thread = new Worker(THREAD_URL, { workerData: data });
+      thread.unref();
+      this.thread = thread;
+      let reply: RetentionThreadReply | null = null;
+      thread.once('message', (message: RetentionThreadReply) => {
+        reply = message;
+      });
+      thread.once('error', reject);
+      thread.once('exit', (code) => {
+        this.thread = null;
+        if (reply === null) reject(new Error(`the retention thread exited with code ${code} without a result`));
+        else if ('error' in reply) reject(new Error(reply.error));
+        else resolve(reply.deleted);
+      });
+    });
+  }
+}

@@ -1,0 +1,469 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { test, type TestContext } from 'node:test';
+import { Pool } from 'undici';
+import { relativeTime } from '../../src/api/logs.ts';
+import { createApp } from '../../src/app.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { openStore } from '../../src/store/db.ts';
+import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../src/store/logs.ts';
+import { createLogger } from '../../src/telemetry/logger.ts';
+import { call, KEYS, SEED, startApp, type Running } from '../support/app.ts';
+
+const ENDPOINTS = ['/api/v3/logs/unified', '/api/v3/logs/activity', '/api/v3/logs/api', '/api/v3/logs/usage'];
+const ENC = '/api/v3/encryption/payments/encrypt';
+/** Nothing reaches the store unless a test flushes: each test decides what the logs hold. */
+const MANUAL_FLUSH = 'logs: { flush_interval: 1h, batch_size: 100000 }';
+const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+const get = (running: Running, path: string, key: string | null = KEYS.owner) => call(running.url, path, { method: 'GET', key });
+const minutesAgo = (m: number) => new Date(Date.now() - m * 60_000).toISOString();
+
+function userId(running: Running, email: string): number {
+  const user = running.app.services.store.users.findByEmail(email);
+  assert.ok(user, email);
+  return user.id;
+}
+
+const activity = (createdAt: string, extra: Partial<NewActivityLog> = {}): NewActivityLog => ({
+  action: 'classification.created',
+  description: 'Created classification "PHI".',
+  ip: '10.1.2.3',
+  createdAt,
+  ...extra,
+});
+const apiRow = (createdAt: string, extra: Partial<NewApiLog> = {}): NewApiLog => ({
+  requestId: 'r-api',
+  method: 'GET',
+  path: '/api/v3/classifications',
+  statusCode: 200,
+  durationMs: 2,
+  ip: '10.1.2.4',
+  createdAt,
+  ...extra,
+});
+const usageRow = (running: Running, createdAt: string, extra: Partial<NewUsageLog> = {}): NewUsageLog => ({
+  requestId: 'r-usage',
+  configurationId: running.app.services.store.configurations.findBySlug('payments')!.id,
+  mode: 'decrypt',
+  fieldCount: 1,
+  bytes: 1,
+  createdAt,
+  ...extra,
+});
+
+test('relative times read like Laravel\'s diffForHumans', () => {
+  const now = Date.UTC(2025, 0, 31, 12);
+  const at = (ms: number) => new Date(now - ms).toISOString();
+  assert.equal(relativeTime(at(0), now), 'just now');
+  assert.equal(relativeTime(at(1_000), now), '1 second ago');
+  assert.equal(relativeTime(at(59_999), now), '59 seconds ago');
+  assert.equal(relativeTime(at(5 * 60_000), now), '5 minutes ago');
+  assert.equal(relativeTime(at(60 * 60_000), now), '1 hour ago');
+  assert.equal(relativeTime(at(47 * 3_600_000), now), '1 day ago');
+  assert.equal(relativeTime(at(13 * 86_400_000), now), '1 week ago');
+  assert.equal(relativeTime(at(45 * 86_400_000), now), '1 month ago');
+  assert.equal(relativeTime(at(800 * 86_400_000), now), '2 years ago');
+  assert.equal(relativeTime(at(-3 * 60_000), now), '3 minutes from now');
+});
+
+test('every log endpoint: 401 without a valid key, 403 without logs.view, 200 for viewer and developer', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  for (const path of ENDPOINTS) {
+    const none = await get(running, path, null);
+    assert.equal(none.status, 401, path);
+    assert.deepEqual(none.json, { message: 'Unauthorized.' });
+    const unknown = await get(running, path, `svc_${'x'.repeat(40)}`);
+    assert.equal(unknown.status, 401, path);
+    // This key is scoped to data.encrypt only.
+    const scoped = await get(running, path, KEYS.encryptOnly);
+    assert.equal(scoped.status, 403, path);
+    assert.deepEqual(scoped.json, { message: 'User does not have the right permissions.' });
+    for (const key of [KEYS.viewer, KEYS.dev, KEYS.owner]) {
+      const ok = await get(running, path, key);
+      assert.equal(ok.status, 200, `${path} with ${key.slice(0, 12)}`);
+      assert.equal(ok.json.current_page, 1);
+    }
+  }
+});
+
+test('an encrypt request appears as an api entry and a usage entry, in every view, with its request id', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const body = '{"card":{"number":"4111 1111 1111 1111"},"ssn":"123"}';
+  const enc = await call(running.url, ENC, { body, headers: { 'x-svc-fields': 'card.number', 'x-svc-request-id': 'trace-1' } });
+  assert.equal(enc.status, 200);
+  // Usage counts the request body's bytes.
+  const bytes = Buffer.byteLength(body);
+  running.app.services.logs.flush();
+
+  const ada = running.app.services.store.users.findByEmail('ada@example.com')!;
+  const payments = running.app.services.store.configurations.findBySlug('payments')!;
+  const unified = await get(running, '/api/v3/logs/unified?request_id=trace-1');
+  assert.equal(unified.status, 200);
+  assert.equal(unified.json.total, 2);
+  assert.ok(!unified.text.includes(KEYS.owner), 'the full key is never shown');
+  const usage = unified.json.data.find((e: any) => e.log_type === 'usage');
+  const api = unified.json.data.find((e: any) => e.log_type === 'api');
+
+  assert.equal(usage.action, 'data.encrypt');
+  assert.equal(usage.description, `Encrypted 1 field (${bytes} bytes) with configuration "payments".`);
+  assert.deepEqual(JSON.parse(usage.details), { mode: 'encrypt', field_count: 1, bytes });
+  assert.equal(usage.causer_email, 'ada@example.com');
+  assert.equal(usage.status_code, 200);
+  assert.equal(usage.request_id, 'trace-1');
+  assert.match(usage.timestamp, ISO);
+  assert.equal(usage.configuration.id, payments.id);
+  assert.equal(usage.configuration.name, 'payments');
+  assert.ok(usage.configuration.values.some((v: any) => v.key === 'proxy_slug' && v.value === 'payments'));
+  assert.equal(usage.user.id, ada.id);
+  assert.equal(usage.user.email, 'ada@example.com');
+  assert.ok(Array.isArray(usage.user.roles));
+  assert.deepEqual(Object.keys(usage.full_log).sort(), ['action', 'description', 'ip', 'timestamp', 'user', 'when']);
+  assert.equal(usage.full_log.action, 'data.encrypt');
+  assert.equal(usage.full_log.description, usage.description);
+  assert.equal(usage.full_log.ip, '127.0.0.1', 'taken from the api entry of the same request');
+  assert.match(usage.full_log.when, /^(just now|\d+ seconds? ago)$/);
+  assert.equal(usage.full_log.timestamp, usage.timestamp);
+  assert.equal(usage.full_log.user.email, 'ada@example.com');
+
+  assert.equal(api.action, 'api.request');
+  assert.equal(api.description, 'POST /api/v3/encryption/payments/encrypt → 200');
+  assert.equal(api.status_code, 200);
+  assert.equal(api.request_id, 'trace-1');
+  assert.equal(api.causer_email, 'ada@example.com');
+  assert.equal(api.configuration.name, 'payments');
+  const details = JSON.parse(api.details);
+  assert.equal(details.method, 'POST');
+  assert.equal(details.status_code, 200);
+  assert.equal(details.api_key, KEYS.owner.slice(0, 12));
+  assert.equal(typeof details.duration_ms, 'number');
+  assert.equal(api.full_log.ip, '127.0.0.1');
+
+  const apiList = await get(running, '/api/v3/logs/api?request_id=trace-1');
+  assert.equal(apiList.json.total, 1);
+  const a = apiList.json.data[0];
+  assert.equal(a.method, 'POST');
+  assert.equal(a.path, ENC);
+  assert.equal(a.status_code, 200);
+  assert.equal(a.request_id, 'trace-1');
+  assert.deepEqual(a.api_key, { id: running.app.services.store.apiKeys.findByName('owner')!.id, prefix: KEYS.owner.slice(0, 12) });
+  assert.equal(a.configuration.id, payments.id);
+  assert.equal(a.destination, null);
+  assert.ok(a.duration_ms >= 0);
+  assert.equal(a.ip, '127.0.0.1');
+  assert.match(a.timestamp, ISO);
+  assert.equal(a.user.email, 'ada@example.com');
+
+  const usageList = await get(running, '/api/v3/logs/usage?request_id=trace-1');
+  assert.equal(usageList.json.total, 1);
+  const u = usageList.json.data[0];
+  assert.equal(u.request_id, 'trace-1');
+  assert.equal(u.configuration.name, 'payments');
+  assert.equal(u.mode, 'encrypt');
+  assert.equal(u.field_count, 1);
+  assert.equal(u.bytes, bytes);
+  assert.match(u.timestamp, ISO);
+  assert.equal(u.user.email, 'ada@example.com');
+});
+
+test('a refused request is an api entry with its status and no key or user', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const refused = await call(running.url, ENC, { key: null, body: '{}', headers: { 'x-svc-request-id': 'nokey' } });
+  assert.equal(refused.status, 401);
+  running.app.services.logs.flush();
+  const res = await get(running, '/api/v3/logs/api?request_id=nokey');
+  assert.equal(res.json.total, 1);
+  const [entry] = res.json.data;
+  assert.equal(entry.status_code, 401);
+  assert.equal(entry.api_key, null);
+  assert.equal(entry.user, null);
+  const unified = await get(running, '/api/v3/logs/unified?request_id=nokey');
+  assert.equal(unified.json.data[0].description, 'POST /api/v3/encryption/payments/encrypt → 401');
+  assert.equal(unified.json.data[0].causer_email, null);
+  assert.equal(unified.json.data[0].user, null);
+  const usage = await get(running, '/api/v3/logs/usage?request_id=nokey');
+  assert.equal(usage.json.total, 0, 'no usage for a refused request');
+});
+
+test('activity entries: shape, newest first, relative times, user filter as user or user_id', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const ada = userId(running, 'ada@example.com');
+  const dev = userId(running, 'dev@example.com');
+  running.app.services.store.logs.insertActivity([
+    activity(minutesAgo(3 * 24 * 60), { action: 'api-key.created', description: 'Created API key "ci".', userId: dev, causerEmail: 'dev@example.com' }),
+    activity(minutesAgo(5), { userId: ada, causerEmail: 'ada@example.com', requestId: 'r-5' }),
+    activity(minutesAgo(120), { action: 'auth.login', description: 'ada@example.com logged in.', userId: ada, causerEmail: 'ada@example.com' }),
+  ]);
+  const all = await get(running, '/api/v3/logs/activity');
+  assert.equal(all.status, 200);
+  assert.equal(all.json.total, 3);
+  assert.deepEqual(
+    all.json.data.map((e: any) => e.when),
+    ['5 minutes ago', '2 hours ago', '3 days ago'],
+  );
+  const [first] = all.json.data;
+  assert.equal(first.action, 'classification.created');
+  assert.equal(first.description, 'Created classification "PHI".');
+  assert.equal(first.ip, '10.1.2.3');
+  assert.match(first.timestamp, ISO);
+  assert.equal(first.user.id, ada);
+  assert.equal(first.user.email, 'ada@example.com');
+  assert.equal(first.user.roles[0].name, 'owner');
+  assert.equal(first.causer_email, 'ada@example.com');
+  assert.equal(first.request_id, 'r-5');
+
+  for (const q of [`user=${dev}`, `user_id=${dev}`, `user=${dev}&user_id=${dev}`]) {
+    const res = await get(running, `/api/v3/logs/activity?${q}`);
+    assert.equal(res.status, 200, q);
+    assert.deepEqual(
+      res.json.data.map((e: any) => e.action),
+      ['api-key.created'],
+      q,
+    );
+    assert.equal(res.json.total, 1);
+    assert.match(res.json.first_page_url, new RegExp(`[?&]${q.split('&')[0]}`), 'the filter is kept in the page links');
+  }
+  const nobody = await get(running, '/api/v3/logs/activity?user=99999');
+  assert.equal(nobody.status, 200);
+  assert.equal(nobody.json.total, 0);
+  assert.deepEqual(nobody.json.data, []);
+});
+
+test('activity user filter: a non-integer is a 422 with Laravel\'s wording', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const cases: Array<[string, string, Record<string, string[]>]> = [
+    ['user=abc', 'The user field must be an integer.', { user: ['The user field must be an integer.'] }],
+    ['user_id=1.5', 'The user id field must be an integer.', { user_id: ['The user id field must be an integer.'] }],
+    ['user=1&user_id=2', 'The user id field must match user.', { user_id: ['The user id field must match user.'] }],
+    [
+      'user=x&user_id=y',
+      'The user field must be an integer. (and 1 more error)',
+      { user: ['The user field must be an integer.'], user_id: ['The user id field must be an integer.'] },
+    ],
+  ];
+  for (const [q, message, errors] of cases) {
+    const res = await get(running, `/api/v3/logs/activity?${q}`);
+    assert.equal(res.status, 422, q);
+    assert.deepEqual(res.json, { message, errors }, q);
+  }
+});
+
+test('unified: the three kinds interleaved newest first, filtered by log_type or type', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const { logs } = running.app.services.store;
+  logs.insertActivity([activity(minutesAgo(50)), activity(minutesAgo(20), { action: 'user.created', description: 'Created user x.' })]);
+  logs.insertApi([apiRow(minutesAgo(40)), apiRow(minutesAgo(10), { statusCode: 404, path: '/api/v3/classifications/9' })]);
+  logs.insertUsage([usageRow(running, minutesAgo(30), { fieldCount: 3, bytes: 2048 })]);
+
+  const all = await get(running, '/api/v3/logs/unified');
+  assert.equal(all.status, 200);
+  assert.equal(all.json.total, 5);
+  assert.deepEqual(
+    all.json.data.map((e: any) => `${e.log_type}:${e.action}`),
+    ['api:api.request', 'activity:user.created', 'usage:data.decrypt', 'api:api.request', 'activity:classification.created'],
+  );
+  const [latest, , usage, , oldest] = all.json.data;
+  assert.equal(latest.description, 'GET /api/v3/classifications/9 → 404');
+  assert.equal(latest.status_code, 404);
+  assert.equal(latest.full_log.when, '10 minutes ago');
+  assert.equal(usage.description, 'Decrypted 3 fields (2,048 bytes) with configuration "payments".');
+  assert.equal(usage.causer_email, null, 'no acting user recorded');
+  assert.equal(oldest.status_code, null, 'activity has no status');
+  assert.equal(oldest.configuration, null);
+  assert.equal(oldest.full_log.ip, '10.1.2.3');
+  assert.equal(oldest.full_log.when, '50 minutes ago');
+
+  const expected: Record<string, number> = { activity: 2, api: 2, usage: 1 };
+  for (const param of ['log_type', 'type']) {
+    for (const kind of ['activity', 'api', 'usage']) {
+      const res = await get(running, `/api/v3/logs/unified?${param}=${kind}`);
+      assert.equal(res.status, 200);
+      assert.equal(res.json.total, expected[kind], `${param}=${kind}`);
+      assert.ok(res.json.data.every((e: any) => e.log_type === kind));
+    }
+  }
+  const agree = await get(running, '/api/v3/logs/unified?log_type=api&type=api');
+  assert.equal(agree.json.total, 2);
+});
+
+test('unified: an unknown log type is a 422 naming the parameter used', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const cases: Array<[string, string, Record<string, string[]>]> = [
+    ['log_type=audit', 'The selected log type is invalid.', { log_type: ['The selected log type is invalid.'] }],
+    ['type=ACTIVITY', 'The selected type is invalid.', { type: ['The selected type is invalid.'] }],
+    ['log_type=api&type=usage', 'The log type field must match type.', { log_type: ['The log type field must match type.'] }],
+    ['log_type=x&per_page=0', 'The selected log type is invalid. (and 1 more error)', { log_type: ['The selected log type is invalid.'], per_page: ['The per page field must be at least 1.'] }],
+  ];
+  for (const [q, message, errors] of cases) {
+    const res = await get(running, `/api/v3/logs/unified?${q}`);
+    assert.equal(res.status, 422, q);
+    assert.deepEqual(res.json, { message, errors }, q);
+  }
+});
+
+test('pagination: envelope fields and links at 0, 1, 10, 11 and 25 entries', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const { logs } = running.app.services.store;
+  const base = `${running.url}/api/v3/logs/activity`;
+  let inserted = 0;
+  const fill = (n: number) => {
+    logs.insertActivity(Array.from({ length: n - inserted }, (_, i) => activity(minutesAgo(1000 - inserted - i), { description: `#${inserted + i + 1}` })));
+    inserted = n;
+  };
+
+  const empty = await get(running, '/api/v3/logs/activity');
+  assert.deepEqual({ ...empty.json, links: undefined }, {
+    current_page: 1,
+    data: [],
+    first_page_url: `${base}?page=1`,
+    from: null,
+    last_page: 1,
+    last_page_url: `${base}?page=1`,
+    links: undefined,
+    next_page_url: null,
+    path: base,
+    per_page: 10,
+    prev_page_url: null,
+    to: null,
+    total: 0,
+  });
+
+  for (const [n, lastPage] of [[1, 1], [10, 1], [11, 2]] as const) {
+    fill(n);
+    const res = await get(running, '/api/v3/logs/activity');
+    assert.equal(res.json.total, n);
+    assert.equal(res.json.last_page, lastPage);
+    assert.equal(res.json.from, 1);
+    assert.equal(res.json.to, Math.min(n, 10));
+    assert.equal(res.json.data[0].description, `#${n}`, 'newest first');
+    assert.equal(res.json.next_page_url, lastPage > 1 ? `${base}?page=2` : null);
+  }
+
+  fill(25);
+  const page3 = await get(running, '/api/v3/logs/activity?per_page=10&page=3');
+  assert.equal(page3.status, 200);
+  assert.equal(page3.json.current_page, 3);
+  assert.equal(page3.json.data.length, 5);
+  assert.equal(page3.json.from, 21);
+  assert.equal(page3.json.to, 25);
+  assert.equal(page3.json.total, 25);
+  assert.equal(page3.json.last_page, 3);
+  assert.equal(page3.json.per_page, 10);
+  assert.equal(page3.json.next_page_url, null);
+  assert.equal(page3.json.prev_page_url, `${base}?per_page=10&page=2`);
+  assert.equal(page3.json.last_page_url, `${base}?per_page=10&page=3`);
+  assert.deepEqual(
+    page3.json.links.map((l: any) => [l.label, l.page, l.active]),
+    [['&laquo; Previous', 2, false], ['1', 1, false], ['2', 2, false], ['3', 3, true], ['Next &raquo;', null, false]],
+  );
+  assert.deepEqual(
+    page3.json.data.map((e: any) => e.description),
+    ['#5', '#4', '#3', '#2', '#1'],
+  );
+  const past = await get(running, '/api/v3/logs/activity?page=9');
+  assert.deepEqual([past.json.data, past.json.from, past.json.to, past.json.total], [[], null, null, 25]);
+  const big = await get(running, '/api/v3/logs/activity?per_page=101');
+  assert.equal(big.status, 422);
+  assert.deepEqual(big.json, { message: 'The per page field must not be greater than 100.', errors: { per_page: ['The per page field must not be greater than 100.'] } });
+
+  // The unified view pages across kinds the same way.
+  logs.insertApi(Array.from({ length: 5 }, (_, i) => apiRow(minutesAgo(2000 + i))));
+  const unified = await get(running, '/api/v3/logs/unified?per_page=20&page=2');
+  assert.equal(unified.json.total, 30);
+  assert.equal(unified.json.from, 21);
+  assert.equal(unified.json.to, 30);
+  assert.deepEqual(
+    unified.json.data.map((e: any) => e.log_type),
+    [...Array(5).fill('activity'), ...Array(5).fill('api')],
+  );
+});
+
+/**
+ * The must-show of issue 3: nothing is lost between the request path and the store, even
+ * across a graceful stop. A file store, since the rows are counted after the service has
+ * closed it; the log settings are the defaults.
+ */
+test('10,000 encrypt requests leave exactly 10,000 usage rows and 10,000 api rows after a graceful stop', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-logs-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.db');
+  const config = loadConfig({
+    text: `
+server: { listen: 127.0.0.1:0, admin_listen: "off" }
+store: { path: ${JSON.stringify(path)} }
+logging: { level: warn }
+${SEED}`,
+    env: {},
+  });
+  const output: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      output.push(chunk.toString());
+      done();
+    },
+  });
+  const app = createApp(config, { logger: createLogger('warn', sink), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
+  const { main } = await app.listen();
+  let closed = false;
+  t.after(async () => {
+    if (!closed) await app.close();
+  });
+
+  const total = 10_000;
+  const concurrency = 50;
+  const pool = new Pool(`http://127.0.0.1:${main.port}`, { connections: concurrency, pipelining: 1 });
+  let next = 0;
+  let failures = 0;
+  const worker = async () => {
+    while (next < total) {
+      const i = next++;
+      const res = await pool.request({
+        method: 'POST',
+        path: '/api/v3/encryption/payments/encrypt',
+        headers: {
+          'content-type': 'application/json',
+          'x-svc-authorization': KEYS.owner,
+          'x-svc-fields': 'card.number',
+          'x-svc-request-id': `bulk-${i}`,
+        },
+        body: `{"card":{"number":"4111 1111 1111 ${String(i).padStart(4, '0')}"},"i":${i}}`,
+      });
+      await res.body.text();
+      if (res.statusCode !== 200 || res.headers['x-svc-request-id'] !== `bulk-${i}`) failures++;
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const seconds = (performance.now() - started) / 1000;
+  await pool.close();
+  assert.equal(failures, 0);
+
+  const writer = app.services.logs;
+  assert.equal(writer.threaded, true, 'a file store is written from the writer thread');
+  const queuedAtStop = writer.depth;
+  await app.close();
+  closed = true;
+  t.diagnostic(`${total} requests in ${seconds.toFixed(1)} s (${Math.round(total / seconds)} req/s); ${queuedAtStop} entries still queued at stop`);
+  assert.equal(writer.dropped, 0);
+  assert.equal(writer.failedBatches, 0);
+  assert.equal(writer.depth, 0);
+
+  const store = openStore(path);
+  t.after(() => store.close());
+  for (const table of ['usage_logs', 'api_logs']) {
+    const rows = store.db.prepare(`SELECT request_id FROM ${table} WHERE request_id LIKE 'bulk-%'`).all() as Array<{ request_id: string }>;
+    assert.equal(rows.length, total, `${table}: one row per request`);
+    const ids = new Set(rows.map((r) => r.request_id));
+    assert.equal(ids.size, total, `${table}: no request twice`);
+    for (let i = 0; i < total; i++) if (!ids.has(`bulk-${i}`)) assert.fail(`${table}: bulk-${i} is missing`);
+  }
+  const usage = store.db.prepare(`SELECT DISTINCT mode, field_count FROM usage_logs WHERE request_id LIKE 'bulk-%'`).all();
+  assert.deepEqual(usage.map((r) => ({ ...r })), [{ mode: 'encrypt', field_count: 1 }]);
+  const statuses = store.db.prepare(`SELECT DISTINCT status_code, path FROM api_logs WHERE request_id LIKE 'bulk-%'`).all();
+  assert.deepEqual(statuses.map((r) => ({ ...r })), [{ status_code: 200, path: '/api/v3/encryption/payments/encrypt' }]);
+  assert.ok(!output.join('').includes('"level":50'), 'nothing logged at error level');
+});

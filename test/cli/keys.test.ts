@@ -1,0 +1,257 @@
+import { test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { Writable } from 'node:stream';
+import { createApp, type App } from '../../src/app.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { openStore } from '../../src/store/db.ts';
+import { createLogger } from '../../src/telemetry/logger.ts';
+import { call } from '../support/app.ts';
+
+const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
+const KEY = `svc_${'Cli'.padEnd(40, '0')}`;
+const DOC = '{"card":{"number":"4111 1111 1111 1111","exp":"12/28"},"ssn":"123-45-6789","n":1.10}';
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function runCli(args: string[], stdin = ''): Promise<Run> {
+  return new Promise((resolve) => {
+    // The master key comes from the key file in the temp dir, as for the in-process service.
+    const env = { ...process.env };
+    delete env['SVC_MASTER_KEY'];
+    const child = execFile(process.execPath, [MAIN, ...args], { env, timeout: 20_000 }, (error, stdout, stderr) => {
+      const code = error === null ? 0 : typeof error.code === 'number' ? error.code : -1;
+      resolve({ code, stdout, stderr });
+    });
+    child.stdin!.end(stdin);
+  });
+}
+
+interface Fixture {
+  dir: string;
+  path: string;
+  url: string;
+  app: App;
+  keys: (...args: string[]) => string[];
+}
+
+/** A file store with a running in-process service on it: the CLI works beside it. */
+async function fixture(t: TestContext): Promise<Fixture> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-keys-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.yaml');
+  writeFileSync(
+    path,
+    `server: { listen: 127.0.0.1:0, admin_listen: "off" }
+store: { path: ${join(dir, 'data', 'svc.db')} }
+keys: { master_key_file: ${join(dir, 'data', 'master.key')} }
+logging: { level: warn }
+seed:
+  users: [{ name: Ada, email: ada@example.com, roles: [owner] }]
+  api_keys: [{ name: ops, user: ada@example.com, key: ${KEY} }]
+  configurations:
+    - { name: payments, proxy_slug: pay-slug, fields: [card.number, ssn, n] }
+    - { name: workspace, type: provider, provider: google }
+`,
+  );
+  const sink = new Writable({ write: (_chunk, _enc, done) => done() });
+  const app = createApp(loadConfig({ path, env: {} }), { logger: createLogger('warn', sink), env: {} });
+  const { main } = await app.listen();
+  t.after(() => app.close());
+  return { dir, path, url: `http://127.0.0.1:${main.port}`, app, keys: (...args) => ['keys', ...args, '--config', path] };
+}
+
+const encrypt = (f: Fixture, body: string) => call(f.url, '/api/v3/encryption/pay-slug/encrypt', { body, key: KEY });
+const decrypt = (f: Fixture, body: string) => call(f.url, '/api/v3/encryption/pay-slug/decrypt', { body, key: KEY });
+
+function activity(f: Fixture, action: string): string[] {
+  f.app.services.logs.flush();
+  const rows = f.app.services.store.db.prepare('SELECT description FROM activity_logs WHERE action = ? ORDER BY id').all(action) as Array<{ description: string }>;
+  return rows.map((r) => r.description);
+}
+
+/** Every file of the data dir (database, WAL, master key), as latin1 text for byte searches. */
+function dataFiles(f: Fixture): Map<string, string> {
+  const dir = join(f.dir, 'data');
+  return new Map(readdirSync(dir).map((name) => [name, readFileSync(join(dir, name)).toString('latin1')]));
+}
+
+test('keys rotate prints the new version, and the running service writes it at once', async (t) => {
+  const f = await fixture(t);
+  const v1 = await encrypt(f, DOC);
+  assert.match(v1.json.card.number, /^svc:1:/);
+  const rotated = await runCli(f.keys('rotate', '--configuration', 'payments'));
+  assert.equal(rotated.code, 0, rotated.stderr);
+  assert.equal(rotated.stdout, '2\n');
+  const bySlug = await runCli(f.keys('rotate', '--configuration', 'pay-slug'));
+  assert.equal(bySlug.stdout, '3\n');
+  const v3 = await encrypt(f, DOC);
+  assert.match(v3.json.card.number, /^svc:3:/);
+  assert.equal((await decrypt(f, v1.text)).text, DOC);
+  assert.deepEqual(f.app.services.store.configurations.keys(f.app.services.store.configurations.findByName('payments')!.id).map((k) => k.version), [1, 2, 3]);
+  const [entry] = activity(f, 'configuration.rotated');
+  assert.match(entry!, /^Rotated the key of configuration "payments" to version 2, by svc-sidecar keys rotate as OS user "[^"]+"\.$/);
+});
+
+test('keys rewrap pipes a document from stdin to stdout with every token at the newest version', async (t) => {
+  const f = await fixture(t);
+  const v1 = await encrypt(f, DOC);
+  assert.equal((await runCli(f.keys('rotate', '--configuration', 'payments'))).code, 0);
+
+  const res = await runCli(f.keys('rewrap', '--configuration', 'payments'), v1.text);
+  assert.equal(res.code, 0, res.stderr);
+  for (const plaintext of ['4111', '123-45-6789', '1.10']) {
+    assert.ok(!res.stdout.includes(plaintext) && !res.stderr.includes(plaintext), `${plaintext} was printed`);
+  }
+  const out = JSON.parse(res.stdout);
+  for (const token of [out.card.number, out.ssn, out.n]) assert.match(token, /^svc:2:/);
+  assert.equal(out.card.exp, '12/28');
+  assert.match(res.stderr, /3 tokens rewrapped to key version 2, 0 already at it/);
+  const back = await decrypt(f, res.stdout);
+  assert.equal(back.status, 200);
+  assert.equal(back.text, DOC);
+
+  // --fields narrows it; --ndjson takes one document per line.
+  const some = await runCli(f.keys('rewrap', '--configuration', 'payments', '--fields', 'ssn'), v1.text);
+  assert.match(JSON.parse(some.stdout).ssn, /^svc:2:/);
+  assert.match(JSON.parse(some.stdout).card.number, /^svc:1:/);
+  const lines = await runCli(f.keys('rewrap', '--configuration', 'payments', '--ndjson'), `${v1.text}\n${res.stdout}\n`);
+  assert.equal(lines.code, 0, lines.stderr);
+  const [a, b] = lines.stdout.trimEnd().split('\n');
+  assert.equal(b, res.stdout, 'tokens already at the newest version are kept as they are');
+  assert.match(JSON.parse(a!).ssn, /^svc:2:/);
+  assert.match(lines.stderr, /3 tokens rewrapped to key version 2, 3 already at it/);
+});
+
+test('keys rewrap fails with exit 1 and prints nothing on stdout when a token does not open', async (t) => {
+  const f = await fixture(t);
+  const v1 = await encrypt(f, DOC);
+  const token: string = v1.json.ssn;
+  const altered = v1.text.replace(token, token.slice(0, -3) + (token.at(-3) === 'A' ? 'B' : 'A') + ':$');
+  const res = await runCli(f.keys('rewrap', '--configuration', 'payments'), altered);
+  assert.equal(res.code, 1);
+  assert.equal(res.stdout, '');
+  assert.match(res.stderr, /\n {2}ssn: The token failed authentication/);
+  const broken = await runCli(f.keys('rewrap', '--configuration', 'payments'), '{"a":');
+  assert.equal(broken.code, 1);
+  assert.equal(broken.stdout, '');
+  assert.match(broken.stderr, /not valid JSON/);
+  const badFields = await runCli(f.keys('rewrap', '--configuration', 'payments', '--fields', 'a..b'));
+  assert.equal(badFields.code, 2);
+  assert.match(badFields.stderr, /--fields is invalid: the path "a\.\.b" has an empty segment/);
+});
+
+test('keys destroy: confirmation required, the current version refused, then the version is shredded', async (t) => {
+  const f = await fixture(t);
+  const v1 = await encrypt(f, DOC);
+  const current = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1'));
+  assert.equal(current.code, 1);
+  assert.match(current.stderr, /version: Key version 1 is the current version and cannot be destroyed: rotate first\./);
+  assert.equal((await runCli(f.keys('rotate', '--configuration', 'payments'))).code, 0);
+  const v2 = await encrypt(f, DOC);
+
+  const unconfirmed = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1'));
+  assert.equal(unconfirmed.code, 2);
+  assert.match(unconfirmed.stderr, /--confirm <configuration name>\/v1 is required/);
+  const wrong = await runCli(f.keys('destroy', '--configuration', 'pay-slug', '--version', '1', '--confirm', 'pay-slug/v1'));
+  assert.equal(wrong.code, 1);
+  assert.match(wrong.stderr, /confirm: The confirm field must be "payments\/v1"\./);
+  assert.equal((await decrypt(f, v1.text)).status, 200, 'still there');
+
+  const id = f.app.services.store.configurations.findByName('payments')!.id;
+  const wrapped = f.app.services.store.configurations.keys(id)[0]!.wrapped;
+  const wrappedText = wrapped.toString('latin1');
+  // Fold the WAL into svc.db first, as time would: the page holding the key then sits in
+  // the database file, where only the destroy's own checkpoint replaces it.
+  const folder = new DatabaseSync(join(f.dir, 'data', 'svc.db'));
+  folder.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+  folder.close();
+  assert.ok(dataFiles(f).get('svc.db')!.includes(wrappedText), 'the search below can find the wrapped key');
+
+  const done = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1'));
+  assert.equal(done.code, 0, done.stderr);
+  assert.equal(done.stdout, 'destroyed key version 1 of "payments"\n');
+
+  // Gone from the row, and from every byte of the database and its WAL.
+  const db = new DatabaseSync(join(f.dir, 'data', 'svc.db'), { readOnly: true });
+  const row = db.prepare('SELECT length(wrapped) AS n, destroyed_at FROM data_keys WHERE configuration_id = ? AND version = 1').get(id) as { n: number; destroyed_at: string | null };
+  db.close();
+  assert.equal(row.n, 0);
+  assert.notEqual(row.destroyed_at, null);
+  for (const [name, bytes] of dataFiles(f)) assert.ok(!bytes.includes(wrappedText), `${name} still holds the wrapped key`);
+
+  // The running service sees it at its next request.
+  const dead = await decrypt(f, v1.text);
+  assert.equal(dead.status, 422);
+  assert.deepEqual(dead.json.errors.ssn, ['The token was encrypted with a key version that has been destroyed.']);
+  assert.equal((await decrypt(f, v2.text)).text, DOC);
+  const rewrap = await runCli(f.keys('rewrap', '--configuration', 'payments'), v1.text);
+  assert.equal(rewrap.code, 1, 'a destroyed version cannot be rewrapped');
+  const again = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1'));
+  assert.equal(again.code, 1);
+  assert.match(again.stderr, /Key version 1 is already destroyed\./);
+  assert.match(activity(f, 'configuration.key_destroyed')[0]!, /^Destroyed key version 1 of configuration "payments", by svc-sidecar keys destroy as OS user/);
+});
+
+test('keys: bad usage exits 2, refusals exit 1, and no secret is printed', async (t) => {
+  const f = await fixture(t);
+  const cases: Array<[string[], number, RegExp]> = [
+    [f.keys(), 2, /expected one of rotate, rewrap, destroy/],
+    [f.keys('spin', '--configuration', 'payments'), 2, /expected one of rotate, rewrap, destroy/],
+    [f.keys('rotate'), 2, /--configuration <name or proxy slug> is required/],
+    [f.keys('rotate', 'extra', '--configuration', 'payments'), 2, /unexpected argument "extra"/],
+    [f.keys('rotate', '--configuration', 'payments', '--version', '1'), 2, /--version and --confirm apply to destroy only/],
+    [f.keys('destroy', '--configuration', 'payments', '--version', 'one', '--confirm', 'x'), 2, /--version <N>/],
+    [f.keys('rotate', '--configuration', 'nope'), 1, /no configuration is named "nope" or has that proxy slug/],
+    [f.keys('rotate', '--configuration', 'workspace'), 1, /only encryption configurations have keys/],
+    [f.keys('destroy', '--configuration', 'payments', '--version', '7', '--confirm', 'payments/v7'), 1, /Not found\./],
+  ];
+  const master = readFileSync(join(f.dir, 'data', 'master.key'), 'utf8').trim();
+  for (const [args, code, message] of cases) {
+    const res = await runCli(args);
+    assert.equal(res.code, code, `${args.join(' ')}: ${res.stderr}`);
+    assert.match(res.stderr, message, args.join(' '));
+    assert.equal(res.stdout, '', args.join(' '));
+    assert.ok(!res.stderr.includes(master) && !res.stderr.includes(KEY), 'a secret was printed');
+  }
+  const help = await runCli(['--help']);
+  assert.match(help.stdout, /keys destroy --configuration <name\|slug> --version <N> --confirm <name>\/v<N>/);
+});
+
+test('destroyKey leaves no copy of the wrapped key in the database file or its WAL while another connection holds the store open', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-shred-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.db');
+  const store = openStore(path);
+  t.after(() => store.close());
+  const wrapped = [randomBytes(60), randomBytes(60)];
+  const configuration = store.configurations.create({ name: 'c', type: 'encryption', keyringId: randomBytes(16), firstWrappedKey: wrapped[0]! });
+  store.configurations.addKey(configuration.id, 2, wrapped[1]!);
+  // A running service's connection: it keeps the WAL file in place, and with it any page
+  // image the destroying connection does not checkpoint away itself.
+  const service = new DatabaseSync(path);
+  t.after(() => service.close());
+  service.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+  service.prepare('SELECT count(*) FROM data_keys').get();
+  // Any 16-byte piece counts: the wrap is AES-GCM, so part of it still opens part of the key.
+  const pieces = Array.from({ length: wrapped[0]!.length - 15 }, (_, i) => wrapped[0]!.subarray(i, i + 16));
+  const holding = () => readdirSync(dir).filter((name) => pieces.some((piece) => readFileSync(join(dir, name)).includes(piece)));
+  assert.deepEqual(holding(), ['svc.db']);
+
+  assert.equal(store.configurations.destroyKey(configuration.id, 1), 'destroyed');
+  assert.deepEqual(holding(), []);
+  assert.ok(readdirSync(dir).some((name) => readFileSync(join(dir, name)).includes(wrapped[1]!)), 'version 2 is untouched');
+  assert.equal(store.configurations.destroyKey(configuration.id, 1), 'already-destroyed');
+  assert.equal(store.configurations.destroyKey(configuration.id, 2), 'current');
+  assert.equal(store.configurations.destroyKey(configuration.id, 3), 'not-found');
+  assert.equal((store.db.prepare('PRAGMA secure_delete').get() as { secure_delete: number }).secure_delete, 0, 'the connection setting is restored');
+});

@@ -1,0 +1,124 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import type { TestContext } from 'node:test';
+import { Router } from '../../src/http/router.ts';
+import { call, startApp, type Running } from '../support/app.ts';
+import { closedPort, startEcho, type Echo } from '../support/destinations.ts';
+
+const TOKEN = /^svc:1:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+:\$$/;
+
+function egressYaml(destination: string, extra = ''): string {
+  return `
+egress:
+  - name: vendor
+    destination: ${destination}
+    configuration: payments
+    request: { decrypt: [card.number] }
+  - name: inbox
+    destination: ${destination}
+    configuration: payments
+    request: { encrypt: [email], classification: phi }
+    response: { decrypt: [] }
+${extra}`;
+}
+
+async function start(t: TestContext, echo: Echo): Promise<Running> {
+  return startApp(t, egressYaml(`${echo.url}/v1`));
+}
+
+async function cardToken(url: string, number: string): Promise<string> {
+  const res = await call(url, '/proxy/payments', { body: JSON.stringify({ card: { number } }) });
+  assert.equal(res.status, 200);
+  return JSON.parse(res.text).card.number as string;
+}
+
+test('an egress route decrypts on the way out: the vendor gets plaintext and the application’s authorization', async (t) => {
+  const echo = await startEcho(t);
+  const { url } = await start(t, echo);
+  const token = await cardToken(url, '4111 1111 1111 1111');
+  assert.match(token, TOKEN);
+  const body = `{"amount": 1000, "card": {"number": "${token}", "exp": "12/28"}}`;
+  const res = await fetch(`${url}/egress/vendor/charges/new?expand=card&x=1`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer sk_vendor_123', 'idempotency-key': 'k1', 'x-svc-fields': 'amount', 'x-svc-request-id': 'eg-1' },
+    body,
+  });
+  const text = await res.text();
+  assert.equal(res.status, 201);
+  assert.equal(res.headers.get('x-echo'), 'yes');
+  assert.equal(res.headers.get('x-svc-request-id'), 'eg-1');
+  assert.equal(echo.received.length, 1);
+  const got = echo.received[0]!;
+  assert.equal(got.method, 'PUT');
+  assert.equal(got.url, '/v1/charges/new?expand=card&x=1');
+  assert.equal(got.headers['authorization'], 'Bearer sk_vendor_123');
+  assert.equal(got.headers['idempotency-key'], 'k1');
+  assert.equal(got.headers['host'], `127.0.0.1:${echo.port}`, 'the vendor sees its own host');
+  for (const name of Object.keys(got.headers)) assert.ok(!name.startsWith('x-svc-'), `${name} was forwarded`);
+  assert.equal(got.body.toString(), '{"amount": 1000, "card": {"number": "4111 1111 1111 1111", "exp": "12/28"}}');
+  assert.equal(text, got.body.toString(), 'the vendor’s answer is relayed');
+});
+
+test('a token that fails stops the egress request before anything leaves (422)', async (t) => {
+  const echo = await startEcho(t);
+  const { url } = await start(t, echo);
+  const token = await cardToken(url, '4111');
+  const res = await call(url, '/egress/vendor/charges', { key: null, body: `{"card":{"number":"${token.slice(0, -6)}AAAA:$"}}` });
+  assert.equal(res.status, 422);
+  assert.ok(res.json.errors['card.number']);
+  assert.equal(echo.received.length, 0);
+});
+
+test('an egress route may encrypt on the way out and decrypt the answer', async (t) => {
+  const echo = await startEcho(t);
+  const { url } = await start(t, echo);
+  const res = await call(url, '/egress/inbox/messages', { key: null, body: '{"email":"ada@example.com","subject":"hi"}' });
+  assert.equal(res.status, 201);
+  const sent = JSON.parse(echo.received[0]!.body.toString());
+  assert.match(sent.email, TOKEN, 'the vendor gets a token');
+  assert.equal(sent.subject, 'hi');
+  assert.equal(res.text, '{"email":"ada@example.com","subject":"hi"}', 'its echo comes back decrypted');
+  assert.equal(res.headers.get('content-length'), String(res.text.length));
+});
+
+test('egress: unknown route 404; no API key needed; paths cannot climb out of the destination', async (t) => {
+  const echo = await startEcho(t);
+  const { url, port } = await start(t, echo);
+  const unknown = await call(url, '/egress/nope/x', { key: null, body: '{}' });
+  assert.equal(unknown.status, 404);
+  assert.deepEqual(unknown.json, { message: 'Not found.' });
+  // Empty rest and a bare name both reach the destination's own path.
+  assert.equal((await call(url, '/egress/vendor', { key: null, method: 'GET' })).status, 201);
+  assert.equal(echo.received.at(-1)!.url, '/v1/');
+  // fetch would resolve the dots itself: send them raw.
+  const answer = await new Promise<string>((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write('GET /egress/vendor/../../admin HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n'));
+    let got = '';
+    socket.on('data', (d: Buffer) => (got += d.toString()));
+    socket.on('end', () => resolve(got));
+    socket.on('error', reject);
+  });
+  assert.match(answer, /^HTTP\/1\.1 403 /);
+  assert.equal(echo.received.length, 1, 'nothing else reached the vendor');
+});
+
+test('egress: a destination that is down answers 502', async (t) => {
+  const port = await closedPort();
+  const { url } = await startApp(t, egressYaml(`http://127.0.0.1:${port}`));
+  const res = await call(url, '/egress/vendor/x', { key: null, body: '{"card":{"number":"n"}}' });
+  assert.equal(res.status, 502);
+  assert.deepEqual(res.json, { message: 'The destination could not be reached.' });
+});
+
+test('router: a trailing *rest takes what nothing more specific matches, undecoded', () => {
+  const router = new Router<string>().add('GET', '/egress/:name/*rest', 'egress').add('GET', '/egress/special/fixed', 'fixed').add('GET', '/proxy/:slug', 'proxy');
+  assert.deepEqual(router.find('GET', '/egress/a/b/c%2Fd').params, { name: 'a', rest: 'b/c%2Fd' });
+  assert.equal(router.find('GET', '/egress/special/fixed').handler, 'fixed');
+  assert.deepEqual(router.find('GET', '/egress/a').params, { name: 'a', rest: '' });
+  assert.deepEqual(router.find('GET', '/egress/a/').params, { name: 'a', rest: '' });
+  assert.throws(() => router.find('GET', '/egress'), /Not found/);
+  assert.throws(() => router.find('POST', '/egress/a/b'), /Method not allowed/);
+  assert.throws(() => router.find('GET', '/proxy/a/b'), /Not found/);
+  assert.throws(() => new Router<string>().add('GET', '/a/*rest/b', 'x'), /last segment/);
+});

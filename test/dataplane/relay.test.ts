@@ -1,0 +1,476 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import { connect, type AddressInfo, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { gzipSync } from 'node:zlib';
+import { createApp } from '../../src/app.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { compileGlob, normalizePath } from '../../src/dataplane/relay.ts';
+import { openStore } from '../../src/store/db.ts';
+import { createLogger } from '../../src/telemetry/logger.ts';
+import { call, SEED, startApp, type Running } from '../support/app.ts';
+import { closedPort } from '../support/destinations.ts';
+
+const TOKEN = /^svc:1:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+:\$$/;
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+  rawHeaders: string[];
+  body: Buffer;
+}
+
+type Answer = (req: IncomingMessage, body: Buffer, res: ServerResponse) => void;
+
+/** The application behind the relay: records each request; answers with `answer` (default: echo as JSON). */
+async function startUpstream(t: TestContext, answer?: Answer): Promise<{ url: string; seen: Seen[]; sockets: Set<Socket> }> {
+  const seen: Seen[] = [];
+  const sockets = new Set<Socket>();
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, body });
+      if (answer !== undefined) return answer(req, body, res);
+      res.writeHead(200, { 'content-type': 'application/json', 'x-app': 'yes' });
+      res.end(body);
+    });
+  });
+  // A WebSocket endpoint that is not one: it accepts any upgrade and echoes raw bytes.
+  server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    sockets.add(socket);
+    seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.alloc(0) });
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n');
+    if (head.length > 0) socket.write(head);
+    socket.on('data', (d: Buffer) => socket.write(d));
+    socket.on('error', () => {});
+  });
+  server.on('connection', (s: Socket) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(
+    () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen, sockets };
+}
+
+function relayYaml(upstream: string, routes = ROUTES): string {
+  return `
+relay:
+  listen: 127.0.0.1:0
+  upstream: ${upstream}
+  routes:
+${routes}`;
+}
+
+const ROUTES = `
+    - name: patients
+      match: { method: POST, path: /patients/* }
+      configuration: payments
+      request: { encrypt: [ssn, dob], classification: phi }
+    - name: records
+      match: { method: GET, path: /records/** }
+      configuration: payments
+      response: { decrypt: [ssn, items.*.ssn] }
+    - name: strict
+      match: { path: /strict/* }
+      configuration: payments
+      response: { decrypt: [ssn], classification: phi }
+    - name: export
+      match: { path: /export }
+      configuration: payments
+      response: { encrypt: [email] }
+    - name: inbound-tokens
+      match: { method: PUT, path: /inbound/* }
+      configuration: payments
+      request: { decrypt: [card.number], classification: pci }
+`;
+
+/** The service with its own store path, closed by the test itself (to read the store afterwards). */
+async function startOwn(t: TestContext, yaml: string, storePath = ':memory:') {
+  const text = `
+server: { listen: 127.0.0.1:0, admin_listen: "off" }
+store: { path: ${JSON.stringify(storePath)} }
+${yaml}
+${SEED}`;
+  const service = createApp(loadConfig({ text, env: {} }), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
+  let closed: Promise<void> | null = null;
+  const close = () => (closed ??= service.close());
+  t.after(close);
+  const { main, relay } = await service.listen();
+  return { service, close, main: `http://127.0.0.1:${main.port}`, relay: `http://127.0.0.1:${relay!.port}` };
+}
+
+async function startRelay(t: TestContext, upstream: string, routes = ROUTES): Promise<Running & { relay: string }> {
+  const running = await startApp(t, relayYaml(upstream, routes));
+  const address = running.app.relay!.server.address() as AddressInfo;
+  return { ...running, relay: `http://127.0.0.1:${address.port}` };
+}
+
+/** A token of the `payments` configuration, made through /proxy. */
+async function token(url: string, value: unknown, classification?: string): Promise<string> {
+  const headers: Record<string, string> = { 'x-svc-fields': 'v' };
+  if (classification !== undefined) headers['x-svc-classification'] = classification;
+  const res = await call(url, '/proxy/payments', { body: JSON.stringify({ v: value }), headers });
+  assert.equal(res.status, 200, res.text);
+  return res.json.v as string;
+}
+
+/** Sends bytes exactly as given (fetch would normalize the path and headers). */
+function rawRequest(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    // Written, not ended: a half-closed client counts as gone.
+    const socket = connect(port, '127.0.0.1', () => socket.write(text));
+    let got = '';
+    socket.on('data', (d: Buffer) => (got += d.toString('latin1')));
+    socket.on('end', () => resolve(got));
+    socket.on('error', reject);
+  });
+}
+
+test('a relay route encrypts the request fields before the application sees them; other bytes and headers pass unchanged', async (t) => {
+  const app = await startUpstream(t);
+  const { url, relay } = await startRelay(t, app.url);
+  const body = '{ "name" : "Ada",\n  "ssn":"123-45-6789", "dob": "1990-01-01", "n": 1.10, "nested": {"ssn": "kept"} }';
+  const res = await fetch(`${relay}/patients/7?expand=1&x=%20`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer app-session', 'x-trace': 't1', 'x-svc-mode': 'decrypt', 'x-svc-request-id': 'rid-1' },
+    body,
+  });
+  const answered = await res.text();
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('x-app'), 'yes');
+  assert.equal(res.headers.get('x-svc-request-id'), 'rid-1');
+  assert.equal(app.seen.length, 1);
+  const got = app.seen[0]!;
+  assert.equal(got.method, 'POST');
+  assert.equal(got.url, '/patients/7?expand=1&x=%20');
+  assert.equal(got.headers['authorization'], 'Bearer app-session', 'the application keeps its own authorization header');
+  assert.equal(got.headers['x-trace'], 't1');
+  assert.equal(got.headers['host'], new URL(relay).host, 'the client’s Host is kept, as on pass-through');
+  for (const name of Object.keys(got.headers)) assert.ok(!name.startsWith('x-svc-'), `${name} reached the application`);
+  const sent = got.body.toString();
+  const parsed = JSON.parse(sent);
+  assert.match(parsed.ssn, TOKEN);
+  assert.match(parsed.dob, TOKEN);
+  assert.equal(parsed.nested.ssn, 'kept');
+  assert.equal(sent.replace(/"svc:[^"]+"/g, '"T"'), body.replace('"123-45-6789"', '"T"').replace('"1990-01-01"', '"T"'));
+  assert.equal(answered, sent, 'no response transform on this route: the answer is relayed as-is');
+  // The tokens are bound to PHI: decrypting them as PCI is refused, as PHI they open.
+  assert.equal((await call(url, '/proxy/payments', { body: sent, headers: { 'x-svc-mode': 'decrypt', 'x-svc-classification': 'pci' } })).status, 403);
+  const back = await call(url, '/proxy/payments', { body: sent, headers: { 'x-svc-mode': 'decrypt', 'x-svc-classification': 'phi' } });
+  assert.equal(back.text, body);
+});
+
+test('a route matches however the path is spelled: case, percent-encoding, dot segments and a trailing slash', async (t) => {
+  const app = await startUpstream(t);
+  const { relay } = await startRelay(t, app.url);
+  const port = Number(new URL(relay).port);
+  for (const path of ['/PATIENTS/7', '/pat%69ents/7/', '//patients/x/../7', '/other/../patients/7']) {
+    const body = '{"ssn":"1"}';
+    const answer = await rawRequest(port, `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+    assert.match(answer, /^HTTP\/1\.1 200 /, path);
+    const got = app.seen.at(-1)!;
+    assert.equal(got.url, path, 'the path is sent as the client wrote it');
+    assert.match(JSON.parse(got.body.toString()).ssn, TOKEN, path);
+  }
+});
+
+test('a relay route decrypts the response fields: the application returns tokens, the client gets plaintext', async (t) => {
+  let reply = '';
+  const app = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(reply), etag: '"v1"', 'x-app': 'yes' });
+    res.end(reply);
+  });
+  const { url, relay } = await startRelay(t, app.url);
+  const ssn = await token(url, '123-45-6789');
+  const other = await token(url, 'not listed');
+  reply = `{"ssn":"${ssn}", "items":[{"ssn":"${ssn}"}], "note":"${other}"}`;
+  const res = await fetch(`${relay}/records/7/history`, { headers: { authorization: 'Bearer s', 'accept-encoding': 'gzip' } });
+  const text = await res.text();
+  assert.equal(res.status, 200);
+  assert.equal(text, `{"ssn":"123-45-6789", "items":[{"ssn":"123-45-6789"}], "note":"${other}"}`);
+  assert.equal(res.headers.get('content-length'), String(Buffer.byteLength(text)));
+  assert.equal(res.headers.get('x-app'), 'yes');
+  assert.match(res.headers.get('x-svc-request-id') ?? '', /./);
+  const got = app.seen[0]!;
+  assert.equal(got.headers['accept-encoding'], 'identity', 'a route that transforms answers asks for them uncompressed');
+  assert.equal(got.headers['authorization'], 'Bearer s');
+
+  // A token that fails: 502, and nothing of the answer (no partial plaintext).
+  reply = `{"ssn":"${ssn}", "items":[{"ssn":"${ssn.slice(0, -6)}AAAA:$"}]}`;
+  const bad = await fetch(`${relay}/records/8`);
+  const badText = await bad.text();
+  assert.equal(bad.status, 502);
+  assert.deepEqual(JSON.parse(badText), { message: 'The upstream response could not be transformed.' });
+  assert.ok(!badText.includes('123-45-6789'));
+
+  // Not JSON: relayed untouched, tokens and all.
+  reply = `ssn=${ssn}`;
+  const other2 = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    res.end(reply);
+  });
+  const { relay: relay2 } = await startRelay(t, other2.url);
+  const plain = await fetch(`${relay2}/records/9`);
+  assert.equal(await plain.text(), `ssn=${ssn}`);
+});
+
+test('a response decrypt with a classification needs every token to carry it, else 502', async (t) => {
+  let reply = '';
+  const app = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(reply);
+  });
+  const { url, relay } = await startRelay(t, app.url);
+  reply = `{"ssn":"${await token(url, 'phi value', 'phi')}"}`;
+  const ok = await fetch(`${relay}/strict/1`);
+  assert.equal(await ok.text(), '{"ssn":"phi value"}');
+  reply = `{"ssn":"${await token(url, 'unclassified')}"}`;
+  const refused = await fetch(`${relay}/strict/2`);
+  const text = await refused.text();
+  assert.equal(refused.status, 502);
+  assert.ok(!text.includes('unclassified'));
+});
+
+test('a request decrypt with a classification refuses tokens without it (403) before anything reaches the application', async (t) => {
+  const app = await startUpstream(t);
+  const { url, relay } = await startRelay(t, app.url);
+  const pci = await token(url, '4111', 'pci');
+  const ok = await fetch(`${relay}/inbound/1`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: `{"card":{"number":"${pci}"}}` });
+  assert.equal(ok.status, 200);
+  assert.equal(app.seen[0]!.body.toString(), '{"card":{"number":"4111"}}');
+  const phi = await token(url, '4111', 'phi');
+  const refused = await fetch(`${relay}/inbound/2`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: `{"card":{"number":"${phi}"}}` });
+  assert.equal(refused.status, 403);
+  assert.equal(app.seen.length, 1);
+});
+
+test('a response encrypt streams tokens to the client in place of the application’s plaintext', async (t) => {
+  const app = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': 36 });
+    res.end('{"email":"ada@example.com","id":42}\n');
+  });
+  const { url, relay } = await startRelay(t, app.url);
+  const res = await fetch(`${relay}/export`);
+  const text = await res.text();
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-length'), null, 'the upstream length no longer applies');
+  const parsed = JSON.parse(text);
+  assert.match(parsed.email, TOKEN);
+  assert.equal(parsed.id, 42);
+  assert.ok(!text.includes('ada@example.com'));
+  const back = await call(url, '/proxy/payments', { body: text, headers: { 'x-svc-mode': 'decrypt' } });
+  assert.equal(back.text, '{"email":"ada@example.com","id":42}\n');
+});
+
+test('a path no route matches passes through byte for byte, both ways', async (t) => {
+  const reply = Buffer.from('{"ssn" : "123",  "raw":"\\u00e9"}\r\n');
+  const app = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(207, 'Odd', { 'content-type': 'application/json', 'x-app': 'yes', 'set-cookie': ['a=1', 'b=2'] });
+    res.end(reply);
+  });
+  const { relay } = await startRelay(t, app.url);
+  const body = Buffer.from('{"ssn":"123-45-6789",   "n":1.10}');
+  const res = await fetch(`${relay}/accounts/7?q=1`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer a', 'x-svc-fields': 'ssn' },
+    body,
+  });
+  assert.equal(res.status, 207);
+  assert.deepEqual(Buffer.from(await res.arrayBuffer()), reply);
+  assert.deepEqual(res.headers.getSetCookie(), ['a=1', 'b=2']);
+  assert.equal(res.headers.get('x-svc-request-id'), null, 'pass-through adds nothing');
+  const got = app.seen[0]!;
+  assert.deepEqual(got.body, body);
+  assert.equal(got.url, '/accounts/7?q=1');
+  assert.equal(got.headers['x-svc-fields'], 'ssn', 'untouched means untouched');
+  assert.equal(got.headers['authorization'], 'Bearer a');
+  // The route matches by method too: GET /patients/7 is not the POST route.
+  await fetch(`${relay}/patients/7`);
+  assert.equal(app.seen[1]!.method, 'GET');
+});
+
+test('a non-JSON body on a matching route passes through untouched; compressed JSON is refused, never passed', async (t) => {
+  const app = await startUpstream(t, (_req, body, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    res.end(body);
+  });
+  const { relay } = await startRelay(t, app.url);
+  const form = 'ssn=123-45-6789&dob=1990-01-01';
+  const res = await fetch(`${relay}/patients/7`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: form });
+  assert.equal(res.status, 200);
+  assert.equal(await res.text(), form);
+  assert.equal(app.seen[0]!.body.toString(), form);
+
+  const gz = await fetch(`${relay}/patients/7`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+    body: gzipSync('{"ssn":"123"}'),
+  });
+  assert.equal(gz.status, 415);
+  assert.equal(app.seen.length, 1, 'nothing reached the application');
+});
+
+test('WebSocket upgrades pass through, on any path', async (t) => {
+  const app = await startUpstream(t);
+  const { relay } = await startRelay(t, app.url);
+  const port = Number(new URL(relay).port);
+  for (const path of ['/socket', '/patients/7']) {
+    const socket = connect(port, '127.0.0.1');
+    t.after(() => socket.destroy());
+    await new Promise<void>((r) => socket.once('connect', () => r()));
+    socket.write(
+      `GET ${path} HTTP/1.1\r\nhost: app\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\nauthorization: Bearer ws\r\n\r\n`,
+    );
+    let got = Buffer.alloc(0);
+    const read = (until: (b: Buffer) => boolean) =>
+      new Promise<void>((resolve, reject) => {
+        const onData = (d: Buffer) => {
+          got = Buffer.concat([got, d]);
+          if (until(got)) {
+            socket.off('data', onData);
+            resolve();
+          }
+        };
+        socket.on('data', onData);
+        socket.once('close', () => reject(new Error(`closed after ${JSON.stringify(got.toString('latin1'))}`)));
+      });
+    await read((b) => b.includes('\r\n\r\n'));
+    assert.match(got.toString('latin1'), /^HTTP\/1\.1 101 /);
+    got = got.subarray(got.indexOf('\r\n\r\n') + 4);
+    const frame = Buffer.from([0x81, 0x85, 1, 2, 3, 4, 0x69, 0x67, 0x6f, 0x68, 0x6e]);
+    socket.write(frame);
+    await read((b) => b.length >= frame.length);
+    assert.deepEqual(got, frame, 'bytes come back untouched');
+    const upgrade = app.seen.at(-1)!;
+    assert.equal(upgrade.url, path);
+    assert.equal(upgrade.headers['authorization'], 'Bearer ws');
+    socket.destroy();
+  }
+});
+
+test('an upstream that is down: 502 on pass-through, on routes and on WebSocket upgrades', async (t) => {
+  const port = await closedPort();
+  const { relay } = await startRelay(t, `http://127.0.0.1:${port}`);
+  const passed = await fetch(`${relay}/anything`);
+  assert.equal(passed.status, 502);
+  assert.deepEqual(await passed.json(), { message: 'The destination could not be reached.' });
+  const routed = await fetch(`${relay}/patients/1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"ssn":"1"}' });
+  assert.equal(routed.status, 502);
+  assert.deepEqual(await routed.json(), { message: 'The destination could not be reached.' });
+  const ws = await rawRequest(Number(new URL(relay).port), 'GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n');
+  assert.match(ws, /^HTTP\/1\.1 502 /);
+});
+
+test('unit: globs and path normalization', () => {
+  const one = compileGlob('/patients/*');
+  assert.ok(one.test('/patients/7'));
+  assert.ok(!one.test('/patients/7/x'));
+  assert.ok(!one.test('/patients'));
+  const any = compileGlob('/records/**');
+  for (const p of ['/records', '/records/1', '/records/1/2/3']) assert.ok(any.test(p), p);
+  assert.ok(!any.test('/recordsx'));
+  const mid = compileGlob('/a/**/b/*.json');
+  assert.ok(mid.test('/a/b/x.json'));
+  assert.ok(mid.test('/a/1/2/b/x.json'));
+  assert.ok(!mid.test('/a/b/x.txt'));
+  assert.ok(compileGlob('/v1.0/(x)').test('/v1.0/(x)'), 'regex characters are literal');
+  assert.ok(!compileGlob('/v1.0').test('/v1x0'));
+  assert.ok(compileGlob('/**').test(''));
+  assert.equal(normalizePath('/a//b/./c/../d/?x=1'), '/a/b/d');
+  assert.equal(normalizePath('/%61%2Fb'), '/a/b');
+  assert.equal(normalizePath('/%zz'), '/%zz');
+  assert.equal(normalizePath('/'), '');
+  assert.equal(normalizePath('http://host/p/q?x'), '/p/q');
+  assert.equal(normalizePath('*'), null);
+});
+
+test('a route that names a bad field path stops the start with a config error', () => {
+  const text = `
+server: { listen: 127.0.0.1:0, admin_listen: "off" }
+store: { path: ":memory:" }
+${relayYaml('http://127.0.0.1:1', `
+    - match: { path: /x }
+      configuration: payments
+      request: { encrypt: ["a..b"] }
+`)}`;
+  const config = loadConfig({ text, env: {} });
+  assert.throws(() => createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') }), /relay\.routes\[0\]\.request\.encrypt: .*empty segment/);
+});
+
+test('relay and egress routes leave api log entries named after the route (read from the store after close)', async (t) => {
+  const app = await startUpstream(t);
+  const dir = mkdtempSync(join(tmpdir(), 'svc-relay-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.db');
+  const yaml = `${relayYaml(app.url)}
+egress:
+  - { name: vendor, destination: "${app.url}/v1", configuration: payments, request: { decrypt: [card.number] } }`;
+  const { service, close, main: mainUrl, relay: relayUrl } = await startOwn(t, yaml, path);
+  const routed = await fetch(`${relayUrl}/patients/7?secret=q`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-svc-request-id': 'relay-req-1' }, body: '{"ssn":"1"}' });
+  assert.equal(routed.status, 200);
+  await (await fetch(`${relayUrl}/unrouted`)).text();
+  const egress = await fetch(`${mainUrl}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"card":{"number":"x"}}' });
+  assert.equal(egress.status, 200);
+  await egress.text();
+  const payments = service.services.store.configurations.findByName('payments')!;
+  await close();
+
+  const store = openStore(path);
+  t.after(() => store.close());
+  const api = store.logs.listApi({ limit: 100, offset: 0 });
+  const relayEntry = api.find((e) => e.path === 'relay:patients POST /patients/7');
+  assert.ok(relayEntry, JSON.stringify(api.map((e) => e.path)));
+  assert.equal(relayEntry.requestId, 'relay-req-1');
+  assert.equal(relayEntry.statusCode, 200);
+  assert.equal(relayEntry.method, 'POST');
+  assert.equal(relayEntry.configurationId, payments.id);
+  assert.equal(relayEntry.destination, app.url);
+  const egressEntry = api.find((e) => e.path === 'egress:vendor POST /charges');
+  assert.ok(egressEntry, JSON.stringify(api.map((e) => e.path)));
+  assert.equal(egressEntry.configurationId, payments.id);
+  assert.ok(!api.some((e) => e.path.includes('unrouted')), 'pass-through is not logged');
+  const usage = store.logs.listUsage({ limit: 100, offset: 0 });
+  assert.ok(usage.some((u) => u.mode === 'encrypt' && u.fieldCount === 1 && u.configurationId === payments.id));
+});
+
+test('the relay is closed with the app, WebSockets included', async (t) => {
+  const app = await startUpstream(t);
+  const { service, close, relay } = await startOwn(t, relayYaml(app.url));
+  const socket = connect(Number(new URL(relay).port), '127.0.0.1');
+  socket.on('error', () => {});
+  socket.write('GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n');
+  await new Promise<void>((r) => socket.once('data', () => r()));
+  const closed = new Promise<void>((r) => socket.once('close', () => r()));
+  await close();
+  await closed;
+  assert.equal(service.relay!.server.listening, false);
+  await assert.rejects(fetch(relay));
+});
+
+test('HEAD and 204 on a response route are relayed without a body', async (t) => {
+  const app = await startUpstream(t, (req, _body, res) => {
+    res.writeHead(req.method === 'HEAD' ? 200 : 204, { 'content-type': 'application/json' });
+    res.end();
+  });
+  const { relay } = await startRelay(t, app.url);
+  const head = await fetch(`${relay}/strict/1`, { method: 'HEAD' });
+  assert.equal(head.status, 200);
+  const none = await fetch(`${relay}/strict/1`, { method: 'DELETE' });
+  assert.equal(none.status, 204);
+  assert.equal(await none.text(), '');
+});

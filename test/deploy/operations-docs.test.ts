@@ -1,0 +1,127 @@
+/**
+ * docs/operations.md against the code: every endpoint the runbook tells an operator to call
+ * exists, and every feature the code does not have yet is marked planned where the runbook
+ * describes it.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { buildRouter } from '../../src/app.ts';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const DOC = readFileSync(join(ROOT, 'docs', 'operations.md'), 'utf8');
+const router = buildRouter();
+
+/** Endpoints the runbook describes as planned (and so may not exist yet). */
+const PLANNED_ENDPOINTS = new Set<string>();
+
+/** `{a,b}` (shell brace expansion) → each alternative; `{id}`, `$ID` → a placeholder segment. */
+function expand(path: string): string[] {
+  const braces = /\{([^{}]*,[^{}]*)\}/.exec(path);
+  if (braces !== null) {
+    return (braces[1] ?? '').split(',').flatMap((alternative) => expand(path.replace(braces[0], alternative)));
+  }
+  return [path.replace(/\{[^{}]+\}|\$[A-Z_]+/g, 'x')];
+}
+
+/** `METHOD /api/...` in text, and the method and URL of each curl command. */
+function documentedEndpoints(markdown: string): string[] {
+  const found = new Set<string>();
+  for (const m of markdown.matchAll(/\b(GET|POST|PUT|PATCH|DELETE) (\/api\/[^\s`"')]+)/g)) {
+    for (const path of expand(m[2] ?? '')) found.add(`${m[1]} ${path}`);
+  }
+  for (const m of markdown.matchAll(/curl [^\n]*?(?:-X (GET|POST|PUT|PATCH|DELETE) )?"\$SVC(\/[^"]+)"/g)) {
+    for (const path of expand(m[2] ?? '')) found.add(`${m[1] ?? 'GET'} ${path}`);
+  }
+  return [...found];
+}
+
+function routeExists(endpoint: string): boolean {
+  const [method = '', path = ''] = endpoint.split(' ');
+  try {
+    router.find(method, path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The text of the `## title` section. */
+function section(title: string): string {
+  const start = DOC.indexOf(`\n## ${title}\n`);
+  assert.notEqual(start, -1, `operations.md has no "## ${title}" section`);
+  const end = DOC.indexOf('\n## ', start + 1);
+  return DOC.slice(start, end === -1 ? undefined : end);
+}
+
+function source(path: string): string {
+  return readFileSync(join(ROOT, 'src', path), 'utf8');
+}
+
+describe('docs/operations.md', () => {
+  it('finds the endpoints the runbook calls', () => {
+    const endpoints = documentedEndpoints(DOC);
+    for (const expected of [
+      'POST /api/v3/api-keys/x/revoke',
+      'POST /api/v3/configurations/x/rotate',
+      'PUT /api/v3/configurations/x',
+      'POST /api/v3/encryption/payments/rewrap',
+      'POST /api/v3/configurations/x/keys/1/destroy',
+      'GET /api/v3/logs/usage',
+    ]) {
+      assert.ok(endpoints.includes(expected), expected);
+    }
+  });
+
+  it('tells operators to call only endpoints that exist, or says they are planned', () => {
+    const missing = documentedEndpoints(DOC).filter((endpoint) => !PLANNED_ENDPOINTS.has(endpoint) && !routeExists(endpoint));
+    assert.deepEqual(missing, []);
+    for (const endpoint of PLANNED_ENDPOINTS) {
+      if (routeExists(endpoint)) continue;
+      const path = endpoint.split(' ')[1]?.replace('/x/', '/{slug}/') ?? '';
+      const paragraph = DOC.slice(Math.max(0, DOC.indexOf(path) - 200), DOC.indexOf(path));
+      assert.match(paragraph, /Planned/, `${endpoint} is not built: the runbook must say it is planned`);
+    }
+  });
+
+  it('lists every metric the service exports, and no other, or says metrics are planned', () => {
+    const metricsSection = section('Metrics');
+    if (!existsSync(join(ROOT, 'src', 'telemetry', 'metrics.ts'))) {
+      assert.match(metricsSection, /## Metrics\n\n\*\*Planned\.\*\*/);
+      return;
+    }
+    const exported = [...source('telemetry/metrics.ts').matchAll(/name: '(svc_[a-z_]+)'/g)].map((m) => m[1] ?? '');
+    assert.ok(exported.length >= 5, 'metric names found in src/telemetry/metrics.ts');
+    const documented = [...metricsSection.matchAll(/^\| `(svc_[a-z_]+)`/gm)].map((m) => m[1] ?? '');
+    assert.deepEqual(exported.filter((name) => !documented.includes(name)), [], 'metrics missing from the table');
+    assert.deepEqual(documented.filter((name) => !exported.includes(name)), [], 'documented metrics the service does not export');
+    assert.doesNotMatch(metricsSection, /Planned/);
+  });
+
+  it('documents each keys subcommand the CLI has, or says the CLI is planned', () => {
+    const cli = existsSync(join(ROOT, 'src', 'cli', 'keys.ts')) ? source('cli/keys.ts') : '';
+    const subcommands = /SUBCOMMANDS = \[([^\]]*)\]/.exec(cli)?.[1]?.match(/[a-z]+/g) ?? [];
+    if (subcommands.length === 0) {
+      assert.match(DOC, /\*\*Planned CLI:\*\* `svc-sidecar keys/);
+      return;
+    }
+    for (const sub of subcommands) assert.match(DOC, new RegExp(`node src/main\\.ts keys ${sub} `), `keys ${sub}`);
+  });
+
+  it('says replication is planned exactly while nothing pulls a snapshot', () => {
+    const pulls = /control_plane\.url|controlPlane\.url/.test(`${source('app.ts')}${source('main.ts')}`);
+    const saysPlanned = /\*\*Planned:\*\* the replication itself/.test(section('Scaling out'));
+    assert.equal(saysPlanned, !pulls, pulls ? 'replication exists: update "Scaling out"' : 'replication is not built: say so');
+  });
+
+  it('covers the runbook topics of issue 6', () => {
+    for (const title of ['The master key', 'API keys', "Rotating a configuration's key", 'Backing up and restoring the store', 'Scaling out', 'Health and readiness', 'Metrics', 'Shutdown', 'Logs']) {
+      assert.ok(section(title).length > 200, title);
+    }
+    assert.match(section('The master key'), /randomBytes\(32\)\.toString\('base64'\)/);
+    assert.match(section('Backing up and restoring the store'), /PRAGMA integrity_check/);
+    assert.match(section('Backing up and restoring the store'), /VACUUM INTO|\.backup/);
+  });
+});

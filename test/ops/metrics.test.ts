@@ -1,0 +1,60 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { call, SEED, startApp } from '../support/app.ts';
+import { closedPort, startEcho } from '../support/destinations.ts';
+
+function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    const ok = Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`));
+    if (ok) return Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return undefined;
+}
+
+test('metrics after traffic: requests by route template, fields, key versions, forwards, log queue', async (t) => {
+  const echo = await startEcho(t);
+  const dead = await closedPort();
+  const seed = SEED.replace('{ name: payments, proxy_slug: payments, fields: [card.number] }', `{ name: payments, proxy_slug: payments, fields: [card.number], destinations: ["${echo.url}/", "http://127.0.0.1:${dead}/"] }`);
+  const running = await startApp(t, '', seed, { admin: true });
+  const { url } = running;
+  const enc = await call(url, '/api/v3/encryption/payments/encrypt', { body: '{"a":"1","b":"2"}', headers: { 'x-svc-fields': 'a,b' } });
+  await call(url, '/api/v3/encryption/payments/decrypt', { body: enc.text });
+  await call(url, '/api/v3/encryption/nope/encrypt', { body: '{}' });
+  await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `${echo.url}/x/123` } });
+  await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `http://127.0.0.1:${dead}/` } });
+  await call(url, '/some/random/path/4711', { method: 'GET' });
+
+  const res = await fetch(`${running.adminUrl}/metrics`);
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type')!, /^text\/plain/);
+  const text = await res.text();
+  assert.equal(sample(text, 'svc_http_requests_total', { route: '/api/v3/encryption/:slug/encrypt', method: 'POST', status: '200' }), 1);
+  assert.equal(sample(text, 'svc_http_requests_total', { route: '/api/v3/encryption/:slug/encrypt', status: '404' }), 1);
+  assert.equal(sample(text, 'svc_http_requests_total', { route: 'unmatched', method: 'GET', status: '404' }), 1);
+  assert.ok((sample(text, 'svc_http_request_duration_seconds_count', { route: '/proxy/:slug', status: '201' }) ?? 0) >= 1);
+  assert.equal(sample(text, 'svc_fields_total', { configuration: 'payments', mode: 'encrypt' }), 3);
+  assert.equal(sample(text, 'svc_fields_total', { configuration: 'payments', mode: 'decrypt' }), 2);
+  assert.equal(sample(text, 'svc_decrypt_key_version_total', { configuration: 'payments', version: '1' }), 2);
+  assert.equal(sample(text, 'svc_forward_duration_seconds_count', { destination: `${echo.url}/`, status: '201' }), 1);
+  assert.equal(sample(text, 'svc_forward_errors_total', { destination: `http://127.0.0.1:${dead}/`, kind: 'unreachable' }), 1);
+  assert.notEqual(sample(text, 'svc_log_queue_depth', {}), undefined);
+  assert.equal(sample(text, 'svc_log_entries_dropped', {}), 0);
+  assert.equal(sample(text, 'svc_state_version', {}), 1);
+  assert.equal(sample(text, 'svc_state_reload_failures_total', {}), 0);
+  assert.ok(text.includes('svc_process_resident_memory_bytes'), 'default process metrics');
+  // Bounded labels: no raw path, id or key ever becomes a label value.
+  assert.ok(!text.includes('4711') && !text.includes('/x/123') && !text.includes('svc_Owner'));
+});
+
+test('/healthz is liveness; /readyz turns 503 as soon as shutdown starts', async (t) => {
+  const running = await startApp(t, '', SEED, { admin: true });
+  assert.equal((await fetch(`${running.adminUrl}/healthz`)).status, 200);
+  assert.equal((await fetch(`${running.url}/readyz`)).status, 200);
+  assert.deepEqual(await (await fetch(`${running.adminUrl}/readyz`)).json(), { status: 'ready' });
+  running.app.services.health.ready = false;
+  const notReady = await fetch(`${running.adminUrl}/readyz`);
+  assert.equal(notReady.status, 503);
+  assert.deepEqual(await notReady.json(), { message: 'The service is not ready.' });
+  assert.equal((await fetch(`${running.adminUrl}/healthz`)).status, 200);
+});

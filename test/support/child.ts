@@ -1,0 +1,66 @@
+/**
+ * Test support: runs the real service as a child process (`node src/main.ts serve`) with a
+ * config written to a temp dir, for tests that measure the process itself (memory,
+ * signals, exit codes).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+
+export interface Child {
+  readonly process: ChildProcess;
+  readonly url: string;
+  readonly dir: string;
+  output(): string;
+  /** Peak resident set size so far, from /proc (Linux). */
+  peakRss(): number;
+}
+
+const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
+
+/** The flags `npm start` and the container image run the service with (package.json). */
+export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
+
+export async function startChild(t: TestContext, yaml: string, env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<Child> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-child-'));
+  const configPath = join(dir, 'svc.yaml');
+  writeFileSync(configPath, `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nlogging: { level: info }\n${yaml}`);
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, MAIN, 'serve', '--config', configPath], {
+    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  t.after(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the service did not start:\n${output}`)), 15_000);
+    const check = () => {
+      const match = /"listen":"([^"]+)"/.exec(output);
+      if (match !== null) {
+        clearTimeout(timer);
+        child.stdout!.off('data', check);
+        resolve(`http://${match[1]}`);
+      }
+    };
+    child.stdout!.on('data', check);
+    child.once('exit', (code) => reject(new Error(`the service exited with ${code}:\n${output}`)));
+  });
+  return {
+    process: child,
+    url,
+    dir,
+    output: () => output,
+    peakRss: () => {
+      const status = readFileSync(`/proc/${child.pid}/status`, 'utf8');
+      const kb = /VmHWM:\s+(\d+) kB/.exec(status);
+      return kb === null ? 0 : Number(kb[1]) * 1024;
+    },
+  };
+}
