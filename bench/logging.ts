@@ -221,6 +221,59 @@ async function stopChild(child: ChildProcess): Promise<ServerStats> {
   return message.stats;
 }
 
+/**
+ * The main thread's share of logging, in isolation from the HTTP stack and from other load
+ * on the machine: the CPU the event-loop thread spends per request recording one api and
+ * one usage entry and handing the batches on, with the writer thread (the default for a
+ * file store) and with writes on the main thread. Entries are recorded in bursts with a
+ * turn of the event loop between them, as requests would.
+ */
+async function mainThreadCost(thread: boolean, requests: number): Promise<{ mainCpuPerRequestUs: number; longestTurnMs: number; p99TurnMs: number }> {
+  const { openStore } = await import('../src/store/db.ts');
+  const { LogWriter } = await import('../src/telemetry/log-writer.ts');
+  const { createLogger } = await import('../src/telemetry/logger.ts');
+  const { timeOrderedId } = await import('../src/telemetry/request-id.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-logging-cost-'));
+  const store = openStore(join(dir, 'svc.db'));
+  const writer = new LogWriter(store, createLogger('silent'), { flushInterval: 1000, batchSize: 500, queueLimit: 100_000, thread });
+  const record = (n: number) => {
+    for (let i = 0; i < n; i++) {
+      const requestId = timeOrderedId();
+      const createdAt = new Date().toISOString();
+      writer.api({ requestId, method: 'POST', path: PATH, statusCode: 200, apiKeyId: 'key', userId: 1, configurationId: 'cfg', destination: null, durationMs: 1, ip: '127.0.0.1', createdAt });
+      writer.usage({ requestId, configurationId: 'cfg', apiKeyId: 'key', userId: 1, mode: 'encrypt', fieldCount: 5, bytes: 1099, createdAt });
+    }
+  };
+  const burst = 50;
+  // How long each turn of the event loop took: a batch written on this thread shows up
+  // as a long turn, which is what a request arriving meanwhile would wait.
+  const turns: number[] = [];
+  const run = async (n: number) => {
+    let last = performance.now();
+    for (let done = 0; done < n; done += burst) {
+      record(burst);
+      await new Promise((resolve) => setImmediate(resolve));
+      const now = performance.now();
+      turns.push(now - last);
+      last = now;
+    }
+  };
+  await run(20_000);
+  turns.length = 0;
+  const before = process.threadCpuUsage();
+  await run(requests);
+  const cpu = process.threadCpuUsage(before);
+  await writer.close();
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+  const sorted = Float64Array.from(turns).sort();
+  return {
+    mainCpuPerRequestUs: round2((cpu.user + cpu.system) / requests),
+    longestTurnMs: round2(sorted[sorted.length - 1] ?? 0),
+    p99TurnMs: round2(percentile(sorted, 99)),
+  };
+}
+
 function positive(name: string, value: string | undefined, fallback: number): number {
   const n = Number(value ?? fallback);
   if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);
@@ -254,6 +307,14 @@ async function main(): Promise<void> {
   const log = (m: string) => process.stderr.write(`${m}\n`);
   log(`node ${machine.node} on ${machine.cpuModel} × ${machine.cores}, load ${machine.loadAverageAtStart.join(' ')}`);
   log(`encrypt, ${body.length} B body, 5 fields; ${rounds} rounds of: ${rate} req/s for ${seconds} s, then ${connections} connections flat out for ${seconds} s`);
+
+  const costRequests = quick ? 20_000 : 100_000;
+  const cost = { writerThread: await mainThreadCost(true, costRequests), mainThread: await mainThreadCost(false, costRequests) };
+  log(
+    `logging alone, ${costRequests} requests: main-thread CPU ${cost.writerThread.mainCpuPerRequestUs} µs/request and longest turn ` +
+      `${cost.writerThread.longestTurnMs} ms with the writer thread; ${cost.mainThread.mainCpuPerRequestUs} µs/request and ` +
+      `${cost.mainThread.longestTurnMs} ms writing on the main thread`,
+  );
 
   const servers: Record<Variant, Server> = { on: await startChild('on'), off: await startChild('off') };
   // Warm-up: the JIT, the codec caches and SQLite's page cache of both services.
@@ -310,6 +371,8 @@ async function main(): Promise<void> {
       mainThreadCpuPerRequest: headline(ratios('latency', (s) => s.mainCpuPerRequestUs)),
     },
     writer,
+    /** The logging work on the event-loop thread alone, per request (no HTTP), µs. */
+    mainThreadCostPerRequest: { requests: costRequests, ...cost },
     samples,
   };
 
@@ -327,6 +390,8 @@ p99 on/off at ${rate} req/s: ${ratio(result.ratio.p99AtFixedRate)}
 p99 on/off flat out:   ${ratio(result.ratio.p99FlatOut)}
 req/s on/off flat out: ${ratio(result.ratio.rps)}
 cpu/request on/off:    ${ratio(result.ratio.cpuPerRequest)}; main thread ${ratio(result.ratio.mainThreadCpuPerRequest)}
+logging alone (no HTTP), per request on the main thread: ${cost.writerThread.mainCpuPerRequestUs} µs CPU, longest event-loop turn ${cost.writerThread.longestTurnMs} ms (p99 ${cost.writerThread.p99TurnMs} ms)
+  writing on the main thread instead: ${cost.mainThread.mainCpuPerRequestUs} µs CPU, longest turn ${cost.mainThread.longestTurnMs} ms (p99 ${cost.mainThread.p99TurnMs} ms)
 rows written with logging on: ${writer.on.apiRows} api, ${writer.on.usageRows} usage (dropped ${writer.on.dropped}); off: ${writer.off.apiRows} api, ${writer.off.usageRows} usage`);
 
   const dir = new URL('./results/', import.meta.url);

@@ -57,7 +57,14 @@ function readExisting(path: URL): ResultsFile | null {
 }
 
 async function main(): Promise<void> {
-  const args = parse();
+  let args: ReturnType<typeof parse>;
+  try {
+    args = parse();
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\nusage: node bench/run.ts [--only transformer|crypto] [--quick] [--rounds N] [--markdown]\n`);
+    process.exitCode = 2;
+    return;
+  }
   const machine = machineInfo();
   const log = (m: string) => process.stderr.write(`${m}\n`);
   log(`node ${machine.node} on ${machine.cpuModel} × ${machine.cores}, load ${machine.loadAverageAtStart.join(' ')}${args.quick ? ' (quick)' : ''}`);

@@ -26,11 +26,14 @@ import { sendJson } from './http/respond.ts';
 import { Router } from './http/router.ts';
 import { createHttpServer, type Handler } from './http/server.ts';
 import { openStore, type Store } from './store/db.ts';
-import { applySeed } from './store/seed.ts';
+import { applySeed, type SeedDeps } from './store/seed.ts';
+import { FileSource, logSeedResult } from './sync/file-source.ts';
+import { createReplication, type Replication } from './sync/replica.ts';
 import { createLogger } from './telemetry/logger.ts';
 import { NotReadyError } from './errors.ts';
 import { apiRoutes } from './api/index.ts';
 import { mount } from './api/routes.ts';
+import { openApiRoute } from './api/openapi.ts';
 import { LogWriter } from './telemetry/log-writer.ts';
 import { Metrics } from './telemetry/metrics.ts';
 import { RetentionJob } from './telemetry/retention.ts';
@@ -43,6 +46,8 @@ export interface App {
   readonly relay: RelayServer | null;
   /** Keys created by the seed without a literal value: shown once, at first start. */
   readonly createdApiKeys: ReadonlyArray<{ name: string; key: string }>;
+  /** The snapshot poller and log shipper of a `state.source: control-plane` service; null otherwise. */
+  readonly replication: Replication | null;
   listen(): Promise<{ main: AddressInfo; admin: AddressInfo | null; relay: AddressInfo | null }>;
   close(): Promise<void>;
 }
@@ -52,6 +57,8 @@ export interface AppOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** DNS for public-only destinations (tests use their own names). */
   readonly resolve?: Resolver;
+  /** The file `config` was loaded from: with `state.source: file` its seed is reloaded when it changes. */
+  readonly configPath?: string;
 }
 
 const PROXY_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
@@ -60,6 +67,7 @@ export function buildRouter(): Router<Handler<Services>> {
   const router = new Router<Handler<Services>>()
     .add('GET', '/healthz', healthz)
     .add('GET', '/readyz', readyz)
+    .add('GET', '/api/openapi.json', openApiRoute)
     .add('POST', '/api/v3/encryption/:slug/encrypt', encryptRoute)
     .add('POST', '/api/v3/encryption/:slug/decrypt', decryptRoute)
     .add('POST', '/api/v3/encryption/:slug/rewrap', rewrapRoute);
@@ -115,15 +123,22 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   const egress = new EgressRoutes(config.egress);
   const relayRoutes = config.relay === undefined ? null : compileRelayRoutes(config.relay);
   const store = openStore(config.store.path);
-  let createdApiKeys: Array<{ name: string; key: string }>;
+  let createdApiKeys: Array<{ name: string; key: string }> = [];
   try {
-    createdApiKeys = seedStore(store, master, config).createdApiKeys;
+    // A replica's state is the control plane's snapshot: its seed only bootstraps one that
+    // has never received a snapshot, and the first snapshot replaces it.
+    if (config.state.source !== 'control-plane' || store.replication.getSync('applied') === undefined) {
+      const seeded = seedStore(store, master, config);
+      logSeedResult(logger, seeded);
+      createdApiKeys = seeded.createdApiKeys;
+    }
   } catch (err) {
     store.close();
     throw err;
   }
   // The log queue is read at scrape time, once services exist.
   const metrics = new Metrics(() => services.logs);
+  const replication = createReplication(config, store, logger, metrics);
   const services: Services = {
     config,
     logger,
@@ -147,11 +162,16 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     }),
     egress,
     metrics,
-    health: { ready: false },
+    health: replication?.health ?? { ready: false },
   };
   // One state is applied at start: the seed.
   metrics.stateVersion.set(1);
+  replication?.resume();
   const retention = new RetentionJob(store, logger, { retention: config.logs.retention });
+  const fileSource =
+    config.state.source === 'file' && options.configPath !== undefined
+      ? new FileSource(services, { path: options.configPath, env: options.env ?? process.env, running: config, deps: seedDeps(master) })
+      : null;
   const serverOptions = {
     maxHeaderSize: config.server.max_header_size,
     headersTimeout: config.server.headers_timeout,
@@ -180,11 +200,15 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     admin,
     relay,
     createdApiKeys,
+    replication,
     async listen() {
       const main = await listenOn(server, config.server.listen);
       const adminAddress = admin === null ? null : await listenOn(admin, config.server.admin_listen);
       const relayAddress = relay === null ? null : await relay.listen();
       retention.start();
+      if (fileSource !== null) fileSource.start();
+      else if (config.state.source === 'file') logger.warn('state.source is file but no configuration file path was given: the seed will not be reloaded');
+      replication?.start();
       services.health.ready = true;
       return { main, admin: adminAddress, relay: relayAddress };
     },
@@ -197,6 +221,8 @@ export function createApp(config: Config, options: AppOptions = {}): App {
         relay?.close(config.server.drain_timeout),
       ]);
       await retention.stop();
+      await fileSource?.stop();
+      await replication?.stop();
       await services.logs.close();
       await services.forwarder.close();
       store.close();
@@ -216,8 +242,13 @@ function openMasterKey(config: Config, logger: Logger, env: NodeJS.ProcessEnv): 
   return master;
 }
 
+/** With `state.source: file` the file is followed: what it no longer declares is removed. */
 function seedStore(store: Store, master: MasterKey, config: Config) {
-  return applySeed(store, config.seed, {
+  return applySeed(store, config.seed, seedDeps(master), { prune: config.state.source === 'file' });
+}
+
+function seedDeps(master: MasterKey): SeedDeps {
+  return {
     hashPassword,
     verifyPassword,
     wrapKey: (configurationId, version, key) => wrapDataKey(master, configurationId, version, key),
@@ -225,7 +256,7 @@ function seedStore(store: Store, master: MasterKey, config: Config) {
     generateKeyringId: Keyring.generateId,
     hashApiKey,
     generateApiKey,
-  });
+  };
 }
 
 function listenOn(server: Server, address: string): Promise<AddressInfo> {

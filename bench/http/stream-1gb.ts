@@ -1,7 +1,7 @@
 /**
  * A 1 GB JSON array streamed through `/proxy` encrypt-and-forward (issue 4, "Must show"):
  *
- *   node bench/http/stream-1gb.ts [--mb N]
+ *   node bench/http/stream-1gb.ts [--mb N] [--profile]
  *
  * The service runs as a child process exactly as `npm start` runs it; a client in this
  * process writes a JSON array of records generated on the fly, honouring backpressure,
@@ -9,15 +9,20 @@
  * to a destination (servers.ts `discard`, its own process) that counts and drops the
  * bytes. The service's VmRSS is sampled from /proc every 100 ms and its VmHWM read at the
  * end. Prints throughput and peak RSS and writes bench/results/http-stream-1gb.json
- * (`--mb` other than 1024 writes http-stream-1gb-quick.json instead).
+ * (`--mb` other than 1024 writes http-stream-1gb-quick.json instead). `--profile` runs the
+ * service with `--cpu-prof` and prints its top self-time functions (results not written).
  */
 import { once } from 'node:events';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { request, type IncomingMessage } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { loadAverage, machineInfo } from '../lib/report.ts';
 import { FIELDS, streamRecord } from './body.ts';
 import { round3 } from './load.ts';
+import { formatProfile, summarizeProfile } from './profile.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, SERVICE_NODE_FLAGS, startHelper, startService, type Running } from './processes.ts';
 
 const MIB = 1024 * 1024;
@@ -46,8 +51,19 @@ async function writeArray(req: ReturnType<typeof request>, total: number): Promi
   return { bytes, records: n };
 }
 
+async function settle(url: string, destination: string): Promise<void> {
+  const res = await fetch(`${url}/proxy/${BENCH_SLUG}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-svc-authorization': BENCH_KEY, 'x-svc-destination': `${destination}/`, 'x-svc-fields': FIELDS.map((f) => `*.${f}`).join(',') },
+    body: `[${streamRecord(0)}]`,
+  });
+  await res.arrayBuffer();
+  if (res.status !== 200) throw new Error(`the first request answered ${res.status}`);
+  await sleep(2000);
+}
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { mb: { type: 'string', default: '1024' } }, strict: true });
+  const { values } = parseArgs({ options: { mb: { type: 'string', default: '1024' }, profile: { type: 'boolean', default: false } }, strict: true });
   const mb = Number(values.mb);
   if (!Number.isInteger(mb) || mb < 1) throw new Error('--mb must be a positive integer');
   const total = mb * MIB;
@@ -60,15 +76,20 @@ async function main(): Promise<void> {
     started.push(sink);
     // A 1 GB upload outlasts the default 60 s request timeout on a busy 2-core machine,
     // and the destination answers only once it has the whole body.
+    const profDir = values.profile ? mkdtempSync(join(tmpdir(), 'svc-bench-prof-')) : null;
     const svc = await startService({
       destinations: [sink.url],
+      nodeArgs: profDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`],
       server: 'request_timeout: 30m',
       yaml: 'forwarding: { headers_timeout: 30m, body_timeout: 120s }',
     });
     started.push(svc);
     const pid = svc.pids[0]!;
+    // The baseline: after one small request (codec, connection pool, log thread all
+    // started) and a pause, so the peak below is what the upload itself adds.
+    await settle(svc.url, sink.url);
     const idle = memory(pid);
-    log(`service pid ${pid}: VmRSS ${(idle.rss / MIB).toFixed(1)} MiB before the upload; streaming ${mb} MiB`);
+    log(`service pid ${pid}: VmRSS ${(idle.rss / MIB).toFixed(1)} MiB settled before the upload; streaming ${mb} MiB`);
 
     const samples: Array<{ ms: number; rssMiB: number }> = [];
     const startedAt = performance.now();
@@ -129,9 +150,10 @@ async function main(): Promise<void> {
       },
       cpu: { serviceSeconds: round3(svcCpu), clientSeconds: round3((client.user + client.system) / 1e6) },
       memory: {
-        idleRssMiB: round3(idle.rss / MIB),
+        settledRssMiB: round3(idle.rss / MIB),
         peakSampledRssMiB: round3(peakSampledMiB),
         vmHwmMiB: round3(hwmMiB),
+        addedByUploadMiB: round3(peakSampledMiB - idle.rss / MIB),
         targetMiB: TARGET_PEAK_RSS_MIB,
         verdict: hwmMiB < TARGET_PEAK_RSS_MIB ? 'PASS' : `MISS by ${round3(hwmMiB - TARGET_PEAK_RSS_MIB)} MiB`,
       },
@@ -142,8 +164,16 @@ async function main(): Promise<void> {
     console.log(`sent        ${(sent.bytes / MIB).toFixed(0)} MiB, ${sent.records} records in ${seconds.toFixed(1)} s`);
     console.log(`throughput  ${result.throughput.inputMBps.toFixed(1)} MB/s in (${result.throughput.inputMiBps.toFixed(1)} MiB/s), ${result.throughput.forwardedMBps.toFixed(1)} MB/s forwarded, ${result.throughput.recordsPerSecond} records/s`);
     console.log(`service CPU ${svcCpu.toFixed(1)} s (${((svcCpu / seconds) * 100).toFixed(0)}% of a core); client CPU ${result.cpu.clientSeconds.toFixed(1)} s`);
-    console.log(`service RSS idle ${result.memory.idleRssMiB.toFixed(1)} MiB, peak sampled ${result.memory.peakSampledRssMiB.toFixed(1)} MiB, VmHWM ${hwmMiB.toFixed(1)} MiB (target < ${TARGET_PEAK_RSS_MIB} MiB: ${result.memory.verdict})`);
+    console.log(`service RSS settled ${result.memory.settledRssMiB.toFixed(1)} MiB, peak sampled ${result.memory.peakSampledRssMiB.toFixed(1)} MiB, VmHWM ${hwmMiB.toFixed(1)} MiB (target < ${TARGET_PEAK_RSS_MIB} MiB: ${result.memory.verdict})`);
 
+    if (profDir !== null) {
+      await svc.stop();
+      const main = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile') && f.split('.')[4] === '0');
+      if (main === undefined) throw new Error(`no main-thread profile in ${profDir}`);
+      console.log(`\n${formatProfile(summarizeProfile(join(profDir, main)), 30)}`);
+      log(`profiles kept in ${profDir}; results not written for a profiled run`);
+      return;
+    }
     const dir = new URL('../results/', import.meta.url);
     mkdirSync(dir, { recursive: true });
     const path = new URL(mb === 1024 ? 'http-stream-1gb.json' : 'http-stream-1gb-quick.json', dir);

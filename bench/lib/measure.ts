@@ -5,8 +5,11 @@
  * round therefore samples each variant of a group once, back to back (baseline,
  * candidate, baseline, candidate...), and ratios are taken per round between samples
  * measured seconds apart: drift moves both sides of a ratio together. Odd rounds run
- * the variants in reverse order so no variant always inherits its neighbour's garbage.
- * A full GC runs before each sample for the same reason.
+ * the variants in reverse order so no variant always inherits its neighbour's garbage,
+ * and a minor GC (scavenge) before each sample empties the young generation. Not a full
+ * GC: a forced major GC throws away V8's optimised code for the transformer's `push`
+ * ("embedded weak objects cleared"; natural major GCs did not in a test loop), so every
+ * sample would start on unoptimised code, penalising the candidate, not the baseline.
  *
  * Rates are work per wall-clock second (the headline, and what the verdicts use) and,
  * as a cross-check, work per CPU-second of the process: when other jobs take the cores,
@@ -20,7 +23,7 @@ export type Role = 'baseline' | 'candidate' | 'extra';
 export type Unit = 'MB/s' | 'ops/s';
 
 export interface Variant {
-  /** Unique within the suite, e.g. `100 KB / encrypt, 64 KiB chunks`. */
+  /** Unique within the suite, e.g. `100 KB / encrypt chunked`. */
   readonly id: string;
   readonly group: string;
   readonly label: string;
@@ -82,14 +85,20 @@ export interface ComparisonResult {
   readonly verdict: 'pass' | 'miss' | 'info';
 }
 
-function exposeGc(): () => void {
+type GcFunction = (options?: { type?: 'major' | 'minor'; execution?: 'sync' | 'async' }) => void;
+
+function exposeGc(): GcFunction {
   // Benchmarks run as `node bench/run.ts` (no flags); the flag can still be set at runtime.
   v8.setFlagsFromString('--expose-gc');
   const gc: unknown = vm.runInNewContext('gc');
-  return typeof gc === 'function' ? (gc as () => void) : () => {};
+  return typeof gc === 'function' ? (gc as GcFunction) : () => {};
 }
 
 const gc = exposeGc();
+
+function scavenge(): void {
+  gc({ type: 'minor' });
+}
 
 export function median(values: readonly number[]): number {
   if (values.length === 0) return Number.NaN;
@@ -116,16 +125,18 @@ function runFor(variant: Variant, ms: number, minOps: number): { rate: number; c
 }
 
 /**
- * Runs the op until this process has spent `ms` of CPU time on it. Warm-up is counted in
- * CPU time, not wall time: on a loaded machine a wall-clock warm-up can end before V8 has
- * optimised the hot loops, and the first rounds would then time unoptimised code.
+ * Runs the op until this process has spent `ms` of CPU time on it, or four times that in
+ * wall time. Counted in CPU time because on a loaded machine a wall-clock warm-up can end
+ * before V8 has optimised the hot loops; capped so a very loaded machine cannot stretch
+ * the run without bound.
  */
 function warmUp(variant: Variant, ms: number): void {
   const op = variant.op;
   const start = process.cpuUsage();
   const budget = ms * 1000;
+  const wallDeadline = performance.now() + 4 * ms;
   let used = 0;
-  while (used < budget) {
+  while (used < budget && performance.now() < wallDeadline) {
     // Several calls between reads: process.cpuUsage() is a system call.
     for (let i = 0; i < 8; i++) op();
     const cpu = process.cpuUsage(start);
@@ -150,7 +161,7 @@ export async function sampleGroup(
     const order = variants.map((_, i) => i);
     if (round % 2 === 1) order.reverse();
     for (const i of order) {
-      gc();
+      scavenge();
       await yieldToLoop();
       const { rate, cpuRate, ops } = runFor(variants[i]!, opts.sampleMs, opts.minOps);
       samples[i]!.push(rate);

@@ -59,3 +59,10 @@ export async function verifyPasswordAsync(password: string, stored: string): Pro
 export function unusablePasswordHash(): string {
   return `scrypt$${N}$${R}$${P}$${randomBytes(16).toString('base64url')}$${randomBytes(LENGTH).toString('base64url')}`;
 }
+
+/** hashPassword off the event loop, for the same reason (a seed reload while serving). */
+export async function hashPasswordAsync(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  const hash = await scryptAsync(password, salt, LENGTH, { N, r: R, p: P });
+  return `scrypt$${N}$${R}$${P}$${salt.toString('base64url')}$${hash.toString('base64url')}`;
+}

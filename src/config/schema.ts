@@ -15,7 +15,7 @@ import { parseDuration, parseSize } from './units.ts';
 /** DESIGN §9: roles are built in, the seed can only refer to them. */
 export const BUILT_IN_ROLES = ['owner', 'administrator', 'developer', 'viewer'] as const;
 
-/** DESIGN §9. */
+/** DESIGN §9, plus `sync.*` for replication (docs/replication.md). */
 export const PERMISSIONS = [
   'classifications.view',
   'classifications.create',
@@ -36,6 +36,8 @@ export const PERMISSIONS = [
   'users.view',
   'users.manage',
   'roles.view',
+  'sync.read',
+  'sync.write',
 ] as const;
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -150,6 +152,9 @@ const stateSchema = z.strictObject({
       url: emptyAsAbsent(httpUrl),
       api_key: emptyAsAbsent(apiKey),
       poll_interval: duration('5s', { positive: true }),
+      /** This replica's name in the control plane's logs; absent means the host name. */
+      replica_name: emptyAsAbsent(text.max(128, 'must be at most 128 characters')),
+      ship_interval: duration('5s', { positive: true }),
     })
     .optional(),
 });

@@ -216,6 +216,9 @@ class SubkeyCache {
   readonly #xaes: XaesKey;
   #young = new Map<string, KeyObject>();
   #old = new Map<string, KeyObject>();
+  /** The last prefix asked for: a request's tokens share one, so most lookups end here. */
+  readonly #lastPrefix = Buffer.alloc(XAES_NONCE_PREFIX_SIZE);
+  #lastSubkey: KeyObject | null = null;
 
   constructor(xaes: XaesKey) {
     this.#xaes = xaes;
@@ -223,6 +226,15 @@ class SubkeyCache {
 
   /** The subkey for the nonce at buf[offset..offset+24). */
   get(buf: Buffer, offset: number): KeyObject {
+    const end = offset + XAES_NONCE_PREFIX_SIZE;
+    if (this.#lastSubkey !== null && this.#lastPrefix.compare(buf, offset, end) === 0) return this.#lastSubkey;
+    const subkey = this.#lookup(buf, offset);
+    buf.copy(this.#lastPrefix, 0, offset, end);
+    this.#lastSubkey = subkey;
+    return subkey;
+  }
+
+  #lookup(buf: Buffer, offset: number): KeyObject {
     // latin1 maps each byte to one char: an injective, cheap Map key.
     const id = buf.toString('latin1', offset, offset + XAES_NONCE_PREFIX_SIZE);
     let subkey = this.#young.get(id);
@@ -326,7 +338,11 @@ export class TokenCodec {
     return new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, subkeys);
   }
 
-  decrypt(token: string): DecryptedToken {
+  /**
+   * Decrypts a token. `check`, if given, sees the authenticated-to-be header after parsing
+   * and before any decryption, and may throw to refuse the token (classification access).
+   */
+  decrypt(token: string, check?: (header: TokenHeader) => void): DecryptedToken {
     const parts = splitToken(token);
     if (parts === null) throw new TokenError('malformed');
     const { kvText, metaLength } = parts;
@@ -342,6 +358,7 @@ export class TokenCodec {
 
     const result: DecryptedToken = { type: 's', classificationId: 0, deterministic: false, version: parts.version, plaintext: EMPTY };
     if (!parseMeta(aad, metaOffset, aad.length, result)) throw new TokenError('malformed');
+    if (check !== undefined) check(result);
 
     const material = this.keyring.forDecrypt(parts.version);
     if (typeof material === 'string') {

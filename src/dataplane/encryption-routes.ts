@@ -36,8 +36,10 @@ export async function proxyRoute(ctx: RequestContext, services: Services): Promi
 
 async function transform(ctx: RequestContext, services: Services, mode: Mode): Promise<void> {
   const caller = await authenticateRequest(ctx, services.auth);
-  const configuration = resolveConfiguration(ctx, services, caller, ctx.params['slug']!);
+  // Permission before lookup: a caller who may not use the data plane learns nothing
+  // about which slugs exist.
   requirePermission(caller, mode === 'encrypt' ? 'data.encrypt' : 'data.decrypt');
+  const configuration = resolveConfiguration(ctx, services, caller, ctx.params['slug']!);
   const destination = resolveDestination(ctx, configuration);
   const classificationId = resolveClassification(ctx, services);
   const matcher = resolveFieldPaths(ctx, services, configuration, mode);

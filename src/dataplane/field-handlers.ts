@@ -3,8 +3,8 @@
  * token or back (DESIGN §5 plaintext rules). Per-field failures are collected and
  * reported together as 422, keyed by the value's path.
  */
-import type { FieldEncryptor, TokenCodec, TokenType } from '../crypto/token.ts';
-import { TokenCodec as Codec, TokenError } from '../crypto/token.ts';
+import type { FieldEncryptor, TokenCodec, TokenHeader, TokenType } from '../crypto/token.ts';
+import { TokenError } from '../crypto/token.ts';
 import { ForbiddenError, InvalidTokenError, ValidationError, type ValidationErrors } from '../errors.ts';
 import type { MatchedValue, ValueHandler } from '../fields/transformer.ts';
 
@@ -86,6 +86,12 @@ export class DecryptHandler extends CollectingHandler {
     this.required = required;
   }
 
+  /** Throws 403 for a token this request may not read: the whole request is refused. */
+  private readonly checkHeader = (header: TokenHeader): void => {
+    if (this.required !== null && header.classificationId !== this.required) throw new ForbiddenError();
+    if (header.classificationId !== 0) this.checkAccess(header.classificationId);
+  };
+
   failure(): ValidationError | null {
     return this.errors === null ? null : new InvalidTokenError(this.errors);
   }
@@ -94,14 +100,11 @@ export class DecryptHandler extends CollectingHandler {
     // Tokens are plain ASCII; a value that is not one is left as it is (DESIGN §6).
     if (value.kind !== 's' || value.escaped || !looksLikeTokenBytes(value.raw)) return null;
     const token = value.raw.toString('latin1', 1, value.raw.length - 1);
-    const header = Codec.peek(token);
-    if (header === null) return this.fail(value, new TokenError('malformed').message);
-    if (this.required !== null && header.classificationId !== this.required) throw new ForbiddenError();
-    if (header.classificationId !== 0) this.checkAccess(header.classificationId);
     let plaintext: Buffer;
     let type: string;
     try {
-      const decrypted = this.codec.decrypt(token);
+      // The header is checked (classification) after parsing and before any decryption.
+      const decrypted = this.codec.decrypt(token, this.checkHeader);
       plaintext = decrypted.plaintext;
       type = decrypted.type;
       this.versions.set(decrypted.version, (this.versions.get(decrypted.version) ?? 0) + 1);

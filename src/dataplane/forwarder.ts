@@ -109,9 +109,10 @@ export class Forwarder {
 }
 
 /**
- * `authorization` is not passed on unless `keepAuthorization`: on `/proxy` it carries the
- * caller's access token for svc-sidecar itself. Credentials for the destination go in the
- * destination URL (`https://user:pass@host/`, sent as basic auth) or in another header.
+ * On `/proxy` a `Bearer` authorization is the caller's access token for svc-sidecar
+ * itself and is never passed on; other schemes (`Basic`, vendor schemes) are the client's
+ * credentials for the destination and go through. `keepAuthorization` (relay, egress)
+ * passes any scheme. `user:pass@` in the destination URL replaces it with basic auth.
  */
 function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destination, options: ForwardOptions): Record<string, string | string[]> {
   const listed = new Set(
@@ -123,7 +124,7 @@ function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destinatio
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(incoming)) {
     if (value === undefined || name.startsWith('x-svc-') || NOT_FORWARDED.has(name) || listed.has(name)) continue;
-    if (name === 'authorization' && options.keepAuthorization !== true) continue;
+    if (name === 'authorization' && options.keepAuthorization !== true && isBearer(value)) continue;
     const values = Array.isArray(value) ? value : [value];
     if (!values.every((v) => SAFE_VALUE.test(v))) {
       throw new BadRequestError(`The ${name} header holds characters that cannot be forwarded.`);
@@ -134,6 +135,10 @@ function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destinatio
   if (options.setHeaders !== undefined) Object.assign(out, options.setHeaders);
   if (destination.authorization !== null) out['authorization'] = destination.authorization;
   return out;
+}
+
+function isBearer(value: string | string[]): boolean {
+  return /^\s*bearer(\s|$)/i.test(Array.isArray(value) ? (value[0] ?? '') : value);
 }
 
 /** Relays the destination's answer as-is, streamed (DESIGN §8). */

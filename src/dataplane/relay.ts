@@ -54,11 +54,10 @@ export function compileGlob(pattern: string): RegExp {
       source += '(?:/[^/]+)*';
       continue;
     }
-    source += '/';
-    for (const part of segment.split(/\*+/).entries()) {
-      if (part[0] > 0) source += '[^/]*';
-      source += part[1].replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-    }
+    source += `/${segment
+      .split(/\*+/)
+      .map((literal) => literal.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+      .join('[^/]*')}`;
   }
   return new RegExp(`^${source}$`, 'i');
 }

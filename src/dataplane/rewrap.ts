@@ -26,8 +26,8 @@ import type { Services } from './services.ts';
 
 export async function rewrapRoute(ctx: RequestContext, services: Services): Promise<void> {
   const caller = await authenticateRequest(ctx, services.auth);
-  const configuration = resolveConfiguration(ctx, services, caller, ctx.params['slug']!);
   requirePermission(caller, 'configurations.rotate');
+  const configuration = resolveConfiguration(ctx, services, caller, ctx.params['slug']!);
   refuseInapplicableHeaders(ctx);
   // As on decrypt: without x-svc-fields every string that is a token is rewrapped.
   const matcher = resolveFieldPaths(ctx, services, configuration, 'decrypt');

@@ -58,6 +58,19 @@ export class Router<H> {
     return this;
   }
 
+  /** Every registered route as its method and pattern (the OpenAPI coverage test reads it). */
+  routes(): Array<{ method: string; template: string }> {
+    const out: Array<{ method: string; template: string }> = [];
+    const walk = (at: Node<H>): void => {
+      for (const [method, { template }] of at.handlers) out.push({ method, template });
+      for (const next of at.statics.values()) walk(next);
+      if (at.param !== null) walk(at.param.node);
+      if (at.rest !== null) walk(at.rest.node);
+    };
+    walk(this.root);
+    return out;
+  }
+
   /** Finds the handler for a path (without query). Throws 404 or 405. */
   find(method: string, path: string): RouteMatch<H> {
     let params: Params = {};

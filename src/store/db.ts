@@ -6,6 +6,8 @@ import { ClassificationsRepository } from './classifications.ts';
 import { ConfigurationsRepository } from './configurations.ts';
 import { LogsRepository } from './logs.ts';
 import { migrate } from './migrations.ts';
+import { ReplicationRepository } from './replication.ts';
+import { ShippedLogsRepository } from './shipped-logs.ts';
 import { RolesRepository } from './roles.ts';
 import { TokenRevocationsRepository } from './token-revocations.ts';
 import { runInTransaction } from './transaction.ts';
@@ -23,6 +25,10 @@ export interface Store {
   readonly classifications: ClassificationsRepository;
   readonly logs: LogsRepository;
   readonly tokenRevocations: TokenRevocationsRepository;
+  /** State snapshots (docs/replication.md). */
+  readonly replication: ReplicationRepository;
+  /** Logs a replica ships and a control plane receives (docs/replication.md). */
+  readonly shippedLogs: ShippedLogsRepository;
   /** Runs `fn` atomically; nests (as a savepoint) inside another transaction. `fn` must be synchronous. */
   transaction<T>(fn: () => T): T;
   close(): void;
@@ -64,6 +70,8 @@ export function openStore(path: string): Store {
     classifications: new ClassificationsRepository(db),
     logs: new LogsRepository(db),
     tokenRevocations: new TokenRevocationsRepository(db),
+    replication: new ReplicationRepository(db),
+    shippedLogs: new ShippedLogsRepository(db),
     transaction: (fn) => runInTransaction(db, fn),
     close() {
       if (!db.isOpen) return;

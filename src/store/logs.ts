@@ -1,4 +1,4 @@
-import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { runInTransaction } from './transaction.ts';
 
 export type LogKind = 'activity' | 'api' | 'usage';
@@ -194,6 +194,59 @@ const TABLES: Readonly<Record<LogKind, string>> = { activity: 'activity_logs', a
 /** Rows per DELETE during retention, so log writers get the lock between chunks. */
 export const DELETE_CHUNK = 5_000;
 
+function deleteChunkSql(table: string): string {
+  return `DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE created_at < ? LIMIT ${DELETE_CHUNK})`;
+}
+
+/**
+ * The write statements, with `activityParams` & co. giving their parameters: shared by the
+ * repository and by the threads that write logs on their own connection (sql-thread.ts).
+ */
+export const LOG_SQL = Object.freeze({
+  insert: Object.freeze({
+    activity: `INSERT INTO activity_logs (action, description, ip, user_id, causer_email, request_id, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    api: `INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination,
+        duration_ms, ip, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    usage: `INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+  }),
+  /** One chunk of retention; the parameter is the cutoff, as `toISOString()` writes it. */
+  deleteChunk: Object.freeze({ activity: deleteChunkSql(TABLES.activity), api: deleteChunkSql(TABLES.api), usage: deleteChunkSql(TABLES.usage) }),
+});
+
+export function activityParams(r: NewActivityLog): SQLInputValue[] {
+  return [r.action, r.description, r.ip, r.userId ?? null, r.causerEmail ?? null, r.requestId ?? null, r.createdAt];
+}
+
+export function apiParams(r: NewApiLog): SQLInputValue[] {
+  return [
+    r.requestId,
+    r.method,
+    r.path,
+    r.statusCode,
+    r.apiKeyId ?? null,
+    r.userId ?? null,
+    r.configurationId ?? null,
+    r.destination ?? null,
+    r.durationMs,
+    r.ip,
+    r.createdAt,
+  ];
+}
+
+export function usageParams(r: NewUsageLog): SQLInputValue[] {
+  return [r.requestId, r.configurationId, r.apiKeyId ?? null, r.userId ?? null, r.mode, r.fieldCount, r.bytes, r.createdAt];
+}
+
+/** A cutoff in the `toISOString()` form the created_at columns hold, so text comparison orders by time. */
+export function normaliseCutoff(isoTimestamp: string): string {
+  const cutoff = new Date(isoTimestamp);
+  if (Number.isNaN(cutoff.getTime())) throw new RangeError(`Not a timestamp: ${isoTimestamp}`);
+  return cutoff.toISOString();
+}
+
 /**
  * Every combination of filters gets its own statement, prepared once: a single statement
  * with `($user IS NULL OR user_id = $user)` would be planned without knowing which
@@ -244,16 +297,9 @@ export class LogsRepository {
 
   constructor(db: DatabaseSync) {
     this.#db = db;
-    this.#insertActivity = db.prepare(`
-      INSERT INTO activity_logs (action, description, ip, user_id, causer_email, request_id, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?)`);
-    this.#insertApi = db.prepare(`
-      INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination,
-        duration_ms, ip, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
-    this.#insertUsage = db.prepare(`
-      INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.#insertActivity = db.prepare(LOG_SQL.insert.activity);
+    this.#insertApi = db.prepare(LOG_SQL.insert.api);
+    this.#insertUsage = db.prepare(LOG_SQL.insert.usage);
     // Each branch is ordered by its created_at index, which lets SQLite merge them instead
     // of sorting every log row for each page. A kind that is not asked for has a constant
     // false WHERE term, which SQLite tests once before touching the table.
@@ -280,52 +326,22 @@ export class LogsRepository {
       }),
       byId: db.prepare(`SELECT * FROM ${table} WHERE id = ?`),
       anyOlder: db.prepare(`SELECT EXISTS (SELECT 1 FROM ${table} WHERE created_at < ?) AS found`),
-      deleteChunk: db.prepare(`DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE created_at < ? LIMIT ${DELETE_CHUNK})`),
+      deleteChunk: db.prepare(deleteChunkSql(table)),
     });
     this.#kinds = { activity: prepareKind(TABLES.activity), api: prepareKind(TABLES.api), usage: prepareKind(TABLES.usage) };
   }
 
   /** Writes the batch in one transaction: all rows or none. */
   insertActivity(rows: readonly NewActivityLog[]): void {
-    if (rows.length === 0) return;
-    const insert = this.#insertActivity;
-    runInTransaction(this.#db, () => {
-      for (const r of rows) {
-        insert.run(r.action, r.description, r.ip, r.userId ?? null, r.causerEmail ?? null, r.requestId ?? null, r.createdAt);
-      }
-    });
+    this.#insert(this.#insertActivity, rows, activityParams);
   }
 
   insertApi(rows: readonly NewApiLog[]): void {
-    if (rows.length === 0) return;
-    const insert = this.#insertApi;
-    runInTransaction(this.#db, () => {
-      for (const r of rows) {
-        insert.run(
-          r.requestId,
-          r.method,
-          r.path,
-          r.statusCode,
-          r.apiKeyId ?? null,
-          r.userId ?? null,
-          r.configurationId ?? null,
-          r.destination ?? null,
-          r.durationMs,
-          r.ip,
-          r.createdAt,
-        );
-      }
-    });
+    this.#insert(this.#insertApi, rows, apiParams);
   }
 
   insertUsage(rows: readonly NewUsageLog[]): void {
-    if (rows.length === 0) return;
-    const insert = this.#insertUsage;
-    runInTransaction(this.#db, () => {
-      for (const r of rows) {
-        insert.run(r.requestId, r.configurationId, r.apiKeyId ?? null, r.userId ?? null, r.mode, r.fieldCount, r.bytes, r.createdAt);
-      }
-    });
+    this.#insert(this.#insertUsage, rows, usageParams);
   }
 
   /**
@@ -443,14 +459,14 @@ export class LogsRepository {
     return Number(runInTransaction(this.#db, () => statement.run(bound)).changes);
   }
 
+  #insert<T>(statement: StatementSync, rows: readonly T[], params: (row: T) => SQLInputValue[]): void {
+    if (rows.length === 0) return;
+    runInTransaction(this.#db, () => {
+      for (const row of rows) statement.run(...params(row));
+    });
+  }
+
   #page(kind: LogKind, query: LogQuery): ReturnType<StatementSync['all']> {
     return this.#kinds[kind].page[shapeOf(query)]!.all({ ...filterParams(query), limit: query.limit, offset: query.offset });
   }
-}
-
-/** Normalised to the toISOString() form the column holds, so text comparison orders by time. */
-function normaliseCutoff(isoTimestamp: string): string {
-  const cutoff = new Date(isoTimestamp);
-  if (Number.isNaN(cutoff.getTime())) throw new RangeError(`Not a timestamp: ${isoTimestamp}`);
-  return cutoff.toISOString();
 }

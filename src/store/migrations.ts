@@ -230,10 +230,56 @@ const schemaV3 = /* sql */ `
 CREATE INDEX classifications_name_nocase ON classifications(name COLLATE NOCASE);
 `;
 
+/**
+ * Replication (docs/replication.md). `sync.read` lets a replica pull the state snapshot,
+ * `sync.write` lets it ship its logs; both carry secrets' hashes or fleet-wide logs, so only
+ * the roles with full access get them.
+ *
+ * `sync_state` keeps one row per role a store plays: `published` on a control plane (the
+ * last snapshot served and the version it got, so versions only move forward across
+ * restarts) and `applied` on a replica (the last good snapshot itself, so a restart while
+ * the control plane is down still serves). `sync_log_cursors` is a replica's shipping
+ * position per log kind.
+ *
+ * Rows a control plane receives from replicas carry the replica's name and the row's id
+ * there; the unique index makes a retried batch land once. Local rows leave both NULL and
+ * stay out of the (partial) index.
+ */
+const schemaV4 = /* sql */ `
+INSERT INTO permissions (name) VALUES ('sync.read'), ('sync.write');
+INSERT INTO role_permissions (role_id, permission_id)
+  SELECT r.id, p.id FROM roles r, permissions p
+  WHERE r.name IN ('owner', 'administrator') AND p.name IN ('sync.read', 'sync.write');
+
+CREATE TABLE sync_state (
+  name TEXT PRIMARY KEY CHECK (name IN ('published', 'applied')),
+  version INTEGER NOT NULL CHECK (version >= 1),
+  digest TEXT NOT NULL,
+  sections TEXT NOT NULL,
+  body BLOB,
+  updated_at TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE sync_log_cursors (
+  kind TEXT PRIMARY KEY CHECK (kind IN ('api', 'usage')),
+  last_id INTEGER NOT NULL,
+  last_request_id TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+
+ALTER TABLE api_logs ADD COLUMN replica TEXT;
+ALTER TABLE api_logs ADD COLUMN replica_log_id INTEGER;
+CREATE UNIQUE INDEX api_logs_replica_row ON api_logs(replica, replica_log_id, request_id) WHERE replica IS NOT NULL;
+ALTER TABLE usage_logs ADD COLUMN replica TEXT;
+ALTER TABLE usage_logs ADD COLUMN replica_log_id INTEGER;
+CREATE UNIQUE INDEX usage_logs_replica_row ON usage_logs(replica, replica_log_id, request_id) WHERE replica IS NOT NULL;
+`;
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
   { version: 3, sql: schemaV3 },
+  { version: 4, sql: schemaV4 },
 ]);
 
 export function schemaVersion(db: DatabaseSync): number {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyPatch } from './api-keys.ts';
-import { slugify, type ClassificationPatch, type ClassificationProvider, type GwsGroup } from './classifications.ts';
+import { slugify, type Classification, type ClassificationPatch, type ClassificationProvider, type GwsGroup } from './classifications.ts';
 import type { Configuration, ConfigurationPatch, ConfigurationType } from './configurations.ts';
 import type { Store } from './db.ts';
 import type { UserPatch } from './users.ts';
@@ -99,7 +99,39 @@ export interface SeedDeps {
 export interface SeedResult {
   /** Keys generated on this run, to be shown once; later runs never return them again. */
   createdApiKeys: Array<{ name: string; key: string }>;
+  /** What the run changed, one entry per object (`updated classification "PHI"`); empty when nothing did. */
+  changes: string[];
+  /** Worth an operator's attention but no reason to refuse the seed. Never holds a secret. */
+  warnings: string[];
+  /** Prune only: encryption configurations the seed created, no longer declares, and kept. */
+  keptConfigurations: string[];
 }
+
+export interface ApplySeedOptions {
+  /** Remove what an earlier run created and this seed no longer declares (`state.source: file`). */
+  prune?: boolean;
+  /**
+   * Password decisions made before the transaction (`passwordChecks`), so that no scrypt
+   * runs while it holds the write lock. Without them they are made here, still before it.
+   */
+  passwords?: PasswordPlan;
+}
+
+/** A seeded user's password, to be compared with what the store holds. */
+export interface PasswordCheck {
+  /** Lowercased. */
+  readonly email: string;
+  readonly password: string;
+  /** The hash stored now; null for a new user or one without a password. */
+  readonly storedHash: string | null;
+}
+
+/**
+ * Per lowercased email: the hash to store (`newHash`), or null to keep the stored one, and the
+ * stored hash that decision was made against. A decision whose `storedHash` no longer matches
+ * when the transaction runs (the API changed the password in between) is made again there.
+ */
+export type PasswordPlan = ReadonlyMap<string, { readonly storedHash: string | null; readonly newHash: string | null }>;
 
 export class SeedError extends Error {
   readonly problems: readonly string[];
@@ -119,27 +151,108 @@ const API_KEY_PREFIX_LENGTH = 12;
  * Applies the seed in one transaction: everything or, on any problem, nothing. Idempotent:
  * rows are matched by natural key (user email, configuration name, API key name,
  * classification name) and written only when they differ, so a second run changes nothing.
- * Keys of an existing configuration are never regenerated. Nothing is deleted.
+ * Keys of an existing configuration are never regenerated. Without `prune` nothing is deleted.
  */
-export function applySeed(store: Store, seed: SeedInput, deps: SeedDeps): SeedResult {
+export function applySeed(store: Store, seed: SeedInput, deps: SeedDeps, options: ApplySeedOptions = {}): SeedResult {
+  const passwords = options.passwords ?? planPasswords(passwordChecks(store, seed), deps);
+  const literalKeyHashes = new Map<SeedApiKey, Buffer>();
+  for (const apiKey of seed.api_keys ?? []) {
+    if (apiKey.key !== undefined) literalKeyHashes.set(apiKey, deps.hashApiKey(apiKey.key));
+  }
   return store.transaction(() => {
-    const literalKeyHashes = new Map<SeedApiKey, Buffer>();
-    for (const apiKey of seed.api_keys ?? []) {
-      if (apiKey.key !== undefined) literalKeyHashes.set(apiKey, deps.hashApiKey(apiKey.key));
-    }
-    const problems = check(store, seed, literalKeyHashes);
+    const result: SeedResult = { createdApiKeys: [], changes: [], warnings: [], keptConfigurations: [] };
+    // Removals come first, so the checks below see the store as it will be: a slug or a
+    // configuration name freed by a removal can be taken, a removed row cannot be referred to.
+    const removedEmails = options.prune === true ? prune(store, seed, result) : new Set<string>();
+    const problems = check(store, seed, literalKeyHashes, removedEmails);
     if (problems.length > 0) throw new SeedError(problems);
 
-    for (const user of seed.users ?? []) applyUser(store, user, deps);
-    for (const configuration of seed.configurations ?? []) applyConfiguration(store, configuration, deps);
-    const createdApiKeys: SeedResult['createdApiKeys'] = [];
-    for (const apiKey of seed.api_keys ?? []) {
-      const created = applyApiKey(store, apiKey, literalKeyHashes.get(apiKey), deps);
-      if (created !== undefined) createdApiKeys.push({ name: apiKey.name, key: created });
-    }
-    for (const classification of seed.classifications ?? []) applyClassification(store, classification);
-    return { createdApiKeys };
+    const context: ApplyContext = { store, deps, passwords, result };
+    for (const user of seed.users ?? []) applyUser(context, user);
+    for (const configuration of seed.configurations ?? []) applyConfiguration(context, configuration);
+    for (const apiKey of seed.api_keys ?? []) applyApiKey(context, apiKey, literalKeyHashes.get(apiKey));
+    const declared = new Set((seed.classifications ?? []).map((classification) => classification.name));
+    for (const classification of seed.classifications ?? []) applyClassification(context, classification, declared);
+    return result;
   });
+}
+
+/** The seed's users that carry a password; their decisions cost a scrypt each. */
+export function passwordChecks(store: Store, seed: SeedInput): PasswordCheck[] {
+  const checks: PasswordCheck[] = [];
+  for (const user of seed.users ?? []) {
+    if (user.password === undefined) continue;
+    const storedHash = store.users.findByEmail(user.email)?.passwordHash ?? null;
+    checks.push({ email: user.email.toLowerCase(), password: user.password, storedHash });
+  }
+  return checks;
+}
+
+/** `passwordChecks` decided synchronously (at start, where nothing else is waiting). */
+export function planPasswords(checks: readonly PasswordCheck[], deps: Pick<SeedDeps, 'hashPassword' | 'verifyPassword'>): PasswordPlan {
+  return new Map(checks.map((check) => [check.email, { storedHash: check.storedHash, newHash: decidePassword(check.password, check.storedHash, deps) }]));
+}
+
+// Hashes are salted, so "changed" can only be answered by verifying, not by comparing.
+function decidePassword(password: string, storedHash: string | null, deps: Pick<SeedDeps, 'hashPassword' | 'verifyPassword'>): string | null {
+  return storedHash !== null && deps.verifyPassword(password, storedHash) ? null : deps.hashPassword(password);
+}
+
+/**
+ * Removes what an earlier run created and this seed no longer declares, choosing for each
+ * kind what cannot lose data:
+ * - classifications are deleted (like DELETE through the API), unless a declared entry
+ *   claims the slug: that entry is the same classification renamed, and tokens keep their id;
+ * - API keys are revoked, never deleted, so logs still name them and the value is never reused;
+ * - provider configurations are deleted;
+ * - encryption configurations are kept with their keys: deleting them would make every token
+ *   they issued unreadable. Each is reported as a warning on every run until it is declared
+ *   again or deleted through the API;
+ * - users are disabled (their API keys then answer 401), not deleted: keys and logs refer to them.
+ * Returns the lowercased emails of the removed users, which the seed may no longer refer to.
+ */
+function prune(store: Store, seed: SeedInput, result: SeedResult): Set<string> {
+  const { changes, warnings } = result;
+  const classificationNames = new Set((seed.classifications ?? []).map((classification) => classification.name));
+  const claimedSlugs = new Set((seed.classifications ?? []).flatMap((classification) => (classification.slug === undefined ? [] : [classification.slug])));
+  for (const classification of store.classifications.list()) {
+    if (classification.source !== 'seed' || classificationNames.has(classification.name) || claimedSlugs.has(classification.slug)) continue;
+    store.classifications.delete(classification.id);
+    changes.push(`deleted classification "${classification.name}"`);
+  }
+
+  const apiKeyNames = new Set((seed.api_keys ?? []).map((apiKey) => apiKey.name));
+  for (const apiKey of store.apiKeys.list()) {
+    if (apiKey.source !== 'seed' || apiKeyNames.has(apiKey.name) || apiKey.status === 'revoked') continue;
+    store.apiKeys.revoke(apiKey.id);
+    changes.push(`revoked API key "${apiKey.name}"`);
+  }
+
+  const configurationNames = new Set((seed.configurations ?? []).map((configuration) => configuration.name));
+  for (const configuration of store.configurations.list()) {
+    if (configuration.source !== 'seed' || configurationNames.has(configuration.name)) continue;
+    if (configuration.type === 'provider') {
+      store.configurations.delete(configuration.id);
+      changes.push(`deleted configuration "${configuration.name}"`);
+    } else {
+      result.keptConfigurations.push(configuration.name);
+      warnings.push(
+        `configuration "${configuration.name}" is no longer in the seed: kept with its keys, so its tokens stay readable; declare it again, or delete it through the API`,
+      );
+    }
+  }
+
+  const emails = new Set((seed.users ?? []).map((user) => user.email.toLowerCase()));
+  const removed = new Set<string>();
+  for (const user of store.users.list()) {
+    const email = user.email.toLowerCase();
+    if (user.source !== 'seed' || emails.has(email)) continue;
+    removed.add(email);
+    if (user.disabled) continue;
+    store.users.update(user.id, { disabled: true });
+    changes.push(`disabled user "${user.email}"`);
+  }
+  return removed;
 }
 
 function proxySlugOf(configuration: SeedConfiguration): string | null {
@@ -155,10 +268,14 @@ interface CheckContext {
   readonly seedEmails: Set<string>;
   readonly seedConfigurationNames: Set<string>;
   readonly seedProxySlugs: Set<string>;
+  /** Lowercased emails of users the seed created and no longer declares (prune). */
+  readonly removedEmails: ReadonlySet<string>;
+  /** Names of the seed's classifications. */
+  readonly seedClassificationNames: Set<string>;
 }
 
 /** Every problem in the seed, checked against the seed itself and what the store holds. */
-function check(store: Store, seed: SeedInput, literalKeyHashes: Map<SeedApiKey, Buffer>): string[] {
+function check(store: Store, seed: SeedInput, literalKeyHashes: Map<SeedApiKey, Buffer>, removedEmails: ReadonlySet<string>): string[] {
   const context: CheckContext = {
     store,
     problems: [],
@@ -166,6 +283,8 @@ function check(store: Store, seed: SeedInput, literalKeyHashes: Map<SeedApiKey, 
     seedEmails: new Set(),
     seedConfigurationNames: new Set(),
     seedProxySlugs: new Set(),
+    removedEmails,
+    seedClassificationNames: new Set((seed.classifications ?? []).map((classification) => classification.name)),
   };
   (seed.users ?? []).forEach((user, i) => checkUser(context, user, `seed.users[${i}]`));
   (seed.configurations ?? []).forEach((configuration, i) => checkConfiguration(context, configuration, `seed.configurations[${i}]`));
@@ -174,8 +293,12 @@ function check(store: Store, seed: SeedInput, literalKeyHashes: Map<SeedApiKey, 
   return context.problems;
 }
 
-function knownUser(context: CheckContext, email: string): boolean {
-  return context.seedEmails.has(email.toLowerCase()) || context.store.users.findByEmail(email) !== undefined;
+/** Undefined when the user is known, else why not. */
+function userProblem(context: CheckContext, email: string): string | undefined {
+  const lowered = email.toLowerCase();
+  if (context.seedEmails.has(lowered)) return undefined;
+  if (context.removedEmails.has(lowered)) return `user "${email}" is no longer in seed.users (it is disabled)`;
+  return context.store.users.findByEmail(email) === undefined ? `unknown user "${email}"` : undefined;
 }
 
 function knownConfiguration(context: CheckContext, ref: string): boolean {
@@ -245,7 +368,8 @@ function checkApiKeys(context: CheckContext, apiKeys: readonly SeedApiKey[], lit
     const path = `seed.api_keys[${i}]`;
     if (names.has(apiKey.name)) problems.push(`${path}.name: "${apiKey.name}" is listed twice`);
     names.add(apiKey.name);
-    if (!knownUser(context, apiKey.user)) problems.push(`${path}.user: unknown user "${apiKey.user}"`);
+    const userIssue = userProblem(context, apiKey.user);
+    if (userIssue !== undefined) problems.push(`${path}.user: ${userIssue}`);
     (apiKey.permissions ?? []).forEach((permission, j) => {
       if (!permissionNames.has(permission)) problems.push(`${path}.permissions[${j}]: unknown permission "${permission}"`);
     });
@@ -263,6 +387,11 @@ function checkApiKeys(context: CheckContext, apiKeys: readonly SeedApiKey[], lit
   });
 }
 
+/** See renameTarget: the holder of a slug the entry claims is the classification it renames. */
+function isRenamed(context: CheckContext, holder: Classification, classification: SeedClassification): boolean {
+  return holder.source === 'seed' && !context.seedClassificationNames.has(holder.name) && context.store.classifications.findByName(classification.name) === undefined;
+}
+
 function checkClassifications(context: CheckContext, classifications: readonly SeedClassification[]): void {
   const { problems, store } = context;
   const names = new Set<string>();
@@ -276,13 +405,14 @@ function checkClassifications(context: CheckContext, classifications: readonly S
       const holder = store.classifications.findBySlug(slug);
       if (slug === '') problems.push(`${path}.slug: must not be empty`);
       else if (slugs.has(slug)) problems.push(`${path}.slug: "${slug}" is listed twice`);
-      else if (holder !== undefined && holder.name !== classification.name) {
+      else if (holder !== undefined && holder.name !== classification.name && !isRenamed(context, holder, classification)) {
         problems.push(`${path}.slug: "${slug}" is already used by classification "${holder.name}"`);
       }
       slugs.add(slug);
     }
     (classification.users ?? []).forEach((email, j) => {
-      if (!knownUser(context, email)) problems.push(`${path}.users[${j}]: unknown user "${email}"`);
+      const userIssue = userProblem(context, email);
+      if (userIssue !== undefined) problems.push(`${path}.users[${j}]: ${userIssue}`);
     });
     (classification.roles ?? []).forEach((role, j) => {
       if (!context.roleNames.has(role)) problems.push(`${path}.roles[${j}]: unknown role "${role}"`);
@@ -297,38 +427,57 @@ function checkClassifications(context: CheckContext, classifications: readonly S
   });
 }
 
-function applyUser(store: Store, user: SeedUser, deps: SeedDeps): void {
+/** What the apply step of one run shares. */
+interface ApplyContext {
+  readonly store: Store;
+  readonly deps: SeedDeps;
+  readonly passwords: PasswordPlan;
+  readonly result: SeedResult;
+}
+
+function applyUser(context: ApplyContext, user: SeedUser): void {
+  const { store, result } = context;
   const roleIds = (user.roles ?? []).map((name) => mustFind(store.roles.findByName(name), 'role', name).id);
   const existing = store.users.findByEmail(user.email);
+  const passwordHash = newPasswordHash(context, user, existing?.passwordHash ?? null);
   if (existing === undefined) {
     store.users.create({
       name: user.name,
       email: user.email,
-      passwordHash: user.password === undefined ? null : deps.hashPassword(user.password),
+      passwordHash: passwordHash ?? null,
       roleIds,
       disabled: user.disabled ?? false,
       source: 'seed',
     });
+    result.changes.push(`created user "${user.email}"`);
     return;
   }
   const patch: UserPatch = {};
   if (existing.name !== user.name) patch.name = user.name;
   if (existing.email !== user.email) patch.email = user.email;
   if (user.disabled !== undefined && existing.disabled !== user.disabled) patch.disabled = user.disabled;
-  // Hashes are salted, so "changed" can only be answered by verifying, not by comparing.
-  if (user.password !== undefined && (existing.passwordHash === null || !deps.verifyPassword(user.password, existing.passwordHash))) {
-    patch.passwordHash = deps.hashPassword(user.password);
-  }
+  if (passwordHash !== undefined) patch.passwordHash = passwordHash;
   if (Object.keys(patch).length > 0) store.users.update(existing.id, patch);
   const currentRoleIds = store.users.rolesOf(existing.id).map((role) => role.id);
-  if (!sameSet(currentRoleIds, roleIds)) store.users.setRoles(existing.id, roleIds);
+  const rolesChanged = !sameSet(currentRoleIds, roleIds);
+  if (rolesChanged) store.users.setRoles(existing.id, roleIds);
+  if (Object.keys(patch).length > 0 || rolesChanged) result.changes.push(`updated user "${user.email}"`);
+}
+
+/** The hash to store, or undefined to leave the stored one (or none) alone. */
+function newPasswordHash(context: ApplyContext, user: SeedUser, storedHash: string | null): string | undefined {
+  if (user.password === undefined) return undefined;
+  const planned = context.passwords.get(user.email.toLowerCase());
+  const newHash = planned !== undefined && planned.storedHash === storedHash ? planned.newHash : decidePassword(user.password, storedHash, context.deps);
+  return newHash ?? undefined;
 }
 
 function groupsOf(configuration: SeedConfiguration): Array<GwsGroup & { members: string[] }> | undefined {
   return configuration.groups?.map((group) => ({ ...groupRef(group), members: [...(group.members ?? [])] }));
 }
 
-function applyConfiguration(store: Store, configuration: SeedConfiguration, deps: SeedDeps): void {
+function applyConfiguration(context: ApplyContext, configuration: SeedConfiguration): void {
+  const { store, deps, result } = context;
   const proxySlug = proxySlugOf(configuration);
   const groups = groupsOf(configuration);
   const existing = store.configurations.findByName(configuration.name);
@@ -355,6 +504,7 @@ function applyConfiguration(store: Store, configuration: SeedConfiguration, deps
       keyringId,
       firstWrappedKey,
     });
+    result.changes.push(`created configuration "${configuration.name}"`);
     return;
   }
   const patch: ConfigurationPatch = {};
@@ -369,7 +519,9 @@ function applyConfiguration(store: Store, configuration: SeedConfiguration, deps
   if (groups !== undefined && JSON.stringify(existing.extra['groups']) !== JSON.stringify(groups)) {
     patch.extra = { ...existing.extra, groups };
   }
-  if (Object.keys(patch).length > 0) store.configurations.update(existing.id, patch);
+  if (Object.keys(patch).length === 0) return;
+  store.configurations.update(existing.id, patch);
+  result.changes.push(`updated configuration "${configuration.name}"`);
 }
 
 /** Names win over slugs, so a configuration named like another's slug is still reachable by name. */
@@ -377,8 +529,8 @@ function resolveConfiguration(store: Store, ref: string): Configuration {
   return mustFind(store.configurations.findByName(ref) ?? store.configurations.findBySlug(ref), 'configuration', ref);
 }
 
-/** Returns the generated key when it created one. */
-function applyApiKey(store: Store, apiKey: SeedApiKey, literalHash: Buffer | undefined, deps: SeedDeps): string | undefined {
+function applyApiKey(context: ApplyContext, apiKey: SeedApiKey, literalHash: Buffer | undefined): void {
+  const { store, deps, result } = context;
   const userId = mustFind(store.users.findByEmail(apiKey.user), 'user', apiKey.user).id;
   const permissions = [...(apiKey.permissions ?? [])];
   const configurations = unique((apiKey.configurations ?? []).map((ref) => resolveConfiguration(store, ref).id));
@@ -394,21 +546,43 @@ function applyApiKey(store: Store, apiKey: SeedApiKey, literalHash: Buffer | und
       configurations,
       source: 'seed',
     });
-    return apiKey.key === undefined ? key : undefined;
+    if (apiKey.key === undefined) result.createdApiKeys.push({ name: apiKey.name, key });
+    result.changes.push(`created API key "${apiKey.name}"`);
+    return;
   }
+  if (existing.status === 'revoked') {
+    result.warnings.push(`API key "${apiKey.name}" is revoked and stays revoked: give the entry a new name (and key) to issue another`);
+  }
+  let changed = false;
   // A key generated on an earlier run is kept: its value was shown once and is not stored.
   if (apiKey.key !== undefined && literalHash !== undefined && !existing.keyHash.equals(literalHash)) {
     store.apiKeys.replaceHash(existing.id, apiKey.key.slice(0, API_KEY_PREFIX_LENGTH), literalHash);
+    changed = true;
   }
   const patch: ApiKeyPatch = {};
   if (existing.userId !== userId) patch.userId = userId;
   if (!sameList(existing.permissions, permissions)) patch.permissions = permissions;
   if (!sameList(existing.configurations, configurations)) patch.configurations = configurations;
-  if (Object.keys(patch).length > 0) store.apiKeys.update(existing.id, patch);
-  return undefined;
+  if (Object.keys(patch).length > 0) {
+    store.apiKeys.update(existing.id, patch);
+    changed = true;
+  }
+  if (changed) result.changes.push(`updated API key "${apiKey.name}"`);
 }
 
-function applyClassification(store: Store, classification: SeedClassification): void {
+/**
+ * A classification the seed created under a name it no longer declares, whose slug a seed
+ * entry with a new name claims: that entry renames it, and tokens classified with it (they
+ * carry its id) stay readable. Without a slug in the file, a new name is a new classification.
+ */
+function renameTarget(store: Store, classification: SeedClassification, declared: ReadonlySet<string>): Classification | undefined {
+  if (classification.slug === undefined || store.classifications.findByName(classification.name) !== undefined) return undefined;
+  const holder = store.classifications.findBySlug(classification.slug);
+  return holder?.source === 'seed' && !declared.has(holder.name) ? holder : undefined;
+}
+
+function applyClassification(context: ApplyContext, classification: SeedClassification, declared: ReadonlySet<string>): void {
+  const { store, result } = context;
   const userIds = unique((classification.users ?? []).map((email) => mustFind(store.users.findByEmail(email), 'user', email).id));
   const roleIds = unique((classification.roles ?? []).map((name) => mustFind(store.roles.findByName(name), 'role', name).id));
   const providers: ClassificationProvider[] = (classification.providers ?? [])
@@ -419,7 +593,7 @@ function applyClassification(store: Store, classification: SeedClassification): 
     // The order members() returns, so comparing with what is stored is a plain string compare.
     .sort((a, b) => (a.configurationId < b.configurationId ? -1 : a.configurationId > b.configurationId ? 1 : 0));
 
-  const existing = store.classifications.findByName(classification.name);
+  const existing = store.classifications.findByName(classification.name) ?? renameTarget(store, classification, declared);
   if (existing === undefined) {
     store.classifications.create({
       name: classification.name,
@@ -433,9 +607,11 @@ function applyClassification(store: Store, classification: SeedClassification): 
       roleIds,
       providers,
     });
+    result.changes.push(`created classification "${classification.name}"`);
     return;
   }
   const patch: ClassificationPatch = {};
+  if (existing.name !== classification.name) patch.name = classification.name;
   if (classification.slug !== undefined && existing.slug !== classification.slug) patch.slug = classification.slug;
   if (classification.description !== undefined && existing.description !== classification.description) {
     patch.description = classification.description;
@@ -447,7 +623,11 @@ function applyClassification(store: Store, classification: SeedClassification): 
   if (!sameSet(members.userIds, userIds)) patch.userIds = userIds;
   if (!sameSet(members.roleIds, roleIds)) patch.roleIds = roleIds;
   if (JSON.stringify(members.providers) !== JSON.stringify(providers)) patch.providers = providers;
-  if (Object.keys(patch).length > 0) store.classifications.update(existing.id, patch);
+  if (Object.keys(patch).length === 0) return;
+  store.classifications.update(existing.id, patch);
+  result.changes.push(
+    patch.name === undefined ? `updated classification "${classification.name}"` : `renamed classification "${existing.name}" to "${classification.name}"`,
+  );
 }
 
 /** Drops absent optional keys so the stored JSON, and comparisons with it, are stable. */

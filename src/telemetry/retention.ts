@@ -6,16 +6,15 @@
  * row per 8 µs (index entries included): minutes of work an hour, which must not run as
  * one stall of the event loop. So the delete goes in chunks, each its own transaction,
  * and:
- * - for a file store, on a worker thread with its own connection (retention-thread.ts);
+ * - for a file store, on a worker thread with its own connection (sql-thread.ts);
  * - for an in-memory store (tests), on this thread with a turn of the event loop between
  *   chunks.
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { Store } from '../store/db.ts';
-import { DELETE_CHUNK, LOG_KINDS, type LogKind } from '../store/logs.ts';
-import type { RetentionThreadData, RetentionThreadReply } from './retention-thread.ts';
+import { DELETE_CHUNK, LOG_KINDS, LOG_SQL, type LogKind } from '../store/logs.ts';
+import { SqlThread } from '../store/sql-thread.ts';
 
 export interface RetentionOptions {
   /** Milliseconds a log row is kept. */
@@ -31,7 +30,6 @@ export interface RetentionOptions {
 export type Deleted = Record<LogKind, number>;
 
 const HOUR = 60 * 60 * 1000;
-const THREAD_URL = new URL('./retention-thread.ts', import.meta.url);
 
 export class RetentionJob {
   private readonly store: Store;
@@ -43,8 +41,6 @@ export class RetentionJob {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<Deleted> | null = null;
   private stopped = false;
-  /** The thread of the run in progress, if it runs on one. */
-  private thread: Worker | null = null;
   /** Tells a thread run to stop between chunks. */
   private readonly stopFlag = new Int32Array(new SharedArrayBuffer(4));
 
@@ -82,8 +78,6 @@ export class RetentionJob {
     Atomics.store(this.stopFlag, 0, 1);
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
-    // Unreferenced while it runs; stopping must wait for it (the store closes next).
-    this.thread?.ref();
     await this.running;
   }
 
@@ -95,7 +89,7 @@ export class RetentionJob {
     try {
       // The probe spares a thread start when there is nothing to delete (a fresh or quiet store).
       if (!this.store.logs.anyOlderThan(cutoff)) return { activity: 0, api: 0, usage: 0 };
-      deleted = this.threaded ? await this.sweepOnThread(cutoff) : await this.sweepHere(cutoff);
+      deleted = this.threaded ? await this.sweepOnThread(cutoff).catch((err: unknown) => this.fallBack(err, cutoff)) : await this.sweepHere(cutoff);
     } catch (err) {
       // The next run tries again; the service keeps serving meanwhile.
       this.logger.error({ err, cutoff }, 'deleting old logs failed');
@@ -120,23 +114,19 @@ export class RetentionJob {
     return deleted;
   }
 
-  private sweepOnThread(cutoff: string): Promise<Deleted> {
-    return new Promise((resolve, reject) => {
-      const data: RetentionThreadData = { path: this.store.path, cutoff, stop: this.stopFlag };
-      const thread = new Worker(THREAD_URL, { workerData: data });
-      thread.unref();
-      this.thread = thread;
-      let reply: RetentionThreadReply | null = null;
-      thread.once('message', (message: RetentionThreadReply) => {
-        reply = message;
-      });
-      thread.once('error', reject);
-      thread.once('exit', (code) => {
-        this.thread = null;
-        if (reply === null) reject(new Error(`the retention thread exited with code ${code} without a result`));
-        else if ('error' in reply) reject(new Error(reply.error));
-        else resolve(reply.deleted);
-      });
-    });
+  /** The thread failed (or could not start): this run goes on here, slice by slice. */
+  private fallBack(err: unknown, cutoff: string): Promise<Deleted> {
+    this.logger.warn({ err }, 'the retention thread failed; deleting old logs on the main thread');
+    return this.sweepHere(cutoff);
+  }
+
+  private async sweepOnThread(cutoff: string): Promise<Deleted> {
+    const thread = new SqlThread(this.store.path, LOG_SQL.deleteChunk);
+    try {
+      const changes = await thread.sweep({ op: 'sweep', names: LOG_KINDS, params: [cutoff], chunk: DELETE_CHUNK, stop: this.stopFlag });
+      return { activity: changes[0] ?? 0, api: changes[1] ?? 0, usage: changes[2] ?? 0 };
+    } finally {
+      await thread.close();
+    }
   }
 }

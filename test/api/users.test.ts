@@ -36,7 +36,7 @@ test('GET /users returns the page envelope of users with their roles', async (t)
   assert.match(ada.created_at, ISO);
   assert.equal(ada.roles.length, 1);
   assert.equal(ada.roles[0].name, 'owner');
-  assert.equal(ada.roles[0].permissions.length, 19);
+  assert.equal(ada.roles[0].permissions.length, 21);
   assert.ok(!/password|scrypt/.test(res.text), 'no password hash is shown');
   for (const key of [KEYS.dev, KEYS.viewer]) assert.equal((await call(url, USERS, { method: 'GET', key })).status, 200);
 });
@@ -181,7 +181,7 @@ test('GET /roles is a plain array of the built-in roles with their permissions',
   assert.deepEqual(res.json.map((r: { name: string }) => r.name), ['owner', 'administrator', 'developer', 'viewer']);
   const [owner, , developer, viewer] = res.json;
   assert.deepEqual(Object.keys(owner), ['id', 'name', 'description', 'permissions']);
-  assert.equal(owner.permissions.length, 19);
+  assert.equal(owner.permissions.length, 21);
   assert.deepEqual(owner.permissions[0], { name: 'classifications.view' });
   const names = (r: { permissions: Array<{ name: string }> }) => r.permissions.map((p) => p.name);
   assert.ok(names(viewer).every((p: string) => p.endsWith('.view')));

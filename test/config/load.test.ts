@@ -273,7 +273,7 @@ describe('cross-field rules', () => {
       text: 'state: { source: control-plane, control_plane: { url: "https://cp:8080", api_key: "${CP_KEY}" } }',
       env: { CP_KEY: KEY },
     });
-    assert.deepEqual(config.state.control_plane, { url: 'https://cp:8080', api_key: KEY, poll_interval: 5_000 });
+    assert.deepEqual(config.state.control_plane, { url: 'https://cp:8080', api_key: KEY, poll_interval: 5_000, ship_interval: 5_000 });
     // Without control-plane, the block may stay incomplete.
     assert.equal(loadConfig({ text: 'state: { control_plane: { url: "https://cp:8080" } }', env: {} }).state.source, 'local');
   });

@@ -81,9 +81,18 @@ test('the encrypt endpoint forwards too; decrypt-and-forward sends plaintext onl
   assert.equal(echo.received[1]!.body.toString(), '{"a":"secret"}');
 });
 
-test('basic auth comes from the destination URL', async (t) => {
+test('authorization: basic auth from the destination URL; the client\'s own non-bearer credentials pass; our bearer never does', async (t) => {
   const echo = await startEcho(t);
   const { url } = await startWith(t, [`${echo.url}/`]);
+  const vendor = await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `${echo.url}/v`, authorization: 'Token vendor-secret' } });
+  assert.equal(vendor.status, 201);
+  assert.equal(echo.received[0]!.headers['authorization'], 'Token vendor-secret');
+  const login = await call(url, '/api/v2/auth/login', { body: JSON.stringify({ email: 'ada@example.com', password: 'correct horse' }) });
+  assert.equal(login.status, 200);
+  const bearer = await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `${echo.url}/v`, authorization: `Bearer ${login.json.access_token}` } });
+  assert.equal(bearer.status, 201);
+  assert.equal(echo.received[1]!.headers['authorization'], undefined);
+  echo.received.length = 0;
   const dest = `http://us%40er:p%3Ass@127.0.0.1:${echo.port}/x`;
   const res = await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': dest } });
   assert.equal(res.status, 201);

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { openStore } from '../../src/store/db.ts';
 
-// DESIGN §9, written out by hand so that a change to the migration cannot also change the expectation.
+// DESIGN §9 (plus sync.* for replication, docs/replication.md), written out by hand so that a
+// change to the migration cannot also change the expectation.
 const ALL = [
   'classifications.view',
   'classifications.create',
@@ -23,6 +24,8 @@ const ALL = [
   'users.view',
   'users.manage',
   'roles.view',
+  'sync.read',
+  'sync.write',
 ];
 const VIEWS = ['classifications.view', 'configurations.view', 'logs.view', 'api-keys.view', 'users.view', 'roles.view'];
 const DEVELOPER = ['data.encrypt', 'data.decrypt', ...VIEWS, 'api-keys.create'];

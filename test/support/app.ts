@@ -8,6 +8,7 @@ import { Writable } from 'node:stream';
 import { createApp, type App, type AppOptions } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
+import { assertDocumentedResponse } from './openapi-validator.ts';
 
 const key = (name: string) => `svc_${name.padEnd(40, '0')}`;
 
@@ -121,5 +122,7 @@ export async function call(base: string, path: string, options: CallOptions = {}
   } catch {
     // not JSON; tests that care look at `text`
   }
+  // Every response to a documented path must be what the OpenAPI document says (issue 3).
+  assertDocumentedResponse(options.method ?? 'POST', new URL(base + path).pathname, res.status, res.headers.get('content-type'), json, res.headers);
   return { status: res.status, headers: res.headers, text, json };
 }

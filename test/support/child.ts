@@ -3,7 +3,7 @@
  * config written to a temp dir, for tests that measure the process itself (memory,
  * signals, exit codes).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,19 +17,37 @@ export interface Child {
   output(): string;
   /** Peak resident set size so far, from /proc (Linux). */
   peakRss(): number;
+  /** Current resident set size, from /proc (Linux). */
+  rss(): number;
 }
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
 /** The flags `npm start` and the container image run the service with (package.json). */
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
+/** As in the image: a compile cache, filled once per test run before the first child starts. */
+const COMPILE_CACHE = join(tmpdir(), 'svc-sidecar-test-compile-cache');
+let warmed = false;
+
+function warmCompileCache(): void {
+  if (warmed) return;
+  spawnSync(process.execPath, [MAIN, '--help'], { env: { PATH: process.env['PATH'] ?? '', NODE_COMPILE_CACHE: COMPILE_CACHE }, stdio: 'ignore' });
+  warmed = true;
+}
+
+function procStatus(pid: number | undefined, field: string): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = new RegExp(`${field}:\\s+(\\d+) kB`).exec(status);
+  return kb === null ? 0 : Number(kb[1]) * 1024;
+}
 
 export async function startChild(t: TestContext, yaml: string, env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<Child> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-child-'));
   const configPath = join(dir, 'svc.yaml');
   writeFileSync(configPath, `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nlogging: { level: info }\n${yaml}`);
+  warmCompileCache();
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, MAIN, 'serve', '--config', configPath], {
-    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), ...env },
+    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -57,10 +75,7 @@ export async function startChild(t: TestContext, yaml: string, env: Record<strin
     url,
     dir,
     output: () => output,
-    peakRss: () => {
-      const status = readFileSync(`/proc/${child.pid}/status`, 'utf8');
-      const kb = /VmHWM:\s+(\d+) kB/.exec(status);
-      return kb === null ? 0 : Number(kb[1]) * 1024;
-    },
+    peakRss: () => procStatus(child.pid, 'VmHWM'),
+    rss: () => procStatus(child.pid, 'VmRSS'),
   };
 }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
@@ -245,6 +245,13 @@ test('enabled: false keeps activity logs and skips api and usage logs', (t) => {
 // ---------------------------------------------------------------------------------------
 // The writer thread (file stores)
 
+/** Runs an ES module script as its own process (the thread inherits its flags, so no -e). */
+function runScript(dir: string, script: string): Promise<{ stdout: string }> {
+  const file = join(dir, 'script.mjs');
+  writeFileSync(file, script);
+  return promisify(execFile)(process.execPath, ['--no-warnings', file], { timeout: 30_000 });
+}
+
 test('a file store is written from the writer thread, in batches, and nothing is lost on close', async (t) => {
   const { store, writer } = setup(t, { thread: true, batchSize: 100 });
   assert.equal(writer.threaded, true);
@@ -323,12 +330,34 @@ test('writer thread: close completes in a process that has nothing else keeping 
     const writer = new LogWriter(store, createLogger('silent'), { flushInterval: 3_600_000, batchSize: 100, queueLimit: 100_000 });
     for (let i = 0; i < 250; i++) writer.api({ requestId: 'r' + i, method: 'GET', path: '/api/v3/logs/api', statusCode: 200, durationMs: 1, ip: '::1', createdAt: new Date().toISOString() });
     await new Promise((resolve) => setImmediate(resolve));
+    const threaded = writer.threaded;
     await writer.close();
     store.close();
-    console.log('closed', writer.threaded, writer.written);`;
-  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '--no-warnings', '-e', script], { timeout: 30_000 });
-  assert.equal(stdout.trim(), 'closed false 250');
+    console.log('closed', threaded, writer.written);`;
+  const { stdout } = await runScript(dir, script);
+  assert.equal(stdout.trim(), 'closed true 250', 'written through the thread, which close() then stopped');
   const store = openStore(path);
   t.after(() => store.close());
   assert.equal(store.logs.count('api'), 250);
+});
+
+test('writer thread: a writer never keeps a process alive, idle or after writing', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-log-writer-idle-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.db');
+  openStore(path).close();
+  const src = (file: string) => JSON.stringify(new URL(`../../src/${file}`, import.meta.url).href);
+  // Regression: the thread was unreferenced before its 'message' listener was added, which
+  // referenced it again, so a process that never closed the writer never exited.
+  const script = (entries: number) => `
+    import { openStore } from ${src('store/db.ts')};
+    import { LogWriter } from ${src('telemetry/log-writer.ts')};
+    import { createLogger } from ${src('telemetry/logger.ts')};
+    const writer = new LogWriter(openStore(${JSON.stringify(path)}), createLogger('silent'), { flushInterval: 3_600_000, batchSize: 1, queueLimit: 100 });
+    for (let i = 0; i < ${entries}; i++) writer.api({ requestId: 'r', method: 'GET', path: '/', statusCode: 200, durationMs: 1, ip: '::1', createdAt: new Date().toISOString() });
+    const deadline = Date.now() + 10_000;
+    while (writer.written < ${entries} && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    console.log('done', writer.threaded, writer.written);`;
+  assert.equal((await runScript(dir, script(0))).stdout.trim(), 'done true 0');
+  assert.equal((await runScript(dir, script(1))).stdout.trim(), 'done true 1');
 });

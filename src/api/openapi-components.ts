@@ -1,0 +1,537 @@
+/**
+ * The reusable parts of the OpenAPI document (src/api/openapi.ts): the response shapes of
+ * spec §2 as the presenters write them, request bodies, parameters and error responses.
+ *
+ * Response schemas are strict on purpose: every field the presenters always write is
+ * `required` and fixed shapes reject other properties, so the test suite, which checks
+ * every response against this document, notices a field that is added, renamed or
+ * dropped. Request bodies stay open: the API ignores fields it does not know.
+ */
+import { BUILT_IN_ROLES, EGRESS_NAME_PATTERN, PERMISSIONS, PROXY_SLUG_PATTERN } from '../config/schema.ts';
+import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.ts';
+import { LOG_KINDS } from '../store/logs.ts';
+import { DEFAULT_PER_PAGE, MAX_PER_PAGE } from './pagination.ts';
+
+export type Json = string | number | boolean | null | readonly Json[] | { readonly [key: string]: Json };
+export type JsonObject = { readonly [key: string]: Json };
+
+// ---------------------------------------------------------------------------------------
+// Building blocks
+
+export const schemaRef = (name: string): JsonObject => ({ $ref: `#/components/schemas/${name}` });
+export const responseRef = (name: string): JsonObject => ({ $ref: `#/components/responses/${name}` });
+export const parameterRef = (name: string): JsonObject => ({ $ref: `#/components/parameters/${name}` });
+
+const orNull = (schema: JsonObject): JsonObject => ({ anyOf: [schema, { type: 'null' }] });
+const arrayOf = (items: JsonObject, extra: JsonObject = {}): JsonObject => ({ type: 'array', items, ...extra });
+
+/** A fixed shape: exactly these properties, all of them required unless `optional` names some. */
+function shape(properties: Record<string, JsonObject>, optional: readonly string[] = [], extra: JsonObject = {}): JsonObject {
+  return {
+    type: 'object',
+    additionalProperties: false,
+    required: Object.keys(properties).filter((name) => !optional.includes(name)),
+    properties,
+    ...extra,
+  };
+}
+
+const text: JsonObject = { type: 'string' };
+const id: JsonObject = { type: 'integer', minimum: 1 };
+const count: JsonObject = { type: 'integer', minimum: 0 };
+const dateTime: JsonObject = { type: 'string', format: 'date-time' };
+const uuid: JsonObject = { type: 'string', format: 'uuid' };
+const email: JsonObject = { type: 'string', format: 'email' };
+const color: JsonObject = { type: 'string', pattern: '^#[0-9A-Fa-f]{6}$' };
+const apiKeySecret: JsonObject = { type: 'string', pattern: '^svc_[A-Za-z0-9]{40}$', description: 'The full API key. Shown once: only its SHA-256 is stored.' };
+const apiKeyPrefix: JsonObject = { type: 'string', pattern: '^svc_[A-Za-z0-9]{8}$', description: 'The first 12 characters of the key.' };
+/** A JavaScript RegExp's source is also an ECMA-262 pattern, which is what JSON Schema uses. */
+const proxySlug: JsonObject = { type: 'string', pattern: PROXY_SLUG_PATTERN.source };
+const requestId: JsonObject = { type: 'string', pattern: '^[A-Za-z0-9._:-]{1,128}$' };
+const sha256Hex: JsonObject = { type: 'string', pattern: '^[0-9a-f]{64}$' };
+/** The wire names of a snapshot's sections (docs/replication.md). */
+const SNAPSHOT_SECTIONS = ['roles', 'users', 'configurations', 'classifications', 'api_keys'];
+
+// ---------------------------------------------------------------------------------------
+// Response shapes (spec §2)
+
+const permission = shape({ name: { type: 'string', enum: [...PERMISSIONS] } });
+
+const role = shape({
+  id,
+  name: { type: 'string', enum: [...BUILT_IN_ROLES] },
+  description: { type: ['string', 'null'] },
+  permissions: arrayOf(schemaRef('Permission')),
+});
+
+const user = shape({
+  id,
+  name: text,
+  email,
+  two_factor_enabled: { type: 'boolean' },
+  created_at: dateTime,
+  updated_at: dateTime,
+  roles: arrayOf(schemaRef('Role')),
+});
+
+const groupRef = shape({ id: { type: 'string', minLength: 1 }, name: text, email }, ['name', 'email']);
+
+const provider = shape({
+  uuid: { ...uuid, description: 'The provider configuration.' },
+  name: { type: 'string', description: 'The provider configuration\'s name.' },
+  gws_groups: arrayOf(schemaRef('GroupRef')),
+});
+
+const classification = shape({
+  id,
+  name: { type: 'string', minLength: 1, maxLength: 32 },
+  slug: { type: 'string', pattern: '^[a-z0-9]+(?:-[a-z0-9]+)*$' },
+  description: { type: ['string', 'null'], maxLength: 255 },
+  bg_color: color,
+  fg_color: color,
+  emoji: { type: ['string', 'null'] },
+  provider_container_id: { type: ['string', 'null'], format: 'uuid', description: 'The UUID of the provider configuration whose groups are listed in `providers`.' },
+  providers: arrayOf(schemaRef('Provider')),
+  users: arrayOf(schemaRef('User')),
+  roles: arrayOf(schemaRef('Role')),
+  created_at: dateTime,
+  updated_at: dateTime,
+});
+
+const ENCRYPTION_VALUE_KEYS = ['proxy_slug', 'key_version', 'min_decryption_version', 'deterministic', 'destinations', 'fields'];
+
+const encryptionConfiguration = shape(
+  {
+    id: uuid,
+    name: { type: 'string', minLength: 1 },
+    type: { const: 'encryption' },
+    provider: { type: 'null' },
+    values: arrayOf(shape({ key: { type: 'string', enum: ENCRYPTION_VALUE_KEYS }, value: text }), { minItems: 6, maxItems: 6 }),
+    created_at: dateTime,
+    updated_at: dateTime,
+  },
+  [],
+  {
+    description:
+      'An encryption configuration. `values`, all strings: `proxy_slug`, `key_version` (the version new tokens use), `min_decryption_version`, ' +
+      '`deterministic` (`true`/`false`), `destinations` and `fields` (comma-separated lists).',
+  },
+);
+
+const providerConfiguration = shape(
+  {
+    id: uuid,
+    name: { type: 'string', minLength: 1 },
+    type: { const: 'provider' },
+    provider: { type: 'string', enum: ['google'] },
+    values: arrayOf(shape({ key: text, value: text }), { minItems: 1 }),
+    created_at: dateTime,
+    updated_at: dateTime,
+  },
+  [],
+  { description: 'A provider configuration (a directory of groups). `values` starts with `provider`; group member lists are never shown.' },
+);
+
+const configuration: JsonObject = {
+  oneOf: [schemaRef('EncryptionConfiguration'), schemaRef('ProviderConfiguration')],
+  discriminator: {
+    propertyName: 'type',
+    mapping: { encryption: '#/components/schemas/EncryptionConfiguration', provider: '#/components/schemas/ProviderConfiguration' },
+  },
+};
+
+const apiKeyFields = {
+  id: uuid,
+  name: { type: 'string', minLength: 1 },
+  prefix: apiKeyPrefix,
+  status: { type: 'string', enum: ['active', 'revoked'] },
+  created_at: dateTime,
+  updated_at: dateTime,
+  revoked_at: { type: ['string', 'null'], format: 'date-time' },
+  user: orNull(schemaRef('User')),
+  configurations: { ...arrayOf(schemaRef('Configuration')), description: 'The configurations the key is limited to; empty: all.' },
+  permissions: { ...arrayOf(schemaRef('Permission')), description: "The key's permission scope; empty: all of its user's permissions." },
+} satisfies Record<string, JsonObject>;
+
+const apiKeyRef = shape({ id: uuid, prefix: apiKeyPrefix });
+
+const keyVersion = shape({
+  version: id,
+  status: {
+    type: 'string',
+    enum: ['current', 'active', 'retired', 'destroyed'],
+    description: '`current` writes new tokens; `active` still decrypts; `retired` is below `min_decryption_version`; `destroyed` is gone for good.',
+  },
+  created_at: dateTime,
+  destroyed_at: { type: ['string', 'null'], format: 'date-time' },
+});
+
+const logUser = orNull(schemaRef('User'));
+const logConfiguration = orNull(schemaRef('Configuration'));
+
+const activityLogEntry = shape({
+  id,
+  action: { type: 'string', description: 'e.g. `classification.created`, `auth.login`.' },
+  description: text,
+  ip: text,
+  when: { type: 'string', description: 'Relative time, e.g. `5 minutes ago`.' },
+  timestamp: dateTime,
+  user: logUser,
+  causer_email: { type: ['string', 'null'], format: 'email' },
+  request_id: { type: ['string', 'null'] },
+});
+
+const apiLogEntry = shape({
+  id,
+  request_id: text,
+  method: text,
+  path: text,
+  status_code: { type: 'integer', minimum: 100, maximum: 599 },
+  api_key: orNull(schemaRef('ApiKeyRef')),
+  configuration: logConfiguration,
+  destination: { type: ['string', 'null'], description: 'The origin a request was forwarded to.' },
+  duration_ms: { type: 'number', minimum: 0, description: 'Whole milliseconds here; rows shipped by replicas may carry fractions.' },
+  ip: text,
+  timestamp: dateTime,
+  user: logUser,
+});
+
+const usageLogEntry = shape({
+  id,
+  request_id: text,
+  configuration: logConfiguration,
+  mode: { type: 'string', enum: ['encrypt', 'decrypt'] },
+  field_count: count,
+  bytes: count,
+  timestamp: dateTime,
+  user: logUser,
+  api_key: orNull(schemaRef('ApiKeyRef')),
+});
+
+const unifiedLogEntry = shape({
+  id,
+  log_type: { type: 'string', enum: [...LOG_KINDS] },
+  action: text,
+  description: text,
+  details: { type: 'string', description: "The kind's own fields as JSON text." },
+  causer_email: { type: ['string', 'null'], format: 'email' },
+  status_code: { type: ['integer', 'null'], minimum: 100, maximum: 599 },
+  request_id: { type: ['string', 'null'] },
+  timestamp: dateTime,
+  configuration: logConfiguration,
+  user: logUser,
+  full_log: shape({ action: text, description: text, ip: text, when: text, timestamp: dateTime, user: logUser }),
+});
+
+const pageUrl: JsonObject = { type: 'string', format: 'uri' };
+const pageEnvelope = shape(
+  {
+    current_page: { type: 'integer', minimum: 1 },
+    data: { type: 'array' },
+    first_page_url: pageUrl,
+    from: { type: ['integer', 'null'], minimum: 1 },
+    last_page: { type: 'integer', minimum: 1 },
+    last_page_url: pageUrl,
+    links: arrayOf(
+      shape({
+        url: { type: ['string', 'null'], format: 'uri' },
+        label: text,
+        page: { type: ['integer', 'null'], minimum: 1 },
+        active: { type: 'boolean' },
+      }),
+      { minItems: 3 },
+    ),
+    next_page_url: { type: ['string', 'null'], format: 'uri' },
+    path: pageUrl,
+    per_page: { type: 'integer', minimum: 1, maximum: MAX_PER_PAGE },
+    prev_page_url: { type: ['string', 'null'], format: 'uri' },
+    to: { type: ['integer', 'null'], minimum: 1 },
+    total: count,
+  },
+  [],
+  { description: 'The page envelope of spec 2.11. Each list narrows `data` with allOf.' },
+);
+
+/** A page envelope whose `data` holds `item`s. */
+const pageOf = (item: string): JsonObject => ({
+  allOf: [schemaRef('PageEnvelope'), { type: 'object', properties: { data: arrayOf(schemaRef(item)) } }],
+});
+
+const error = shape({ message: text }, [], { description: 'Every error body (DESIGN §7).' });
+const validationError = shape(
+  {
+    message: { type: 'string', description: 'The first message, then ` (and N more errors)`.' },
+    errors: {
+      type: 'object',
+      description: 'Every failing field (dot notation for nested ones) with its messages.',
+      additionalProperties: arrayOf(text, { minItems: 1 }),
+    },
+  },
+  [],
+  { description: 'A Laravel-style validation failure.' },
+);
+
+/** An Error whose message is one of `messages`. */
+const errorSaying = (...messages: string[]): JsonObject => ({
+  allOf: [schemaRef('Error'), { type: 'object', properties: { message: { type: 'string', enum: messages } } }],
+});
+
+const FORBIDDEN = 'User does not have the right permissions.';
+const ACTION_UNAUTHORIZED = 'This action is unauthorized.';
+
+// ---------------------------------------------------------------------------------------
+// Request bodies
+
+const gwsGroupsInput: JsonObject = { type: ['array', 'null'], maxItems: 1000, items: schemaRef('GroupRef') };
+const memberIds: JsonObject = { type: 'array', maxItems: 1000, items: id };
+
+const classificationFields = {
+  name: { type: 'string', minLength: 1, maxLength: 32 },
+  bg_color: color,
+  fg_color: color,
+  description: { type: ['string', 'null'], maxLength: 255 },
+  emoji: { type: ['string', 'null'], maxLength: 32 },
+  provider_container_id: {
+    type: ['string', 'null'],
+    format: 'uuid',
+    description: 'The UUID of a provider configuration (not an integer: configurations are named by UUID). Required when `gws_groups` holds any group; null clears it and its groups.',
+  },
+  gws_groups: { ...gwsGroupsInput, description: 'Groups of the provider named by `provider_container_id`.' },
+  users: { ...memberIds, description: 'User ids.' },
+  roles: { ...memberIds, description: 'Role ids.' },
+} satisfies Record<string, JsonObject>;
+
+const configurationValue: JsonObject = {
+  anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }, arrayOf(text)],
+  description: 'Taken as text: integers and booleans as written, a list of strings joined with commas.',
+};
+const configurationValues: JsonObject = {
+  description:
+    'Settings of an encryption configuration, as the `{key, value}` array GET shows or as an object. Settable: `destinations`, `fields`, ' +
+    '`min_decryption_version`; on create also `deterministic` and `proxy_slug`. Fixed keys may be sent back unchanged.',
+  anyOf: [arrayOf({ type: 'object', required: ['key', 'value'], properties: { key: text, value: configurationValue } }), { type: 'object', additionalProperties: configurationValue }],
+};
+
+// ---------------------------------------------------------------------------------------
+// The components object
+
+const requestIdHeader: JsonObject = {
+  description: "The request's id: the caller's `x-svc-request-id` when it is sane, else a new UUIDv7. Every log entry of the request carries it.",
+  required: true,
+  schema: requestId,
+};
+
+/** Every response of the service carries `x-svc-request-id`. */
+export const REQUEST_ID_HEADERS: JsonObject = { 'x-svc-request-id': { $ref: '#/components/headers/RequestId' } };
+
+const errorResponse = (description: string, schema: JsonObject, headers: JsonObject = REQUEST_ID_HEADERS): JsonObject => ({
+  description,
+  headers,
+  content: { 'application/json': { schema } },
+});
+
+export const components: JsonObject = {
+  securitySchemes: {
+    apiKey: { type: 'apiKey', in: 'header', name: 'x-svc-authorization', description: 'An API key, `svc_` followed by 40 letters or digits. Required on every `/api` and `/proxy` request.' },
+    bearer: {
+      type: 'http',
+      scheme: 'bearer',
+      bearerFormat: 'JWT',
+      description: 'An access token from `POST /api/v2/auth/login`, sent with an API key: its user becomes the acting user; the key still applies its scopes.',
+    },
+  },
+  headers: {
+    RequestId: requestIdHeader,
+    RetryAfter: { description: 'Seconds until another attempt may succeed.', required: true, schema: { type: 'string', pattern: '^[1-9][0-9]*$' } },
+    ETag: { description: "The snapshot's digest, quoted.", required: true, schema: { type: 'string', pattern: '^"[0-9a-f]{64}"$' } },
+    KeyVersion: { description: 'The key version every returned token carries.', required: true, schema: { type: 'string', pattern: '^[1-9][0-9]*$' } },
+  },
+  parameters: {
+    ClassificationId: { name: 'id', in: 'path', required: true, schema: id },
+    ConfigurationId: { name: 'id', in: 'path', required: true, schema: uuid, description: 'A configuration UUID.' },
+    ApiKeyId: { name: 'id', in: 'path', required: true, schema: uuid },
+    KeyVersion: { name: 'version', in: 'path', required: true, schema: id },
+    ProxySlug: { name: 'slug', in: 'path', required: true, schema: proxySlug, description: 'The `proxy_slug` of an encryption configuration.' },
+    EgressName: { name: 'name', in: 'path', required: true, schema: { type: 'string', pattern: EGRESS_NAME_PATTERN.source }, description: 'An `egress` route name from the configuration file.' },
+    EgressRest: {
+      name: 'rest',
+      in: 'path',
+      required: true,
+      schema: { type: 'string' },
+      description: "The rest of the path, slashes included (possibly empty), appended to the route's destination.",
+    },
+    Page: { name: 'page', in: 'query', schema: { type: 'integer', minimum: 1, default: 1 } },
+    PerPage: { name: 'per_page', in: 'query', schema: { type: 'integer', minimum: 1, maximum: MAX_PER_PAGE, default: DEFAULT_PER_PAGE }, description: `At most ${MAX_PER_PAGE}: 422 beyond.` },
+    LogUser: { name: 'user', in: 'query', schema: id, description: "The acting user's id." },
+    LogUserId: { name: 'user_id', in: 'query', schema: id, description: 'Same as `user`; given together they must agree.' },
+    LogRequestId: { name: 'request_id', in: 'query', schema: { type: 'string', maxLength: 128 }, description: "One request's entries, by its `x-svc-request-id`." },
+    RequestId: {
+      name: 'x-svc-request-id',
+      in: 'header',
+      schema: { type: 'string' },
+      description: 'Your id for the request: kept when it matches `^[A-Za-z0-9._:-]{1,128}$`, else replaced by a new one.',
+    },
+    Fields: {
+      name: 'x-svc-fields',
+      in: 'header',
+      schema: { type: 'string', maxLength: 8192 },
+      description:
+        'Comma-separated field paths: `.` descends, an all-digit segment also names an array index, `*` matches every key or index, `\\.` `\\*` `\\\\` escape. ' +
+        'At most 128 paths of 64 segments.',
+    },
+    Classification: {
+      name: 'x-svc-classification',
+      in: 'header',
+      schema: { type: 'string', maxLength: 128 },
+      description: 'A classification id or slug. On encrypt it is bound into each token; on decrypt every token must carry it (else 403).',
+    },
+    Destination: {
+      name: 'x-svc-destination',
+      in: 'header',
+      schema: { type: 'string', format: 'uri' },
+      description: "An absolute http(s) URL to forward the result to; it must match the configuration's `destinations`. The destination's answer is relayed as-is.",
+    },
+    Mode: { name: 'x-svc-mode', in: 'header', schema: { type: 'string', enum: ['encrypt', 'decrypt'], default: 'encrypt' }, description: 'Case-insensitive; other values → 400.' },
+  },
+  schemas: {
+    Permission: permission,
+    Role: role,
+    User: user,
+    GroupRef: groupRef,
+    Provider: provider,
+    Classification: classification,
+    Configuration: configuration,
+    EncryptionConfiguration: encryptionConfiguration,
+    ProviderConfiguration: providerConfiguration,
+    ApiKey: shape(apiKeyFields, [], { description: 'An API key as listed (spec 2.8). The key itself is never part of it.' }),
+    ApiKeyCreated: shape({ ...apiKeyFields, key: apiKeySecret }, [], { description: 'A new API key: the listing shape plus `key`, shown only in this response.' }),
+    ApiKeyRef: apiKeyRef,
+    ApiKeySecret: shape({ key: apiKeySecret }),
+    KeyVersion: keyVersion,
+    ActivityLogEntry: activityLogEntry,
+    ApiLogEntry: apiLogEntry,
+    UsageLogEntry: usageLogEntry,
+    UnifiedLogEntry: unifiedLogEntry,
+    PageEnvelope: pageEnvelope,
+    ClassificationPage: pageOf('Classification'),
+    ConfigurationPage: pageOf('Configuration'),
+    UserPage: pageOf('User'),
+    UnifiedLogPage: pageOf('UnifiedLogEntry'),
+    ActivityLogPage: pageOf('ActivityLogEntry'),
+    ApiLogPage: pageOf('ApiLogEntry'),
+    UsageLogPage: pageOf('UsageLogEntry'),
+    AccessToken: shape({
+      access_token: { type: 'string', pattern: '^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+$', description: 'An HS256 JWT.' },
+      token_type: { const: 'bearer' },
+      expires_in: { type: 'integer', minimum: 1, description: 'Seconds.' },
+    }),
+    Snapshot: shape(
+      {
+        format: { const: 1 },
+        version: { type: 'integer', minimum: 1 },
+        digest: sha256Hex,
+        sections: shape(Object.fromEntries(SNAPSHOT_SECTIONS.map((name) => [name, sha256Hex]))),
+        state: shape(Object.fromEntries(SNAPSHOT_SECTIONS.map((name) => [name, arrayOf({ type: 'object' })]))),
+      },
+      [],
+      { description: 'The state a replica applies: every section with its SHA-256, all covered by `digest` (docs/replication.md, "The snapshot format").' },
+    ),
+    SyncLogBatch: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['replica'],
+      properties: {
+        replica: { type: 'string', minLength: 1, maxLength: 128 },
+        api: arrayOf({ type: 'object', description: "An api log row as the replica's store holds it, with the replica's row `id`." }, { maxItems: 10_000 }),
+        usage: arrayOf({ type: 'object', description: "A usage log row as the replica's store holds it, with the replica's row `id`." }, { maxItems: 10_000 }),
+      },
+    },
+    SyncLogsReceived: shape({ stored: count, duplicates: { ...count, description: 'Rows received before (a retried batch): skipped.' } }),
+    Health: shape({ status: { const: 'ok' } }),
+    Ready: shape({ status: { const: 'ready' } }),
+    Error: error,
+    ValidationError: validationError,
+    ClassificationCreate: { type: 'object', required: ['name', 'bg_color', 'fg_color'], properties: classificationFields },
+    ClassificationUpdate: { type: 'object', description: 'Any subset of the create fields; a field that is sent is checked as on create.', properties: classificationFields },
+    ConfigurationCreate: {
+      type: 'object',
+      required: ['name'],
+      properties: {
+        name: { type: 'string', minLength: 1, maxLength: 64 },
+        type: { type: 'string', enum: ['encryption', 'provider'], description: 'Default: `provider` when `provider` is given, else `encryption`.' },
+        provider: { type: 'string', enum: ['google'], description: 'Required for (and only for) provider configurations.' },
+        values: configurationValues,
+      },
+    },
+    ConfigurationUpdate: {
+      type: 'object',
+      description: '`type` and `provider` cannot change (sending them back unchanged is fine).',
+      properties: { name: { type: 'string', minLength: 1, maxLength: 64 }, type: text, provider: text, values: configurationValues },
+    },
+    KeyDestroy: {
+      type: 'object',
+      required: ['confirm'],
+      properties: { confirm: { type: 'string', description: 'Exactly `<configuration name>/v<version>`.' } },
+    },
+    ApiKeyCreate: {
+      type: 'object',
+      required: ['name'],
+      properties: {
+        name: { type: 'string', minLength: 1, maxLength: 64 },
+        user_id: { ...id, description: 'Whose key it is; default the acting user. Another user needs `users.manage`.' },
+        permissions: arrayOf({ type: 'string', enum: [...PERMISSIONS] }, { description: "A scope within the user's permissions; empty: all of them." }),
+        configurations: arrayOf(uuid, { description: 'Configuration UUIDs the key is limited to; empty: all.' }),
+      },
+    },
+    UserCreate: {
+      type: 'object',
+      required: ['name', 'email'],
+      properties: {
+        name: { type: 'string', minLength: 1, maxLength: 255 },
+        email: { ...email, maxLength: 255 },
+        password: { type: 'string', minLength: 12, maxLength: 1024, description: 'Without one the user cannot log in.' },
+        roles: arrayOf({ anyOf: [{ type: 'string', enum: [...BUILT_IN_ROLES] }, id] }, { description: 'Role names or ids; none the caller could not grant itself.' }),
+      },
+    },
+    Login: { type: 'object', required: ['email', 'password'], properties: { email, password: text } },
+    UnauthorizedError: errorSaying('Unauthorized.'),
+    ForbiddenError: errorSaying(FORBIDDEN, ACTION_UNAUTHORIZED),
+    NotFoundError: errorSaying('Not found.'),
+    DataForbiddenError: {
+      allOf: [
+        schemaRef('Error'),
+        {
+          type: 'object',
+          properties: { message: { anyOf: [{ enum: [FORBIDDEN, ACTION_UNAUTHORIZED] }, { type: 'string', pattern: '^The destination host .+ is not allowed for this configuration\\.$' }] } },
+        },
+      ],
+    },
+  },
+  responses: {
+    NoContent: { description: 'Done; no body.', headers: REQUEST_ID_HEADERS },
+    BadRequest: errorResponse('The body is not valid JSON, not a JSON object, or a header cannot be used.', schemaRef('Error')),
+    Unauthorized: errorResponse('The API key is missing, unknown or revoked, or the bearer token is invalid or expired.', schemaRef('UnauthorizedError')),
+    Forbidden: errorResponse(
+      "The acting user (or the key's scope) lacks the permission, the configuration is outside the key's scope, or a data-plane key was sent with a bearer token.",
+      schemaRef('ForbiddenError'),
+    ),
+    DataForbidden: errorResponse(
+      "As Forbidden; also a token whose classification is not open to the acting user (nothing is decrypted), or a destination outside the configuration's `destinations`.",
+      schemaRef('DataForbiddenError'),
+    ),
+    NotFound: errorResponse('No such resource.', schemaRef('NotFoundError')),
+    ManagedByControlPlane: errorResponse('State comes from a control plane: management writes are refused.', errorSaying('Managed by the control plane.')),
+    PayloadTooLarge: errorResponse('The body is larger than the limit.', schemaRef('Error')),
+    UnsupportedMediaType: errorResponse('The body is not JSON.', errorSaying('The request body must be JSON (Content-Type: application/json).')),
+    ValidationFailed: errorResponse('Validation failed.', schemaRef('ValidationError')),
+    TooManyRequests: errorResponse('Too many attempts.', errorSaying('Too many requests.'), { ...REQUEST_ID_HEADERS, 'retry-after': { $ref: '#/components/headers/RetryAfter' } }),
+    ServerError: errorResponse('An unexpected error; the stack is logged with the request id.', errorSaying('Server error.')),
+    BadGateway: errorResponse('The destination could not be reached, or its answer could not be transformed.', schemaRef('Error')),
+    GatewayTimeout: errorResponse('The destination did not answer in time.', errorSaying('The destination did not answer in time.')),
+    NotReady: errorResponse('Not ready to take traffic.', errorSaying('The service is not ready.')),
+  },
+};
+
+export const SORTS: readonly string[] = CLASSIFICATION_SORTS;
+export const DIRECTIONS: readonly string[] = SORT_DIRECTIONS;
+export { FORBIDDEN, ACTION_UNAUTHORIZED };

@@ -1,0 +1,271 @@
+/**
+ * The OpenAPI 3.1 document of the whole service, served at `GET /api/openapi.json` and
+ * written to docs/openapi.json by scripts/write-openapi.ts. Written by hand: it is the
+ * contract clients read, so it says what the API promises rather than what a generator
+ * could infer. test/api/openapi.test.ts keeps it honest: every route is in it and every
+ * response the test suite sees is checked against it.
+ *
+ * Paths are the listener's own (`/api/v3/...`, `/proxy/{slug}`), so one server URL serves
+ * both the spec's `{base_url}` and `{account_url}`. Each operation names the permission it
+ * needs in `x-permission` (null: any valid API key); `x-roles` lists what each built-in
+ * role holds (DESIGN §9).
+ */
+import { PERMISSIONS } from '../config/schema.ts';
+import type { RequestContext } from '../http/context.ts';
+import { sendJson } from '../http/respond.ts';
+import { components, parameterRef, REQUEST_ID_HEADERS, responseRef, schemaRef, type Json, type JsonObject } from './openapi-components.ts';
+import { errors, json, managementPaths, op } from './openapi-operations.ts';
+
+export type { Json, JsonObject };
+
+// ---------------------------------------------------------------------------------------
+// Data plane
+
+const DATA_BODY: JsonObject = {
+  required: true,
+  description: 'JSON (`application/json` or `application/*+json`, UTF-8; the root an object or an array; depth at most 32) or NDJSON.',
+  content: {
+    'application/json': { schema: { type: ['object', 'array'] } },
+    'application/x-ndjson': { schema: { type: 'string' } },
+  },
+};
+
+const dataResult = (description: string, headers: JsonObject = REQUEST_ID_HEADERS): JsonObject => ({
+  description,
+  headers,
+  content: {
+    'application/json': { schema: { type: ['object', 'array'] } },
+    'application/x-ndjson': { schema: { type: 'string' } },
+  },
+});
+
+/** With `x-svc-destination` the destination's answer comes back whatever it is. */
+const RELAYED: JsonObject = {
+  description: "With `x-svc-destination`: the destination's status, headers (minus hop-by-hop) and body, relayed as-is.",
+  headers: REQUEST_ID_HEADERS,
+  content: { '*/*': { schema: {} } },
+};
+
+const DATA_ERRORS = { ...errors(400, 401), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 422, 500) };
+const FORWARD_ERRORS = errors(502, 504);
+
+const encryptionPaths: Record<string, JsonObject> = {
+  '/api/v3/encryption/{slug}/encrypt': {
+    parameters: [parameterRef('ProxySlug')],
+    post: op({
+      id: 'encrypt',
+      tag: 'data',
+      summary: 'Encrypt fields (spec 4.4)',
+      description:
+        'Each listed field becomes a token `svc:<kv>:<meta>:<ct>:$`; everything else is copied byte for byte. Without `x-svc-fields` the configuration\'s `fields` are used (none: 400).',
+      permission: 'data.encrypt',
+      parameters: [parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
+      requestBody: DATA_BODY,
+      responses: { '200': dataResult('The body with the listed fields encrypted.'), ...DATA_ERRORS, ...FORWARD_ERRORS, default: RELAYED },
+    }),
+  },
+  '/api/v3/encryption/{slug}/decrypt': {
+    parameters: [parameterRef('ProxySlug')],
+    post: op({
+      id: 'decrypt',
+      tag: 'data',
+      summary: 'Decrypt fields (spec 4.5)',
+      description:
+        'Without `x-svc-fields` every string that is a token is decrypted. Every token\'s classification must be open to the acting user, else 403 and nothing is decrypted.',
+      permission: 'data.decrypt',
+      parameters: [parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
+      requestBody: DATA_BODY,
+      responses: { '200': dataResult('The body with its tokens decrypted.'), ...DATA_ERRORS, ...FORWARD_ERRORS, default: RELAYED },
+    }),
+  },
+  '/api/v3/encryption/{slug}/rewrap': {
+    parameters: [parameterRef('ProxySlug')],
+    post: op({
+      id: 'rewrap',
+      tag: 'data',
+      summary: "Re-encrypt tokens under the configuration's newest key version",
+      description: 'No plaintext leaves the service and every token keeps its classification. Neither forwards nor takes `x-svc-classification` (400).',
+      permission: 'configurations.rotate',
+      parameters: [parameterRef('Fields')],
+      requestBody: DATA_BODY,
+      responses: {
+        '200': dataResult('The body with every token at the newest key version.', { ...REQUEST_ID_HEADERS, 'x-svc-key-version': { $ref: '#/components/headers/KeyVersion' } }),
+        ...DATA_ERRORS,
+      },
+    }),
+  },
+};
+
+const METHODS = ['get', 'head', 'post', 'put', 'patch', 'delete', 'options'] as const;
+
+function proxyPath(): JsonObject {
+  const item: Record<string, Json> = { parameters: [parameterRef('ProxySlug')] };
+  for (const method of METHODS) {
+    item[method] = op({
+      id: `proxy${method[0]!.toUpperCase()}${method.slice(1)}`,
+      tag: 'data',
+      summary: `Encrypt or decrypt by x-svc-mode, optionally forwarding (spec 4.6), ${method.toUpperCase()}`,
+      description: 'Lives at `{account_url}/proxy/{slug}`, outside `/api`. Any method; with `x-svc-destination` the method is preserved.',
+      permission: { encrypt: 'data.encrypt', decrypt: 'data.decrypt' },
+      parameters: [parameterRef('Mode'), parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
+      ...(method === 'get' || method === 'head' ? {} : { requestBody: { ...DATA_BODY, required: false } }),
+      responses: { '200': dataResult('The transformed body.'), ...DATA_ERRORS, ...FORWARD_ERRORS, default: RELAYED },
+    });
+  }
+  return item;
+}
+
+function egressPath(): JsonObject {
+  const item: Record<string, Json> = { parameters: [parameterRef('EgressName'), parameterRef('EgressRest')], 'x-svc-rest-parameter': 'rest' };
+  for (const method of METHODS) {
+    item[method] = op({
+      id: `egress${method[0]!.toUpperCase()}${method.slice(1)}`,
+      tag: 'relay',
+      summary: `Egress route to a vendor (DESIGN §12), ${method.toUpperCase()}`,
+      description:
+        "Forwards to the route's destination + `/{rest}` + query, transforming the body as the route says. Authenticated by the route's configuration, " +
+        'not by an API key (the pod is the trust boundary). `{rest}` spans the rest of the path, slashes included.',
+      permission: null,
+      security: 'none',
+      ...(method === 'get' || method === 'head' ? {} : { requestBody: { ...DATA_BODY, required: false } }),
+      responses: { ...errors(400), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 422, 500, 502, 504), default: RELAYED },
+    });
+  }
+  return item;
+}
+
+// ---------------------------------------------------------------------------------------
+// Operations
+
+const ADMIN_SERVER: JsonObject = {
+  url: '{admin}',
+  description: 'The admin listener (`server.admin_listen`), never exposed publicly.',
+  variables: { admin: { default: 'http://127.0.0.1:9090' } },
+};
+
+const operationPaths: Record<string, JsonObject> = {
+  '/healthz': {
+    get: op({
+      id: 'healthz',
+      tag: 'operations',
+      summary: 'Liveness',
+      description: 'Served on the main and the admin listener.',
+      permission: null,
+      security: 'none',
+      responses: { '200': json('Alive.', schemaRef('Health')), ...errors(500) },
+    }),
+  },
+  '/readyz': {
+    get: op({
+      id: 'readyz',
+      tag: 'operations',
+      summary: 'Readiness',
+      description: 'Served on the main and the admin listener; 503 while starting or shutting down, or when the store does not answer.',
+      permission: null,
+      security: 'none',
+      responses: { '200': json('Ready.', schemaRef('Ready')), ...errors(500, 503) },
+    }),
+  },
+  '/metrics': {
+    servers: [ADMIN_SERVER],
+    get: op({
+      id: 'metrics',
+      tag: 'operations',
+      summary: 'Prometheus metrics',
+      description: 'Admin listener only.',
+      permission: null,
+      security: 'none',
+      responses: {
+        '200': { description: 'The Prometheus text format.', content: { 'text/plain': { schema: { type: 'string' } } } },
+        ...errors(500),
+      },
+    }),
+  },
+  '/api/openapi.json': {
+    get: op({
+      id: 'getOpenApiDocument',
+      tag: 'operations',
+      summary: 'This document',
+      permission: null,
+      security: 'none',
+      responses: { '200': json('The OpenAPI 3.1 document.', {
+          type: 'object',
+          required: ['openapi', 'info', 'paths', 'components'],
+          properties: { openapi: { const: '3.1.0' }, info: { type: 'object' }, paths: { type: 'object' }, components: { type: 'object' } },
+        }), ...errors(500) },
+    }),
+  },
+};
+
+/**
+ * What each built-in role holds (DESIGN §9): owner and administrator everything,
+ * developer `data.*`, every `.view` and `api-keys.create`, viewer every `.view`.
+ */
+function roleTable(): JsonObject {
+  const all = [...PERMISSIONS];
+  return {
+    owner: all,
+    administrator: all,
+    developer: all.filter((p) => p.startsWith('data.') || p.endsWith('.view') || p === 'api-keys.create'),
+    viewer: all.filter((p) => p.endsWith('.view')),
+  };
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object') {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+export const openApiDocument: JsonObject = deepFreeze<JsonObject>({
+  openapi: '3.1.0',
+  info: {
+    title: 'svc-sidecar',
+    version: '3.0.0',
+    summary: 'Field encryption, classification-gated decryption, and the management API around them.',
+    description:
+      'Every `/api` and `/proxy` request carries an API key in `x-svc-authorization`; an access token from login, sent as ' +
+      '`authorization: Bearer`, makes its user the acting user. Effective permissions are the key\'s scope ∩ the acting user\'s role permissions; ' +
+      'each operation names the one it needs in `x-permission`. Errors are `{message}`, plus `errors` on 422. See docs/api.md.',
+    license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
+  },
+  servers: [
+    {
+      url: '{origin}',
+      description: 'The main listener. `{base_url}` is `{origin}/api`, `{account_url}` is `{origin}`.',
+      variables: { origin: { default: 'http://localhost:8080', description: '`server.public_url`, or the scheme, host and port of `server.listen`.' } },
+    },
+  ],
+  security: [{ apiKey: [], bearer: [] }, { apiKey: [] }],
+  tags: [
+    { name: 'classifications', description: 'Labels for encrypted data that decide who may decrypt it.' },
+    { name: 'configurations', description: 'Encryption configurations (keyrings, slugs, destinations) and provider configurations (groups).' },
+    { name: 'api-keys', description: 'API keys: shown once, stored hashed.' },
+    { name: 'users', description: 'Users and the built-in roles.' },
+    { name: 'logs', description: 'Activity, api and usage logs.' },
+    { name: 'auth', description: 'Login, logout and the acting user.' },
+    { name: 'sync', description: 'Replication: the snapshot replicas pull and the logs they ship (docs/replication.md).' },
+    { name: 'data', description: 'The data plane: encrypt, decrypt, rewrap and the proxy route.' },
+    { name: 'relay', description: 'Egress routes configured in the file.' },
+    { name: 'operations', description: 'Health, metrics and this document.' },
+  ],
+  'x-roles': roleTable(),
+  paths: {
+    ...managementPaths,
+    ...encryptionPaths,
+    '/proxy/{slug}': proxyPath(),
+    '/egress/{name}/{rest}': egressPath(),
+    ...operationPaths,
+  },
+  components,
+});
+
+/** Serialized once: the document never changes while the process runs. */
+const BODY = Buffer.from(JSON.stringify(openApiDocument));
+
+/** `GET /api/openapi.json`: no credentials needed, it only describes the API. */
+export function openApiRoute(ctx: RequestContext): void {
+  sendJson(ctx, 200, BODY);
+}

@@ -1,0 +1,143 @@
+/**
+ * Replication endpoints a control plane serves to its replicas (docs/replication.md):
+ * the state snapshot, and the logs replicas ship back.
+ */
+import { z } from 'zod';
+import type { Services } from '../dataplane/services.ts';
+import { ValidationError, type ValidationErrors } from '../errors.ts';
+import type { RequestContext } from '../http/context.ts';
+import { readJson } from '../http/json-body.ts';
+import { sendEmpty, sendJson } from '../http/respond.ts';
+import type { Store } from '../store/db.ts';
+import { SnapshotPublisher } from '../sync/snapshot.ts';
+import type { ApiRoute } from './routes.ts';
+import { attributeName } from './validation.ts';
+
+/** A shipped batch is at most a few thousand rows; this leaves room without being unbounded. */
+const LOGS_BODY_LIMIT = 16 * 1024 * 1024;
+const MAX_ROWS = 10_000;
+
+export const routes: ApiRoute[] = [
+  { method: 'GET', path: '/api/v3/sync/snapshot', permission: 'sync.read', write: false, handler: snapshot },
+  // A write: a replica has no fleet logs to collect, so it answers 409 like other writes.
+  { method: 'POST', path: '/api/v3/sync/logs', permission: 'sync.write', write: true, handler: receiveLogs },
+];
+
+/** One publisher per store, so its cache serves every request of that service. */
+const publishers = new WeakMap<Store, SnapshotPublisher>();
+
+function publisherFor(store: Store): SnapshotPublisher {
+  let publisher = publishers.get(store);
+  if (publisher === undefined) {
+    publisher = new SnapshotPublisher(store);
+    publishers.set(store, publisher);
+  }
+  return publisher;
+}
+
+async function snapshot(ctx: RequestContext, services: Services): Promise<void> {
+  const published = await publisherFor(services.store).current();
+  const etag = `"${published.digest}"`;
+  const res = ctx.res;
+  res.setHeader('etag', etag);
+  res.setHeader('cache-control', 'no-cache');
+  res.setHeader('vary', 'accept-encoding');
+  if (noneMatch(ctx.header('if-none-match'), published.digest)) {
+    sendEmpty(ctx, 304);
+    return;
+  }
+  const gzipped = acceptsGzip(ctx.header('accept-encoding'));
+  if (gzipped) res.setHeader('content-encoding', 'gzip');
+  sendJson(ctx, 200, gzipped ? published.gzipped : published.body);
+}
+
+/** RFC 9110 §13.1.2: `*`, or any listed entity tag (weak comparison). */
+function noneMatch(header: string | undefined, digest: string): boolean {
+  if (header === undefined) return false;
+  return header.split(',').some((tag) => {
+    const t = tag.trim();
+    return t === '*' || t.replace(/^W\//, '') === `"${digest}"`;
+  });
+}
+
+/** RFC 9110 §12.5.3: gzip (or `*`) listed without `q=0`. */
+function acceptsGzip(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  return header.split(',').some((entry) => {
+    const [coding = '', ...params] = entry.split(';').map((part) => part.trim().toLowerCase());
+    if (coding !== 'gzip' && coding !== 'x-gzip' && coding !== '*') return false;
+    const q = params.find((p) => p.startsWith('q='));
+    return q === undefined || Number(q.slice(2)) > 0;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// POST /api/v3/sync/logs
+
+// Bounds generous enough for anything a replica's own log tables hold: a row refused here
+// would be sent again and again, and hold up every row behind it.
+const nullableId = z.number().int().min(1).nullable();
+const timestamp = z.string().min(1).max(64);
+const requestId = z.string().min(1).max(256);
+const shortText = z.string().max(256);
+const longText = z.string().max(8192);
+
+const batchSchema = z.strictObject({
+  replica: z.string().min(1).max(128),
+  api: z
+    .array(
+      z.strictObject({
+        id: z.number().int().min(1),
+        request_id: requestId,
+        method: z.string().min(1).max(32),
+        path: longText,
+        status_code: z.number().int().min(0).max(999),
+        api_key_id: shortText.nullable(),
+        user_id: nullableId,
+        configuration_id: shortText.nullable(),
+        destination: longText.nullable(),
+        duration_ms: z.number().min(0),
+        ip: shortText,
+        created_at: timestamp,
+      }),
+    )
+    .max(MAX_ROWS)
+    .default([]),
+  usage: z
+    .array(
+      z.strictObject({
+        id: z.number().int().min(1),
+        request_id: requestId,
+        configuration_id: z.string().min(1).max(256),
+        api_key_id: shortText.nullable(),
+        user_id: nullableId,
+        mode: z.enum(['encrypt', 'decrypt']),
+        field_count: z.number().int().min(0),
+        bytes: z.number().int().min(0),
+        created_at: timestamp,
+      }),
+    )
+    .max(MAX_ROWS)
+    .default([]),
+});
+
+/**
+ * Stores a replica's batch; rows already received (a retry) are skipped, so the replica
+ * may resend freely. No activity entry: this is log traffic, not a management change.
+ */
+async function receiveLogs(ctx: RequestContext, services: Services): Promise<void> {
+  const parsed = batchSchema.safeParse(await readJson(ctx, LOGS_BODY_LIMIT));
+  if (!parsed.success) throw new ValidationError(validationErrors(parsed.error.issues));
+  const batch = parsed.data;
+  const result = services.store.shippedLogs.receive(batch.replica, { api: batch.api, usage: batch.usage });
+  sendJson(ctx, 200, result);
+}
+
+function validationErrors(issues: readonly z.core.$ZodIssue[]): ValidationErrors {
+  const errors: ValidationErrors = {};
+  for (const issue of issues) {
+    const field = issue.path.length === 0 ? 'body' : issue.path.join('.');
+    (errors[field] ??= []).push(`The ${attributeName(field)} field is invalid.`);
+  }
+  return errors;
+}

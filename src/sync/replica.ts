@@ -1,0 +1,273 @@
+/**
+ * A replica (`state.source: control-plane`) pulls the control plane's snapshot every
+ * `poll_interval`, checks it and applies it in one transaction (snapshot.ts). The applied
+ * snapshot is kept in the store, so a replica restarted while the control plane is down
+ * serves the last good state at once; it is ready only once it holds one.
+ *
+ * Each poll sends the applied digest as If-None-Match: an unchanged state costs the
+ * control plane a 304 and the replica nothing.
+ */
+import { hostname } from 'node:os';
+import { promisify } from 'node:util';
+import { gunzip, gunzipSync, gzip } from 'node:zlib';
+import type { Logger } from 'pino';
+import { Agent, request } from 'undici';
+import type { Config } from '../config/load.ts';
+import type { Store } from '../store/db.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
+import { Backoff } from './backoff.ts';
+import { LogShipper } from './log-shipper.ts';
+import { applySnapshot, SnapshotRejectedError, verifySnapshot, type VerifiedSnapshot } from './snapshot.ts';
+
+const gunzipAsync = promisify(gunzip);
+const gzipAsync = promisify(gzip);
+
+export const SNAPSHOT_PATH = '/api/v3/sync/snapshot';
+/** Far above any real state (10,000 classifications are a few MB); a bound, not a budget. */
+const MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024;
+
+export interface ReplicaOptions {
+  readonly store: Store;
+  readonly logger: Logger;
+  readonly metrics: Metrics;
+  /** The control plane's base URL (no `/api`). */
+  readonly url: string;
+  readonly apiKey: string;
+  /** Milliseconds. */
+  readonly pollInterval: number;
+  /** Milliseconds for the answer's headers and for each pause in its body. */
+  readonly timeout?: number;
+}
+
+export type PollOutcome = 'applied' | 'unchanged' | 'failed';
+
+/** A network or HTTP failure: the control plane could not be asked. */
+class PollFailedError extends Error {
+  override readonly name = 'PollFailedError';
+}
+
+export class Replica {
+  readonly #options: ReplicaOptions;
+  readonly #backoff: Backoff;
+  readonly #agent: Agent;
+  readonly #snapshotUrl: string;
+  #applied: { version: number; digest: string } | null = null;
+  #timer: NodeJS.Timeout | null = null;
+  #inFlight: Promise<PollOutcome> | null = null;
+  #abort: AbortController | null = null;
+  #stopped = false;
+  /** Polls begun and finished since start: a change committed before poll n began is applied when poll n has finished. */
+  pollsStarted = 0;
+  pollsFinished = 0;
+
+  constructor(options: ReplicaOptions) {
+    this.#options = options;
+    this.#backoff = new Backoff(options.pollInterval);
+    const timeout = options.timeout ?? 30_000;
+    this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
+    this.#snapshotUrl = new URL(SNAPSHOT_PATH, options.url.endsWith('/') ? options.url : `${options.url}/`).href;
+  }
+
+  /** A snapshot is applied: the replica has a state to serve. */
+  get hasState(): boolean {
+    return this.#applied !== null;
+  }
+
+  get appliedVersion(): number | null {
+    return this.#applied?.version ?? null;
+  }
+
+  /**
+   * Brings back the snapshot kept in the store, checked again and re-applied in full (so a
+   * store changed by other means returns to it). Called at start, before the first poll:
+   * a replica whose control plane is down serves from here.
+   */
+  loadPersisted(): boolean {
+    const { store, logger, metrics } = this.#options;
+    const row = store.replication.getSync('applied');
+    if (row === undefined || row.body === null) return false;
+    try {
+      const snapshot = verifySnapshot(gunzipSync(row.body));
+      applySnapshot(store, snapshot, row.body, { force: true });
+      this.#accepted(snapshot);
+      logger.info({ version: snapshot.version }, 'serving the persisted control-plane snapshot');
+      return true;
+    } catch (err) {
+      metrics.reloadFailures.inc();
+      logger.error({ err }, 'the persisted control-plane snapshot could not be used; waiting for the control plane');
+      return false;
+    }
+  }
+
+  /** Polls now, then every interval (or on the backoff after failures) until `stop`. */
+  start(): void {
+    this.#stopped = false;
+    this.#schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#abort?.abort();
+    await this.#inFlight?.catch(() => {});
+    await this.#agent.close();
+  }
+
+  /** One poll: fetch, check, apply. Never throws; failures are logged and counted. */
+  pollOnce(): Promise<PollOutcome> {
+    this.#inFlight ??= this.#poll().finally(() => {
+      this.#inFlight = null;
+    });
+    return this.#inFlight;
+  }
+
+  #schedule(delay: number): void {
+    if (this.#stopped) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      void this.pollOnce().then((outcome) => this.#schedule(outcome === 'failed' ? this.#backoff.failed() : this.#backoff.succeeded()));
+    }, delay);
+    // The listeners keep the process alive; polling alone must not.
+    this.#timer.unref();
+  }
+
+  async #poll(): Promise<PollOutcome> {
+    this.pollsStarted++;
+    try {
+      return await this.#pollSteps();
+    } finally {
+      this.pollsFinished++;
+    }
+  }
+
+  async #pollSteps(): Promise<PollOutcome> {
+    const { store, logger, metrics } = this.#options;
+    try {
+      const fetched = await this.#fetch();
+      if (fetched === null) return 'unchanged';
+      const snapshot = verifySnapshot(fetched.body);
+      const gzipped = fetched.gzipped ?? (await gzipAsync(fetched.body));
+      if (this.#stopped) return 'unchanged';
+      const outcome = applySnapshot(store, snapshot, gzipped);
+      this.#accepted(snapshot);
+      if (outcome.kind === 'unchanged') return 'unchanged';
+      logger.info({ version: snapshot.version, rows: outcome.changed }, 'applied a control-plane snapshot');
+      return 'applied';
+    } catch (err) {
+      if (this.#stopped) return 'failed';
+      metrics.reloadFailures.inc();
+      if (err instanceof SnapshotRejectedError) {
+        logger.error({ err, keeping: this.#applied?.version ?? null }, 'rejected a control-plane snapshot; keeping the last good state');
+      } else {
+        logger.warn({ err, failures: this.#backoff.failures + 1, keeping: this.#applied?.version ?? null }, 'could not reach the control plane; keeping the last good state');
+      }
+      return 'failed';
+    }
+  }
+
+  #accepted(snapshot: VerifiedSnapshot): void {
+    this.#applied = { version: snapshot.version, digest: snapshot.digest };
+    this.#options.metrics.stateVersion.set(snapshot.version);
+  }
+
+  /** The body (decompressed) and, when it came gzipped, the bytes as sent; null for 304. */
+  async #fetch(): Promise<{ body: Buffer; gzipped: Buffer | null } | null> {
+    const headers: Record<string, string> = { 'x-svc-authorization': this.#options.apiKey, 'accept-encoding': 'gzip' };
+    if (this.#applied !== null) headers['if-none-match'] = `"${this.#applied.digest}"`;
+    this.#abort = new AbortController();
+    let response;
+    try {
+      response = await request(this.#snapshotUrl, { method: 'GET', headers, dispatcher: this.#agent, signal: this.#abort.signal });
+    } catch (err) {
+      throw new PollFailedError(`GET ${this.#snapshotUrl} failed: ${(err as Error).message}`, { cause: err });
+    }
+    if (response.statusCode === 304) {
+      await response.body.dump();
+      return null;
+    }
+    if (response.statusCode !== 200) {
+      await response.body.dump();
+      throw new PollFailedError(`GET ${this.#snapshotUrl} answered ${response.statusCode}`);
+    }
+    const raw = await readLimited(response.body, MAX_SNAPSHOT_BYTES).catch((err: unknown) => {
+      throw new PollFailedError(`reading the snapshot failed: ${(err as Error).message}`, { cause: err });
+    });
+    const encoding = String(response.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+    if (encoding === 'identity') return { body: raw, gzipped: null };
+    if (encoding !== 'gzip' && encoding !== 'x-gzip') throw new SnapshotRejectedError(`unsupported content-encoding ${encoding}`);
+    try {
+      return { body: await gunzipAsync(raw, { maxOutputLength: MAX_SNAPSHOT_BYTES }), gzipped: raw };
+    } catch (err) {
+      throw new SnapshotRejectedError('the gzip stream is corrupt or truncated', { cause: err });
+    }
+  }
+}
+
+async function readLimited(body: AsyncIterable<Buffer>, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > limit) throw new Error(`the snapshot is larger than ${limit} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+/** Everything a replica runs beside its listeners: the snapshot poller and the log shipper. */
+export interface Replication {
+  readonly replica: Replica;
+  readonly shipper: LogShipper;
+  /**
+   * `services.health`: ready while listening and holding a snapshot. The `ready` flag
+   * app.ts sets on listen and close is the listening half.
+   */
+  readonly health: { ready: boolean };
+  /** At start, before listening: serve the persisted snapshot, if there is one. */
+  resume(): void;
+  start(): void;
+  stop(): Promise<void>;
+}
+
+/** The replication of a `state.source: control-plane` service; null for the other sources. */
+export function createReplication(config: Config, store: Store, logger: Logger, metrics: Metrics): Replication | null {
+  const controlPlane = config.state.control_plane;
+  if (config.state.source !== 'control-plane' || controlPlane?.url === undefined || controlPlane.api_key === undefined) return null;
+  const seeded = Object.values(config.seed).some((list) => list.length > 0);
+  if (seeded) logger.warn('state.source is control-plane: the seed section only serves until the first snapshot from the control plane, which replaces it');
+  const replica = new Replica({ store, logger, metrics, url: controlPlane.url, apiKey: controlPlane.api_key, pollInterval: controlPlane.poll_interval });
+  const shipper = new LogShipper({
+    store,
+    logger,
+    url: controlPlane.url,
+    apiKey: controlPlane.api_key,
+    replica: controlPlane.replica_name ?? hostname(),
+    interval: controlPlane.ship_interval,
+  });
+  let listening = false;
+  return {
+    replica,
+    shipper,
+    health: {
+      get ready() {
+        return listening && replica.hasState;
+      },
+      set ready(value: boolean) {
+        listening = value;
+      },
+    },
+    resume() {
+      // Until a snapshot is applied there is no state version to report.
+      metrics.stateVersion.set(0);
+      replica.loadPersisted();
+    },
+    start() {
+      replica.start();
+      shipper.start();
+    },
+    async stop() {
+      await Promise.all([replica.stop(), shipper.stop()]);
+    },
+  };
+}

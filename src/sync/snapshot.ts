@@ -1,0 +1,545 @@
+/**
+ * State snapshots (docs/replication.md): what a control plane serves on
+ * `GET /api/v3/sync/snapshot`, and how a replica checks and applies one.
+ *
+ * The body is `{format, version, digest, sections, state}`. Each entry of `sections` is
+ * the SHA-256 of the canonical serialisation (below) of that section of `state`, and
+ * `digest` covers the format, the version and those section digests, so a body cut short
+ * or edited in transit fails the check instead of being half applied. It is an integrity
+ * check, not a signature: who may serve snapshots is decided by TLS and the API key.
+ *
+ * The control plane writes every object with its keys already in canonical order, so
+ * either side gets the canonical text of a section from plain JSON.stringify; a body laid
+ * out differently is still checked, by the slower canonicaliser.
+ *
+ * Versions only move forward. A new one is max(last + 1, the Unix time in seconds), so a
+ * control plane restored from a backup, whose counter went back, still issues versions
+ * above the ones its replicas hold.
+ */
+import { createHash } from 'node:crypto';
+import type { StatementSync } from 'node:sqlite';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
+import { z } from 'zod';
+import type { Store } from '../store/db.ts';
+import { SECTIONS, type SectionName, type StateChanges, type StateChangeTracker, type StateRows, type SyncStateRow } from '../store/replication.ts';
+
+const gzipAsync = promisify(gzip);
+
+export const SNAPSHOT_FORMAT = 1;
+
+/** Wire names of the sections; digests list them in SECTIONS order. */
+const WIRE_NAMES = {
+  roles: 'roles',
+  users: 'users',
+  configurations: 'configurations',
+  classifications: 'classifications',
+  apiKeys: 'api_keys',
+} as const satisfies Record<SectionName, string>;
+
+export type SectionDigests = Record<SectionName, string>;
+
+/** A snapshot that passed every check, ready to apply. */
+export interface VerifiedSnapshot {
+  readonly version: number;
+  readonly digest: string;
+  readonly sections: SectionDigests;
+  /** The state as it arrived (wire form, checked). */
+  readonly state: WireState;
+}
+
+/** Why a snapshot was refused; the last good state stays. */
+export class SnapshotRejectedError extends Error {
+  constructor(reason: string, options?: { cause?: unknown }) {
+    super(`snapshot rejected: ${reason}`, options);
+    this.name = 'SnapshotRejectedError';
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Canonical form and digests
+
+/**
+ * JSON with object keys sorted by UTF-16 code units and no whitespace (RFC 8785 for the
+ * values a snapshot holds: strings, integers, booleans, null). Both sides derive the
+ * digest from this form, so it does not matter how the body was laid out in between.
+ */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  if (Array.isArray(value)) {
+    let out = '[';
+    for (let i = 0; i < value.length; i++) out += (i === 0 ? '' : ',') + canonicalJson(value[i]);
+    return out + ']';
+  }
+  const record = value as Record<string, unknown>;
+  const keys = Object.keys(record).sort();
+  let out = '{';
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i]!;
+    out += (i === 0 ? '' : ',') + JSON.stringify(key) + ':' + canonicalJson(record[key]);
+  }
+  return out + '}';
+}
+
+function sha256(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+function sectionLines(sections: SectionDigests): string {
+  return SECTIONS.map((s) => `${WIRE_NAMES[s]} ${sections[s]}\n`).join('');
+}
+
+/** What the state is, independent of its version: a control plane bumps the version when this changes. */
+function contentDigest(sections: SectionDigests): string {
+  return sha256(sectionLines(sections));
+}
+
+/** The digest in the body and the ETag. */
+export function snapshotDigest(version: number, sections: SectionDigests): string {
+  return sha256(`svc-sidecar snapshot ${SNAPSHOT_FORMAT}\nversion ${version}\n${sectionLines(sections)}`);
+}
+
+/** A key JavaScript keeps first, in numeric order, whatever the insertion order. */
+const INDEX_KEY = /^(?:0|[1-9][0-9]{0,8})$/;
+/**
+ * Set when sortedKeys met an index-like key: that object cannot hold its keys in canonical
+ * order, so its section's text must come from canonicalJson. Read right after the
+ * (synchronous) conversion of one section.
+ */
+let indexKeySeen = false;
+
+/** Sorts object keys at every depth, for JSON read from a column (`extra`, group lists). */
+function sortedKeys(value: unknown): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map(sortedKeys);
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(value).sort()) {
+    if (INDEX_KEY.test(key)) indexKeySeen = true;
+    out[key] = sortedKeys((value as Record<string, unknown>)[key]);
+  }
+  return out;
+}
+
+const parseColumn = (text: string): unknown => sortedKeys(JSON.parse(text));
+
+// ---------------------------------------------------------------------------------------
+// Rows ⇄ wire. Binary columns travel as base64; JSON columns as the JSON they hold.
+
+/**
+ * The wire form of each section, keys in canonical (sorted) order at every level: with
+ * them, JSON.stringify gives the canonical text.
+ */
+const TO_WIRE: { readonly [S in SectionName]: (rows: StateRows[S]) => unknown[] } = {
+  roles: (rows) => rows.map((r) => ({ description: r.description, id: r.id, name: r.name, permissions: r.permissions })),
+  users: (rows) =>
+    rows.map((u) => ({
+      created_at: u.createdAt,
+      disabled: u.disabled,
+      email: u.email,
+      id: u.id,
+      name: u.name,
+      password_hash: u.passwordHash,
+      role_ids: u.roleIds,
+      two_factor_enabled: u.twoFactorEnabled,
+      updated_at: u.updatedAt,
+    })),
+  configurations: (rows) =>
+    rows.map((c) => ({
+      created_at: c.createdAt,
+      destinations: parseColumn(c.destinations),
+      deterministic: c.deterministic,
+      extra: parseColumn(c.extra),
+      fields: parseColumn(c.fields),
+      id: c.id,
+      keyring_id: c.keyringId === null ? null : c.keyringId.toString('base64'),
+      keys: c.keys.map((k) => ({ created_at: k.createdAt, destroyed_at: k.destroyedAt, version: k.version, wrapped: k.wrapped.toString('base64') })),
+      min_decryption_version: c.minDecryptionVersion,
+      name: c.name,
+      provider: c.provider,
+      proxy_slug: c.proxySlug,
+      type: c.type,
+      updated_at: c.updatedAt,
+    })),
+  classifications: (rows) =>
+    rows.map((c) => ({
+      bg_color: c.bgColor,
+      created_at: c.createdAt,
+      description: c.description,
+      emoji: c.emoji,
+      fg_color: c.fgColor,
+      id: c.id,
+      name: c.name,
+      provider_container_id: c.providerContainerId,
+      providers: c.providers.map((p) => ({ configuration_id: p.configurationId, gws_groups: parseColumn(p.gwsGroups) })),
+      role_ids: c.roleIds,
+      slug: c.slug,
+      updated_at: c.updatedAt,
+      user_ids: c.userIds,
+    })),
+  apiKeys: (rows) =>
+    rows.map((k) => ({
+      configurations: parseColumn(k.configurations),
+      created_at: k.createdAt,
+      id: k.id,
+      key_hash: k.keyHash.toString('base64'),
+      name: k.name,
+      permissions: parseColumn(k.permissions),
+      prefix: k.prefix,
+      revoked_at: k.revokedAt,
+      status: k.status,
+      updated_at: k.updatedAt,
+      user_id: k.userId,
+    })),
+};
+
+function sectionToWire<S extends SectionName>(section: S, rows: StateRows[S]): unknown[] {
+  return TO_WIRE[section](rows);
+}
+
+const id = z.number().int().min(1);
+const str = z.string();
+const nullableStr = z.string().nullable();
+const timestamp = z.string().min(1);
+const base64 = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/);
+const jsonValue = z.json();
+
+const wireSchema = z.strictObject({
+  format: z.literal(SNAPSHOT_FORMAT),
+  version: z.number().int().min(1),
+  digest: z.string().regex(/^[0-9a-f]{64}$/),
+  sections: z.strictObject(Object.fromEntries(SECTIONS.map((s) => [WIRE_NAMES[s], z.string().regex(/^[0-9a-f]{64}$/)])) as Record<string, z.ZodString>),
+  state: z.strictObject({
+    roles: z.array(z.strictObject({ id, name: str, description: nullableStr, permissions: z.array(str) })),
+    users: z.array(
+      z.strictObject({
+        id,
+        name: str,
+        email: str,
+        password_hash: nullableStr,
+        disabled: z.boolean(),
+        two_factor_enabled: z.boolean(),
+        role_ids: z.array(id),
+        created_at: timestamp,
+        updated_at: timestamp,
+      }),
+    ),
+    configurations: z.array(
+      z.strictObject({
+        id: str.min(1),
+        name: str,
+        type: z.enum(['encryption', 'provider']),
+        provider: nullableStr,
+        proxy_slug: nullableStr,
+        keyring_id: base64.nullable(),
+        deterministic: z.boolean(),
+        min_decryption_version: id,
+        destinations: z.array(str),
+        fields: z.array(str),
+        extra: z.record(z.string(), jsonValue),
+        created_at: timestamp,
+        updated_at: timestamp,
+        keys: z.array(z.strictObject({ version: id, wrapped: base64, created_at: timestamp, destroyed_at: timestamp.nullable() })),
+      }),
+    ),
+    classifications: z.array(
+      z.strictObject({
+        id,
+        name: str,
+        slug: str,
+        description: nullableStr,
+        bg_color: str,
+        fg_color: str,
+        emoji: nullableStr,
+        provider_container_id: nullableStr,
+        created_at: timestamp,
+        updated_at: timestamp,
+        user_ids: z.array(id),
+        role_ids: z.array(id),
+        providers: z.array(z.strictObject({ configuration_id: str, gws_groups: z.array(jsonValue) })),
+      }),
+    ),
+    api_keys: z.array(
+      z.strictObject({
+        id: str.min(1),
+        name: str,
+        prefix: str,
+        key_hash: base64,
+        user_id: id,
+        permissions: z.array(str),
+        configurations: z.array(str),
+        status: z.enum(['active', 'revoked']),
+        created_at: timestamp,
+        updated_at: timestamp,
+        revoked_at: timestamp.nullable(),
+      }),
+    ),
+  }),
+});
+
+type WireState = z.output<typeof wireSchema>['state'];
+type WireRow<S extends SectionName> = WireState[(typeof WIRE_NAMES)[S]][number];
+
+const FROM_WIRE: { readonly [S in SectionName]: (row: WireRow<S>) => StateRows[S][number] } = {
+  roles: (r) => ({ id: r.id, name: r.name, description: r.description, permissions: r.permissions }),
+  users: (u) => ({
+    id: u.id,
+    name: u.name,
+    email: u.email,
+    passwordHash: u.password_hash,
+    disabled: u.disabled,
+    twoFactorEnabled: u.two_factor_enabled,
+    roleIds: u.role_ids,
+    createdAt: u.created_at,
+    updatedAt: u.updated_at,
+  }),
+  configurations: (c) => ({
+    id: c.id,
+    name: c.name,
+    type: c.type,
+    provider: c.provider,
+    proxySlug: c.proxy_slug,
+    keyringId: c.keyring_id === null ? null : Buffer.from(c.keyring_id, 'base64'),
+    deterministic: c.deterministic,
+    minDecryptionVersion: c.min_decryption_version,
+    destinations: JSON.stringify(c.destinations),
+    fields: JSON.stringify(c.fields),
+    extra: JSON.stringify(c.extra),
+    createdAt: c.created_at,
+    updatedAt: c.updated_at,
+    keys: c.keys.map((k) => ({ version: k.version, wrapped: Buffer.from(k.wrapped, 'base64'), createdAt: k.created_at, destroyedAt: k.destroyed_at })),
+  }),
+  classifications: (c) => ({
+    id: c.id,
+    name: c.name,
+    slug: c.slug,
+    description: c.description,
+    bgColor: c.bg_color,
+    fgColor: c.fg_color,
+    emoji: c.emoji,
+    providerContainerId: c.provider_container_id,
+    createdAt: c.created_at,
+    updatedAt: c.updated_at,
+    userIds: c.user_ids,
+    roleIds: c.role_ids,
+    providers: c.providers.map((p) => ({ configurationId: p.configuration_id, gwsGroups: JSON.stringify(p.gws_groups) })),
+  }),
+  apiKeys: (k) => ({
+    id: k.id,
+    name: k.name,
+    prefix: k.prefix,
+    keyHash: Buffer.from(k.key_hash, 'base64'),
+    userId: k.user_id,
+    permissions: JSON.stringify(k.permissions),
+    configurations: JSON.stringify(k.configurations),
+    status: k.status,
+    createdAt: k.created_at,
+    updatedAt: k.updated_at,
+    revokedAt: k.revoked_at,
+  }),
+};
+
+// ---------------------------------------------------------------------------------------
+// Control plane: publishing
+
+export interface PublishedSnapshot {
+  readonly version: number;
+  readonly digest: string;
+  /** The JSON body. */
+  readonly body: Buffer;
+  readonly gzipped: Buffer;
+}
+
+/** The canonical text of every section of the store's state. */
+function stateTexts(store: Store): Record<SectionName, string> {
+  const rows = store.replication.readState();
+  const out = {} as Record<SectionName, string>;
+  for (const section of SECTIONS) {
+    indexKeySeen = false;
+    const wire = sectionToWire(section, rows[section]);
+    out[section] = indexKeySeen ? canonicalJson(wire) : JSON.stringify(wire);
+  }
+  return out;
+}
+
+/**
+ * Cross-process changes to the store (the `keys` and `init` commands run against the
+ * control plane's file) are only visible as "some other connection committed", which the
+ * log writer's thread also does every second under traffic. Such a change is picked up by
+ * a full re-read at most this often, rather than at every poll.
+ */
+export const FOREIGN_RECHECK_MS = 2_000;
+
+/**
+ * Builds the snapshot a control plane serves. The state is read again only when it may
+ * have changed: at once after a change to the state tables through this process's
+ * connection (every management write), and at most every FOREIGN_RECHECK_MS after a
+ * commit by another connection. A state equal to the last one keeps its version and its
+ * already compressed body.
+ */
+export class SnapshotPublisher {
+  readonly #store: Store;
+  readonly #dataVersion: StatementSync;
+  readonly #tracker: StateChangeTracker;
+  #content: string | null = null;
+  #published: Promise<PublishedSnapshot> | null = null;
+  readonly #foreignRecheck: number;
+  #seenDataVersion = -1;
+  #builtAt = 0;
+
+  constructor(store: Store, options: { foreignRecheckMs?: number } = {}) {
+    this.#store = store;
+    this.#foreignRecheck = options.foreignRecheckMs ?? FOREIGN_RECHECK_MS;
+    this.#dataVersion = store.db.prepare('PRAGMA data_version');
+    this.#tracker = store.replication.trackChanges();
+  }
+
+  current(): Promise<PublishedSnapshot> {
+    const dataVersion = (this.#dataVersion.get() as { data_version: number }).data_version;
+    const now = performance.now();
+    const foreign = dataVersion !== this.#seenDataVersion && now - this.#builtAt >= this.#foreignRecheck;
+    if (this.#published !== null && !foreign && !this.#tracker.changed) return this.#published;
+    // Before reading: a change made from here on is one the next call must see.
+    this.#tracker.restart();
+    this.#seenDataVersion = dataVersion;
+    this.#builtAt = now;
+    const texts = stateTexts(this.#store);
+    const sections = {} as SectionDigests;
+    for (const section of SECTIONS) sections[section] = sha256(texts[section]);
+    const content = contentDigest(sections);
+    if (this.#published === null || content !== this.#content) {
+      const version = this.#versionFor(content, sections);
+      const digest = snapshotDigest(version, sections);
+      // Assembled from the section texts already made for the digests, not serialised twice.
+      const state = SECTIONS.map((s) => `${JSON.stringify(WIRE_NAMES[s])}:${texts[s]}`).join(',');
+      const head = JSON.stringify({ format: SNAPSHOT_FORMAT, version, digest, sections: wireSections(sections) });
+      const body = Buffer.from(`${head.slice(0, -1)},"state":{${state}}}`);
+      this.#content = content;
+      const published = gzipAsync(body).then((gzipped) => ({ version, digest, body, gzipped }));
+      this.#published = published;
+      // Never keep a failure: the next call builds again.
+      published.catch(() => {
+        if (this.#published === published) this.#published = null;
+      });
+    }
+    return this.#published;
+  }
+
+  /** The published version for `content`, a new one when the content changed since. */
+  #versionFor(content: string, sections: SectionDigests): number {
+    const replication = this.#store.replication;
+    return this.#store.transaction(() => {
+      const last = replication.getSync('published');
+      if (last !== undefined && contentDigest(JSON.parse(last.sections) as SectionDigests) === content) return last.version;
+      const version = Math.max((last?.version ?? 0) + 1, Math.floor(Date.now() / 1000));
+      replication.putSync('published', {
+        version,
+        digest: snapshotDigest(version, sections),
+        sections: JSON.stringify(sections),
+        body: null,
+        updatedAt: new Date().toISOString(),
+      });
+      return version;
+    });
+  }
+
+}
+
+function wireSections(sections: SectionDigests): Record<string, string> {
+  return Object.fromEntries(SECTIONS.map((s) => [WIRE_NAMES[s], sections[s]]));
+}
+
+// ---------------------------------------------------------------------------------------
+// Replica: verifying and applying
+
+/**
+ * Parses and checks a snapshot body: valid JSON (a truncated body is not), the expected
+ * shape, each section against its digest, and the digest over them all.
+ */
+export function verifySnapshot(body: Buffer): VerifiedSnapshot {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new SnapshotRejectedError('the body is not valid JSON (truncated?)', { cause: err });
+  }
+  const result = wireSchema.safeParse(parsed);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    throw new SnapshotRejectedError(`unexpected shape at ${issue?.path.join('.') ?? '?'}: ${issue?.message ?? 'invalid'}`);
+  }
+  const snapshot = result.data;
+  const sections = {} as SectionDigests;
+  for (const section of SECTIONS) sections[section] = snapshot.sections[WIRE_NAMES[section]]!;
+  if (snapshotDigest(snapshot.version, sections) !== snapshot.digest) throw new SnapshotRejectedError('the digest does not match the sections (tampered or corrupted)');
+  // Over what arrived, not the parsed output: the digest must vouch for every byte of state.
+  const arrived = (parsed as { state: Record<string, unknown> }).state;
+  for (const section of SECTIONS) {
+    const value = arrived[WIRE_NAMES[section]];
+    if (sha256(JSON.stringify(value)) === sections[section]) continue;
+    if (sha256(canonicalJson(value)) !== sections[section]) throw new SnapshotRejectedError(`the ${WIRE_NAMES[section]} section does not match its digest (tampered or corrupted)`);
+  }
+  // The parsed input rather than zod's output: zod rebuilds objects in schema key order, and
+  // the apply compares rows by their text, which the control plane wrote in canonical order.
+  return { version: snapshot.version, digest: snapshot.digest, sections, state: arrived as unknown as WireState };
+}
+
+export type ApplyOutcome = { readonly kind: 'applied'; readonly changed: number } | { readonly kind: 'unchanged' };
+
+/**
+ * Applies a verified snapshot in one transaction and records it (with `gzipped`, its body)
+ * as the applied one. Only sections whose digest changed are looked at, and of those only
+ * the rows that differ from the store are written: a revoked key is one row, whatever the
+ * size of the rest. `force` compares every section with the store, to bring a store
+ * changed by other means back to the snapshot. A version below the applied one, or the
+ * same version with other content, is refused: it would roll the replica back.
+ */
+export function applySnapshot(store: Store, snapshot: VerifiedSnapshot, gzipped: Buffer, options: { force?: boolean } = {}): ApplyOutcome {
+  const previous = store.replication.getSync('applied');
+  if (previous !== undefined && options.force !== true) {
+    if (snapshot.version < previous.version) {
+      throw new SnapshotRejectedError(`version ${snapshot.version} is older than the applied version ${previous.version}`);
+    }
+    if (snapshot.version === previous.version) {
+      if (snapshot.digest === previous.digest) return { kind: 'unchanged' };
+      throw new SnapshotRejectedError(`version ${snapshot.version} is already applied with other content`);
+    }
+  }
+  const before = previous === undefined || options.force === true ? null : (JSON.parse(previous.sections) as Partial<SectionDigests>);
+  const sections = new Set(SECTIONS.filter((s) => before === null || before[s] !== snapshot.sections[s]));
+  const current = store.replication.readSections(sections);
+  const changes: StateChanges = {};
+  let changed = 0;
+  for (const section of sections) {
+    const change = diffSection(section, current[section] ?? [], snapshot.state);
+    changed += change.upsert.length + change.remove.length;
+    (changes as Record<SectionName, unknown>)[section] = change;
+  }
+  const applied: SyncStateRow = {
+    version: snapshot.version,
+    digest: snapshot.digest,
+    sections: JSON.stringify(snapshot.sections),
+    body: gzipped,
+    updatedAt: new Date().toISOString(),
+  };
+  try {
+    store.replication.applyChanges(changes, applied);
+  } catch (err) {
+    throw new SnapshotRejectedError(`the store refused it (${(err as Error).message})`, { cause: err });
+  }
+  return { kind: 'applied', changed };
+}
+
+/** The rows of `section` to write (new or different from the store) and the ids to delete. */
+function diffSection<S extends SectionName>(section: S, stored: StateRows[S], incoming: WireState): { upsert: Array<StateRows[S][number]>; remove: Array<string | number> } {
+  const have = new Map<string | number, string>();
+  for (const row of sectionToWire(section, stored) as Array<{ id: string | number }>) have.set(row.id, JSON.stringify(row));
+  const rows = incoming[WIRE_NAMES[section]] as unknown as Array<WireRow<S> & { id: string | number }>;
+  const upsert: Array<StateRows[S][number]> = [];
+  const keep = new Set<string | number>();
+  for (const row of rows) {
+    keep.add(row.id);
+    if (have.get(row.id) !== JSON.stringify(row)) upsert.push(FROM_WIRE[section](row));
+  }
+  const remove = [...have.keys()].filter((id) => !keep.has(id));
+  return { upsert, remove };
+}

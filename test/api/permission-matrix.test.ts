@@ -1,0 +1,326 @@
+/**
+ * The permission matrix (issue 3): each built-in role × each endpoint gives the documented
+ * result. The expected tables are written out here from DESIGN §9 and §10, not read from
+ * the code under test; the code, the OpenAPI document and docs/permissions.md are each
+ * compared with them.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { apiRoutes } from '../../src/api/index.ts';
+import { openApiDocument } from '../../src/api/openapi.ts';
+import { apiKeyPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
+import type { App } from '../../src/app.ts';
+import { PERMISSIONS_FILE, renderPermissions } from '../../scripts/write-openapi.ts';
+import { call, startApp } from '../support/app.ts';
+import type { TestContext } from 'node:test';
+
+const ROLES = ['owner', 'administrator', 'developer', 'viewer'] as const;
+type Role = (typeof ROLES)[number];
+
+// ---------------------------------------------------------------------------------------
+// The expected tables
+
+const VIEW = ['classifications.view', 'configurations.view', 'logs.view', 'api-keys.view', 'users.view', 'roles.view'];
+/** DESIGN §9, plus `sync.*` for replication (docs/replication.md: owner and administrator only). */
+const EVERY = [
+  'classifications.view', 'classifications.create', 'classifications.update', 'classifications.delete',
+  'configurations.view', 'configurations.create', 'configurations.update', 'configurations.delete', 'configurations.rotate',
+  'data.encrypt', 'data.decrypt',
+  'logs.view',
+  'api-keys.view', 'api-keys.create', 'api-keys.revoke', 'api-keys.rotate',
+  'users.view', 'users.manage',
+  'roles.view',
+  'sync.read', 'sync.write',
+];
+const ROLE_PERMISSIONS: Record<Role, readonly string[]> = {
+  owner: EVERY,
+  administrator: EVERY,
+  developer: ['data.encrypt', 'data.decrypt', ...VIEW, 'api-keys.create'],
+  viewer: VIEW,
+};
+
+/** DESIGN §10 with each route's permission; null: any valid API key. */
+const MANAGEMENT: ReadonlyArray<readonly [method: string, path: string, permission: string | null]> = [
+  ['GET', '/api/v3/classifications', 'classifications.view'],
+  ['POST', '/api/v3/classifications', 'classifications.create'],
+  ['GET', '/api/v3/classifications/{id}', 'classifications.view'],
+  ['PATCH', '/api/v3/classifications/{id}', 'classifications.update'],
+  ['DELETE', '/api/v3/classifications/{id}', 'classifications.delete'],
+  ['GET', '/api/v3/configurations', 'configurations.view'],
+  ['POST', '/api/v3/configurations', 'configurations.create'],
+  ['GET', '/api/v3/configurations/{id}', 'configurations.view'],
+  ['PUT', '/api/v3/configurations/{id}', 'configurations.update'],
+  ['DELETE', '/api/v3/configurations/{id}', 'configurations.delete'],
+  ['POST', '/api/v3/configurations/{id}/rotate', 'configurations.rotate'],
+  ['GET', '/api/v3/configurations/{id}/keys', 'configurations.view'],
+  ['POST', '/api/v3/configurations/{id}/keys/{version}/destroy', 'configurations.rotate'],
+  ['GET', '/api/v3/api-keys', 'api-keys.view'],
+  ['POST', '/api/v3/api-keys', 'api-keys.create'],
+  ['GET', '/api/v3/api-keys/{id}', 'api-keys.view'],
+  ['POST', '/api/v3/api-keys/{id}/revoke', 'api-keys.revoke'],
+  ['POST', '/api/v3/api-keys/{id}/rotate', 'api-keys.rotate'],
+  ['GET', '/api/v3/users', 'users.view'],
+  ['POST', '/api/v3/users', 'users.manage'],
+  ['GET', '/api/v3/roles', 'roles.view'],
+  ['GET', '/api/v3/logs/unified', 'logs.view'],
+  ['GET', '/api/v3/logs/activity', 'logs.view'],
+  ['GET', '/api/v3/logs/api', 'logs.view'],
+  ['GET', '/api/v3/logs/usage', 'logs.view'],
+  ['POST', '/api/v2/auth/login', null],
+  ['POST', '/api/v2/auth/logout', null],
+  ['GET', '/api/v2/auth/userdetails', null],
+  ['GET', '/api/v3/sync/snapshot', 'sync.read'],
+  ['POST', '/api/v3/sync/logs', 'sync.write'],
+];
+
+const DATA_PLANE: ReadonlyArray<readonly [method: string, path: string, permission: string]> = [
+  ['POST', '/api/v3/encryption/{slug}/encrypt', 'data.encrypt'],
+  ['POST', '/api/v3/encryption/{slug}/decrypt', 'data.decrypt'],
+  ['POST', '/api/v3/encryption/{slug}/rewrap', 'configurations.rotate'],
+];
+const PROXY_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
+const PROXY_MODES = { encrypt: 'data.encrypt', decrypt: 'data.decrypt' } as const;
+
+const allowed = (role: Role, permission: string | null) => permission === null || ROLE_PERMISSIONS[role].includes(permission);
+
+// ---------------------------------------------------------------------------------------
+// The service
+
+const key = (name: string) => `svc_${name.padEnd(40, '0')}`;
+const KEY: Record<Role, string> = { owner: key('MatrixOwner'), administrator: key('MatrixAdmin'), developer: key('MatrixDev'), viewer: key('MatrixViewer') };
+const EMAIL: Record<Role, string> = { owner: 'owner@example.com', administrator: 'admin@example.com', developer: 'developer@example.com', viewer: 'viewer@example.com' };
+const PASSWORD = (role: Role) => `${role} password 1234`;
+
+const SEED = `
+seed:
+  users:
+${ROLES.map((r) => `    - { name: ${r} user, email: ${EMAIL[r]}, password: "${PASSWORD(r)}", roles: [${r}] }`).join('\n')}
+  api_keys:
+${ROLES.map((r) => `    - { name: ${r}, user: ${EMAIL[r]}, key: ${KEY[r]} }`).join('\n')}
+  configurations:
+    - { name: payments, proxy_slug: payments, fields: [a] }
+    - { name: workspace, type: provider, provider: google }
+  classifications:
+    - { name: PHI, bg_color: "#aa0000", fg_color: "#ffffff" }
+`;
+
+interface Request {
+  path: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+/** Fresh things for one call to act on, so every allowed call can succeed. */
+class Fixture {
+  private readonly app: App;
+  private readonly url: string;
+  private n = 0;
+
+  constructor(app: App, url: string) {
+    this.app = app;
+    this.url = url;
+  }
+
+  private unique(prefix: string): string {
+    this.n += 1;
+    return `${prefix}${this.n}`;
+  }
+
+  get store() {
+    return this.app.services.store;
+  }
+
+  classification(): number {
+    return this.store.classifications.create({ name: this.unique('Doomed '), bgColor: '#000000', fgColor: '#ffffff' }).id;
+  }
+
+  providerConfiguration(): string {
+    return this.store.configurations.create({ id: randomUUID(), name: this.unique('provider-'), type: 'provider', provider: 'google' }).id;
+  }
+
+  paymentsId(): string {
+    return this.store.configurations.findByName('payments')!.id;
+  }
+
+  apiKey(): string {
+    const secret = generateApiKey();
+    const owner = this.store.users.findByEmail(EMAIL.owner)!;
+    return this.store.apiKeys.create({ name: this.unique('victim-'), prefix: apiKeyPrefix(secret), keyHash: hashApiKey(secret), userId: owner.id, permissions: [], configurations: [] }).id;
+  }
+
+  /** An encryption configuration at key version 2, whose version 1 may be destroyed. */
+  async rotatedConfiguration(): Promise<{ id: string; name: string }> {
+    const name = this.unique('shred-');
+    const created = await call(this.url, '/api/v3/configurations', { key: KEY.owner, body: JSON.stringify({ name }) });
+    assert.equal(created.status, 201);
+    assert.equal((await call(this.url, `/api/v3/configurations/${created.json.id}/rotate`, { key: KEY.owner })).status, 200);
+    return { id: created.json.id, name };
+  }
+
+  async accessToken(role: Role): Promise<string> {
+    const res = await call(this.url, '/api/v2/auth/login', { key: KEY[role], body: JSON.stringify({ email: EMAIL[role], password: PASSWORD(role) }) });
+    assert.equal(res.status, 200);
+    return res.json.access_token;
+  }
+
+  /** A valid request for `method path` made by `role`. */
+  async request(method: string, path: string, role: Role): Promise<Request> {
+    switch (`${method} ${path}`) {
+      case 'POST /api/v3/classifications':
+        return { path, body: { name: this.unique(`${role} `), bg_color: '#112233', fg_color: '#ffffff' } };
+      case 'GET /api/v3/classifications/{id}':
+      case 'PATCH /api/v3/classifications/{id}':
+      case 'DELETE /api/v3/classifications/{id}':
+        return { path: path.replace('{id}', String(this.classification())), body: method === 'PATCH' ? { description: 'changed' } : undefined };
+      case 'POST /api/v3/configurations':
+        return { path, body: { name: this.unique(`config-${role}-`) } };
+      case 'GET /api/v3/configurations/{id}':
+      case 'PUT /api/v3/configurations/{id}':
+      case 'DELETE /api/v3/configurations/{id}':
+        return { path: path.replace('{id}', this.providerConfiguration()), body: method === 'PUT' ? { name: this.unique('renamed-') } : undefined };
+      case 'POST /api/v3/configurations/{id}/rotate':
+      case 'GET /api/v3/configurations/{id}/keys':
+        return { path: path.replace('{id}', this.paymentsId()) };
+      case 'POST /api/v3/configurations/{id}/keys/{version}/destroy': {
+        const { id, name } = await this.rotatedConfiguration();
+        return { path: path.replace('{id}', id).replace('{version}', '1'), body: { confirm: `${name}/v1` } };
+      }
+      case 'POST /api/v3/api-keys':
+        return { path, body: { name: this.unique(`key-${role}-`) } };
+      case 'GET /api/v3/api-keys/{id}':
+      case 'POST /api/v3/api-keys/{id}/revoke':
+      case 'POST /api/v3/api-keys/{id}/rotate':
+        return { path: path.replace('{id}', this.apiKey()) };
+      case 'POST /api/v3/users':
+        return { path, body: { name: 'New Person', email: `${this.unique('person')}@example.com` } };
+      case 'POST /api/v2/auth/login':
+        return { path, body: { email: EMAIL[role], password: PASSWORD(role) } };
+      case 'POST /api/v2/auth/logout':
+        return { path, headers: { authorization: `Bearer ${await this.accessToken(role)}` } };
+      case 'POST /api/v3/sync/logs':
+        return { path, body: { replica: `replica-${role}` } };
+      case 'POST /api/v3/encryption/{slug}/encrypt':
+        return { path: path.replace('{slug}', 'payments'), body: { a: 'secret' }, headers: { 'x-svc-fields': 'a' } };
+      case 'POST /api/v3/encryption/{slug}/decrypt':
+      case 'POST /api/v3/encryption/{slug}/rewrap':
+        return { path: path.replace('{slug}', 'payments'), body: { a: 'not a token' } };
+      default:
+        return { path };
+    }
+  }
+}
+
+async function startMatrix(t: TestContext) {
+  const running = await startApp(t, '', SEED);
+  return { ...running, fixture: new Fixture(running.app, running.url) };
+}
+
+function expectOutcome(role: Role, permission: string | null, what: string, res: { status: number; json: any }, mustSucceed: boolean): void {
+  if (allowed(role, permission)) {
+    assert.ok(res.status !== 401 && res.status !== 403, `${role} may ${what}, got ${res.status} ${JSON.stringify(res.json)}`);
+    if (mustSucceed) assert.ok(res.status >= 200 && res.status < 300, `${role}: ${what} succeeds, got ${res.status} ${JSON.stringify(res.json)}`);
+  } else {
+    assert.equal(res.status, 403, `${role} may not ${what}`);
+    assert.deepEqual(res.json, { message: 'User does not have the right permissions.' }, `${role}: ${what}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+test('the route table, the OpenAPI document and the stored roles agree with the expected tables', async (t) => {
+  const toTemplate = (path: string) => path.replace(/:(\w+)/g, '{$1}');
+  assert.deepEqual(
+    apiRoutes.map((r) => [r.method, toTemplate(r.path), r.permission]).sort(),
+    MANAGEMENT.map((row) => [...row]).sort(),
+    'apiRoutes: every management endpoint with its permission',
+  );
+  const paths = openApiDocument['paths'] as Record<string, Record<string, { 'x-permission': unknown }>>;
+  for (const [method, path, permission] of [...MANAGEMENT, ...DATA_PLANE]) {
+    assert.equal(paths[path]?.[method.toLowerCase()]?.['x-permission'], permission, `x-permission of ${method} ${path}`);
+  }
+  for (const method of PROXY_METHODS) assert.deepEqual(paths['/proxy/{slug}']?.[method.toLowerCase()]?.['x-permission'], PROXY_MODES);
+  const sorted = (table: Record<string, readonly string[]>) => Object.fromEntries(Object.entries(table).map(([role, list]) => [role, [...list].sort()]));
+  assert.deepEqual(sorted(openApiDocument['x-roles'] as Record<string, string[]>), sorted(ROLE_PERMISSIONS), 'x-roles of the document');
+
+  const { url } = await startMatrix(t);
+  const roles = await call(url, '/api/v3/roles', { method: 'GET', key: KEY.owner });
+  assert.equal(roles.status, 200);
+  const stored = Object.fromEntries(roles.json.map((r: { name: string; permissions: Array<{ name: string }> }) => [r.name, r.permissions.map((p) => p.name).sort()]));
+  assert.deepEqual(stored, sorted(ROLE_PERMISSIONS), 'GET /v3/roles');
+});
+
+test('docs/permissions.md is generated from the document and shows the expected matrix', () => {
+  const text = readFileSync(PERMISSIONS_FILE, 'utf8');
+  assert.equal(text, renderPermissions(), 'docs/permissions.md is stale: run node scripts/write-openapi.ts');
+
+  const cells = (line: string) => line.split('|').slice(1, -1).map((c) => c.trim());
+  const endpointRows = text
+    .split('\n')
+    .filter((line) => /^\| (GET|POST|PUT|PATCH|DELETE|ANY) \|/.test(line))
+    .map(cells);
+  const expected = [
+    ...[...MANAGEMENT, ...DATA_PLANE].map(([method, path, permission]) => [method, `\`${path}\``, permission === null ? 'any valid API key' : `\`${permission}\``, ...ROLES.map((r) => (allowed(r, permission) ? '✓' : '403'))]),
+    ...Object.entries(PROXY_MODES).map(([mode, permission]) => ['ANY', `\`/proxy/{slug}\` with \`x-svc-mode: ${mode}\``, `\`${permission}\``, ...ROLES.map((r) => (allowed(r, permission) ? '✓' : '403'))]),
+  ];
+  assert.deepEqual(endpointRows.sort(), expected.sort());
+
+  const roleRows = text
+    .split('\n')
+    .filter((line) => /^\| `[a-z-]+\.[a-z]+` \| /.test(line))
+    .map(cells);
+  assert.deepEqual(roleRows, EVERY.map((p) => [`\`${p}\``, ...ROLES.map((r) => (ROLE_PERMISSIONS[r].includes(p) ? '✓' : ''))]));
+});
+
+test('each built-in role × each management endpoint: 403 exactly when the role lacks the permission', async (t) => {
+  const { url, fixture } = await startMatrix(t);
+  let denied = 0;
+  let passed = 0;
+  for (const [method, path, permission] of MANAGEMENT) {
+    for (const role of ROLES) {
+      const req = await fixture.request(method, path, role);
+      const res = await call(url, req.path, {
+        method,
+        key: KEY[role],
+        headers: req.headers,
+        body: req.body === undefined ? undefined : JSON.stringify(req.body),
+      });
+      expectOutcome(role, permission, `${method} ${path}`, res, true);
+      if (allowed(role, permission)) passed += 1;
+      else denied += 1;
+    }
+  }
+  // 30 endpoints × 4 roles: developer is denied 13, viewer 14, owner and administrator none.
+  assert.equal(passed + denied, MANAGEMENT.length * ROLES.length);
+  assert.equal(denied, 27);
+});
+
+test('each built-in role × the data plane (encrypt, decrypt, rewrap, every proxy method and mode)', async (t) => {
+  const { url, fixture } = await startMatrix(t);
+  for (const [method, path, permission] of DATA_PLANE) {
+    for (const role of ROLES) {
+      const req = await fixture.request(method, path, role);
+      const res = await call(url, req.path, { method, key: KEY[role], headers: req.headers, body: JSON.stringify(req.body) });
+      expectOutcome(role, permission, `${method} ${path}`, res, true);
+    }
+  }
+  for (const [mode, permission] of Object.entries(PROXY_MODES)) {
+    for (const method of PROXY_METHODS) {
+      for (const role of ROLES) {
+        const withBody = method !== 'GET' && method !== 'HEAD';
+        const res = await call(url, '/proxy/payments', {
+          method,
+          key: KEY[role],
+          headers: { 'x-svc-mode': mode, 'x-svc-fields': 'a' },
+          body: withBody ? '{"a":"x"}' : undefined,
+        });
+        // HEAD answers carry no body to compare; the status alone tells.
+        const json = method === 'HEAD' && res.status === 403 ? { message: 'User does not have the right permissions.' } : res.json;
+        // Without a body there is nothing to transform: a 4xx that is not 401/403 is the answer.
+        expectOutcome(role, permission, `${method} /proxy/{slug} in ${mode} mode`, { status: res.status, json }, withBody);
+      }
+    }
+  }
+});
