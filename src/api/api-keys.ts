@@ -2,6 +2,7 @@
  * API keys (DESIGN §9, §10; spec 2.8 and 4.10). A key's secret exists in exactly two
  * responses, create and rotate; the store keeps only its SHA-256 and its prefix.
  */
+import { recordActivity } from './activity.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import type { Caller } from '../auth/caller.ts';
 import { PERMISSIONS } from '../config/schema.ts';
@@ -166,14 +167,3 @@ function insert(store: Store, input: CreateInput, secret: string): ApiKey {
   }
 }
 
-function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
-  services.logs.activity({
-    action,
-    description,
-    ip: ctx.req.socket.remoteAddress ?? '',
-    userId: caller.user.id,
-    causerEmail: caller.user.email,
-    requestId: ctx.id,
-    createdAt: new Date().toISOString(),
-  });
-}

@@ -8,6 +8,7 @@
  * and `gws_groups` the groups of that provider. The list filter `providers` takes those
  * UUIDs too.
  */
+import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
 import type { Services } from '../dataplane/services.ts';
 import { NotFoundError } from '../errors.ts';
@@ -117,17 +118,6 @@ function describe(classification: Classification): string {
   return `"${classification.name}" (id ${classification.id}, slug ${classification.slug})`;
 }
 
-function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
-  services.logs.activity({
-    action,
-    description,
-    ip: ctx.req.socket.remoteAddress ?? '',
-    userId: caller.user.id,
-    causerEmail: caller.user.email,
-    requestId: ctx.id,
-    createdAt: new Date().toISOString(),
-  });
-}
 
 /**
  * The body of POST (`current` null: name and colours required) or PATCH (any subset; a

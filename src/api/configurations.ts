@@ -3,6 +3,7 @@
  * key rotation. An encryption configuration owns a keyring; its data keys are generated
  * here, wrapped under the master key at once, and never leave this module unwrapped.
  */
+import { recordActivity } from './activity.ts';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { requireConfigurationScope, type Caller } from '../auth/caller.ts';
 import { PROXY_SLUG_PATTERN } from '../config/schema.ts';
@@ -238,17 +239,6 @@ function generateProxySlug(store: Store): string {
   }
 }
 
-function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
-  services.logs.activity({
-    action,
-    description,
-    ip: ctx.req.socket.remoteAddress ?? '',
-    userId: caller.user.id,
-    causerEmail: caller.user.email,
-    requestId: ctx.id,
-    createdAt: new Date().toISOString(),
-  });
-}
 
 // ---------------------------------------------------------------------------------------
 // `values`

@@ -5,6 +5,7 @@
  * takes a typed confirmation naming the configuration and the version, and refuses the
  * version new tokens are written with.
  */
+import { recordActivity } from './activity.ts';
 import { requireConfigurationScope, type Caller } from '../auth/caller.ts';
 import { MAX_KEY_VERSION } from '../crypto/keyring.ts';
 import type { Services } from '../dataplane/services.ts';
@@ -41,15 +42,7 @@ async function destroy(ctx: RequestContext, services: Services, caller: Caller):
   const version = versionParam(ctx.params['version']);
   const v = new Validator(await readJson(ctx));
   const destroyed = destroyKeyVersion(services, configuration, version, v.input['confirm']);
-  services.logs.activity({
-    action: 'configuration.key_destroyed',
-    description: `Destroyed key version ${version} of configuration "${configuration.name}".`,
-    ip: ctx.req.socket.remoteAddress ?? '',
-    userId: caller.user.id,
-    causerEmail: caller.user.email,
-    requestId: ctx.id,
-    createdAt: new Date().toISOString(),
-  });
+  recordActivity(ctx, services, caller, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}".`);
   sendJson(ctx, 200, destroyed);
 }
 

@@ -3,6 +3,7 @@
  * listed: a plain array, since there are four of them and a page envelope would only add
  * noise. Passwords are stored scrypt-hashed and never shown.
  */
+import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
 import { hashPassword } from '../auth/passwords.ts';
 import type { Services } from '../dataplane/services.ts';
@@ -99,14 +100,3 @@ function authorizeRoles(caller: Caller, roles: readonly Role[]): void {
   for (const role of roles) for (const p of role.permissions) if (!caller.permissions.has(p)) throw new ForbiddenError();
 }
 
-function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
-  services.logs.activity({
-    action,
-    description,
-    ip: ctx.req.socket.remoteAddress ?? '',
-    userId: caller.user.id,
-    causerEmail: caller.user.email,
-    requestId: ctx.id,
-    createdAt: new Date().toISOString(),
-  });
-}

@@ -63,6 +63,8 @@ const BEARER = /^bearer[ \t]+(\S+)[ \t]*$/i;
 /** Revocations of expired tokens are purged at most this often. */
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 
+const MAX_CACHED_CALLERS = 1024;
+
 export class Authenticator {
   private readonly store: Store;
   readonly tokens: AccessTokens;
@@ -70,6 +72,12 @@ export class Authenticator {
   /** Verified against when the email is unknown, so the miss costs a full scrypt too. */
   private readonly decoyHash = unusablePasswordHash();
   private lastPurge = 0;
+  /**
+   * Callers by key hash, valid while the store's change stamp holds: any write (a
+   * revocation, a role change) empties it, so the next request reads the rows again.
+   */
+  private readonly callers = new Map<string, Caller>();
+  private callersStamp = '';
 
   constructor(store: Store, tokens: AccessTokens, throttle: LoginThrottle) {
     this.store = store;
@@ -92,6 +100,21 @@ export class Authenticator {
     const presented = apiKeyHeader.trim();
     if (!API_KEY_PATTERN.test(presented)) throw new UnauthorizedError();
     const hash = hashApiKey(presented);
+    const stamp = this.store.changeStamp();
+    if (stamp !== this.callersStamp) {
+      this.callers.clear();
+      this.callersStamp = stamp;
+    }
+    const cacheKey = hash.toString('latin1');
+    const cached = this.callers.get(cacheKey);
+    if (cached !== undefined) return cached;
+    const caller = this.lookUp(hash);
+    if (this.callers.size >= MAX_CACHED_CALLERS) this.callers.clear();
+    this.callers.set(cacheKey, caller);
+    return caller;
+  }
+
+  private lookUp(hash: Buffer): Caller {
     const key = this.store.apiKeys.findByHash(hash);
     // The index lookup finds the row by hash; comparing the stored hash again in
     // constant time keeps the check independent of how the lookup matched.

@@ -9,6 +9,7 @@ import { TokenCodec } from '../crypto/token.ts';
 import { InternalError } from '../errors.ts';
 import type { Configuration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
+import { StampedCache } from '../store/stamped-cache.ts';
 
 interface Entry {
   stamp: string;
@@ -19,10 +20,17 @@ export class CodecCache {
   private readonly store: Store;
   private readonly master: MasterKey;
   private readonly entries = new Map<string, Entry>();
+  private readonly bySlug: StampedCache<Configuration | undefined>;
 
   constructor(store: Store, master: MasterKey) {
     this.store = store;
     this.master = master;
+    this.bySlug = new StampedCache(store);
+  }
+
+  /** The configuration behind a proxy slug, read from the store only after a write. */
+  configuration(slug: string): Configuration | undefined {
+    return this.bySlug.get(slug, () => this.store.configurations.findBySlug(slug));
   }
 
   get(configuration: Configuration): TokenCodec {

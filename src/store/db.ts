@@ -31,6 +31,12 @@ export interface Store {
   readonly shippedLogs: ShippedLogsRepository;
   /** Runs `fn` atomically; nests (as a savepoint) inside another transaction. `fn` must be synchronous. */
   transaction<T>(fn: () => T): T;
+  /**
+   * Changes whenever anything is written to the store, by this connection or another
+   * (a log-writer thread, a CLI process). Caches of rows key on it: a stamp that still
+   * matches means no row can have changed, so a revoked key is seen on the next request.
+   */
+  changeStamp(): string;
   close(): void;
 }
 
@@ -60,6 +66,8 @@ export function openStore(path: string): Store {
     throw error;
   }
 
+  const totalChanges = db.prepare('SELECT total_changes() AS n');
+  const dataVersion = db.prepare('PRAGMA data_version');
   return {
     path,
     db,
@@ -73,6 +81,11 @@ export function openStore(path: string): Store {
     replication: new ReplicationRepository(db),
     shippedLogs: new ShippedLogsRepository(db),
     transaction: (fn) => runInTransaction(db, fn),
+    changeStamp() {
+      const own = (totalChanges.get() as { n: number }).n;
+      const others = (dataVersion.get() as { data_version: number }).data_version;
+      return `${own}:${others}`;
+    },
     close() {
       if (!db.isOpen) return;
       // Recommended by SQLite before closing a long-lived connection: refreshes planner

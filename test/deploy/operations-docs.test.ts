@@ -1,7 +1,7 @@
 /**
  * docs/operations.md against the code: every endpoint the runbook tells an operator to call
- * exists, and every feature the code does not have yet is marked planned where the runbook
- * describes it.
+ * exists, every feature the code does not have yet is marked planned where the runbook
+ * describes it, and replication (built) is described and linked to docs/replication.md.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -110,10 +110,29 @@ describe('docs/operations.md', () => {
     for (const sub of subcommands) assert.match(DOC, new RegExp(`node src/main\\.ts keys ${sub} `), `keys ${sub}`);
   });
 
-  it('says replication is planned exactly while nothing pulls a snapshot', () => {
-    const pulls = /control_plane\.url|controlPlane\.url/.test(`${source('app.ts')}${source('main.ts')}`);
-    const saysPlanned = /\*\*Planned:\*\* the replication itself/.test(section('Scaling out'));
-    assert.equal(saysPlanned, !pulls, pulls ? 'replication exists: update "Scaling out"' : 'replication is not built: say so');
+  it('describes replication as built and links docs/replication.md', () => {
+    assert.ok(existsSync(join(ROOT, 'docs', 'replication.md')), 'docs/replication.md exists');
+    assert.match(DOC, /\]\(replication\.md(#[^)]*)?\)/, 'operations.md links replication.md');
+    const scaling = section('Scaling out');
+    assert.match(scaling, /\]\(replication\.md(#[^)]*)?\)/, '"Scaling out" links replication.md');
+    for (const term of ['state.source: control-plane', 'poll_interval', '/api/v3/sync/snapshot']) {
+      assert.ok(scaling.includes(term), `"Scaling out" names ${term}`);
+    }
+    assert.doesNotMatch(DOC, /\*\*Planned:?\*\*:? (?:the )?replication|replication \(planned/i, 'replication is built: not planned');
+  });
+
+  it('links only to sections of docs/replication.md that exist', () => {
+    const slugs = new Set(
+      [...readFileSync(join(ROOT, 'docs', 'replication.md'), 'utf8').matchAll(/^#{1,6} (.+)$/gm)].map((m) =>
+        (m[1] ?? '')
+          .toLowerCase()
+          .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+          .replace(/ /g, '-'),
+      ),
+    );
+    const anchors = [...DOC.matchAll(/\]\(replication\.md#([^)]+)\)/g)].map((m) => m[1] ?? '');
+    assert.ok(anchors.length > 0, 'operations.md links sections of replication.md');
+    assert.deepEqual(anchors.filter((anchor) => !slugs.has(anchor)), [], 'links to missing sections');
   });
 
   it('covers the runbook topics of issue 6', () => {
