@@ -8,6 +8,7 @@
  * replica that cannot ship keeps its logs locally and catches up, oldest first, when the
  * control plane is back.
  */
+import { Repeater } from './repeater.ts';
 import type { Logger } from 'pino';
 import { Agent, request } from 'undici';
 import type { Store } from '../store/db.ts';
@@ -37,10 +38,8 @@ export class LogShipper {
   readonly #agent: Agent;
   readonly #logsUrl: string;
   readonly #batchSize: number;
-  #timer: NodeJS.Timeout | null = null;
-  #inFlight: Promise<number> | null = null;
+  readonly #repeater: Repeater<number>;
   #abort: AbortController | null = null;
-  #stopped = false;
   /** Rows the control plane confirmed, since start. */
   shipped = 0;
 
@@ -51,55 +50,41 @@ export class LogShipper {
     this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
     this.#logsUrl = new URL(LOGS_PATH, options.url.endsWith('/') ? options.url : `${options.url}/`).href;
     this.#batchSize = options.batchSize ?? SHIP_BATCH;
+    this.#repeater = new Repeater(
+      () => this.#shipAll(),
+      (outcome) => {
+        if (outcome.ok) return this.#backoff.succeeded();
+        const wait = this.#backoff.failed();
+        const details = { err: outcome.error, failures: this.#backoff.failures, retryInMs: wait };
+        // A refusal of the batch itself will not go away by waiting: say so louder.
+        if (outcome.error instanceof ShipRefusedError) this.#options.logger.error(details, 'the control plane refused a log batch; keeping it and retrying');
+        else this.#options.logger.warn(details, 'shipping logs to the control plane failed; keeping them and retrying');
+        return wait;
+      },
+    );
   }
 
   start(): void {
-    this.#stopped = false;
-    this.#schedule(this.#options.interval);
+    this.#repeater.start(this.#options.interval);
   }
 
   /** Stops after the batch in flight; what is not shipped stays for the next start. */
   async stop(): Promise<void> {
-    this.#stopped = true;
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#timer = null;
+    const stopped = this.#repeater.stop();
     this.#abort?.abort();
-    await this.#inFlight?.catch(() => {});
+    await stopped;
     await this.#agent.close();
   }
 
   /** Ships everything written so far, batch after batch. Resolves to the rows shipped; rejects when a batch failed. */
   shipOnce(): Promise<number> {
-    this.#inFlight ??= this.#shipAll().finally(() => {
-      this.#inFlight = null;
-    });
-    return this.#inFlight;
-  }
-
-  #schedule(delay: number): void {
-    if (this.#stopped) return;
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.shipOnce().then(
-        () => this.#schedule(this.#backoff.succeeded()),
-        (err: unknown) => {
-          if (this.#stopped) return;
-          const wait = this.#backoff.failed();
-          const details = { err, failures: this.#backoff.failures, retryInMs: wait };
-          // A refusal of the batch itself will not go away by waiting: say so louder.
-          if (err instanceof ShipRefusedError) this.#options.logger.error(details, 'the control plane refused a log batch; keeping it and retrying');
-          else this.#options.logger.warn(details, 'shipping logs to the control plane failed; keeping them and retrying');
-          this.#schedule(wait);
-        },
-      );
-    }, delay);
-    this.#timer.unref();
+    return this.#repeater.runOnce();
   }
 
   async #shipAll(): Promise<number> {
     let total = 0;
     for (;;) {
-      if (this.#stopped) return total;
+      if (this.#repeater.stopped) return total;
       const { logs, cursors, full } = this.#nextBatch();
       const rows = logs.api.length + logs.usage.length;
       if (rows === 0) return total;

@@ -7,6 +7,7 @@
  * Each poll sends the applied digest as If-None-Match: an unchanged state costs the
  * control plane a 304 and the replica nothing.
  */
+import { Repeater } from './repeater.ts';
 import { hostname } from 'node:os';
 import { promisify } from 'node:util';
 import { gunzip, gunzipSync, gzip } from 'node:zlib';
@@ -52,10 +53,8 @@ export class Replica {
   readonly #agent: Agent;
   readonly #snapshotUrl: string;
   #applied: { version: number; digest: string } | null = null;
-  #timer: NodeJS.Timeout | null = null;
-  #inFlight: Promise<PollOutcome> | null = null;
+  readonly #repeater: Repeater<PollOutcome>;
   #abort: AbortController | null = null;
-  #stopped = false;
   /** Polls begun and finished since start: a change committed before poll n began is applied when poll n has finished. */
   pollsStarted = 0;
   pollsFinished = 0;
@@ -66,6 +65,10 @@ export class Replica {
     const timeout = options.timeout ?? 30_000;
     this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
     this.#snapshotUrl = new URL(SNAPSHOT_PATH, options.url.endsWith('/') ? options.url : `${options.url}/`).href;
+    this.#repeater = new Repeater(
+      () => this.#poll(),
+      (outcome) => (outcome.ok && outcome.value !== 'failed' ? this.#backoff.succeeded() : this.#backoff.failed()),
+    );
   }
 
   /** A snapshot is applied: the replica has a state to serve. */
@@ -101,35 +104,19 @@ export class Replica {
 
   /** Polls now, then every interval (or on the backoff after failures) until `stop`. */
   start(): void {
-    this.#stopped = false;
-    this.#schedule(0);
+    this.#repeater.start(0);
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#timer = null;
+    const stopped = this.#repeater.stop();
     this.#abort?.abort();
-    await this.#inFlight?.catch(() => {});
+    await stopped;
     await this.#agent.close();
   }
 
   /** One poll: fetch, check, apply. Never throws; failures are logged and counted. */
   pollOnce(): Promise<PollOutcome> {
-    this.#inFlight ??= this.#poll().finally(() => {
-      this.#inFlight = null;
-    });
-    return this.#inFlight;
-  }
-
-  #schedule(delay: number): void {
-    if (this.#stopped) return;
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      void this.pollOnce().then((outcome) => this.#schedule(outcome === 'failed' ? this.#backoff.failed() : this.#backoff.succeeded()));
-    }, delay);
-    // The listeners keep the process alive; polling alone must not.
-    this.#timer.unref();
+    return this.#repeater.runOnce();
   }
 
   async #poll(): Promise<PollOutcome> {
@@ -148,14 +135,14 @@ export class Replica {
       if (fetched === null) return 'unchanged';
       const snapshot = verifySnapshot(fetched.body);
       const gzipped = fetched.gzipped ?? (await gzipAsync(fetched.body));
-      if (this.#stopped) return 'unchanged';
+      if (this.#repeater.stopped) return 'unchanged';
       const outcome = applySnapshot(store, snapshot, gzipped);
       this.#accepted(snapshot);
       if (outcome.kind === 'unchanged') return 'unchanged';
       logger.info({ version: snapshot.version, rows: outcome.changed }, 'applied a control-plane snapshot');
       return 'applied';
     } catch (err) {
-      if (this.#stopped) return 'failed';
+      if (this.#repeater.stopped) return 'failed';
       metrics.reloadFailures.inc();
       if (err instanceof SnapshotRejectedError) {
         logger.error({ err, keeping: this.#applied?.version ?? null }, 'rejected a control-plane snapshot; keeping the last good state');
