@@ -1,7 +1,7 @@
 /**
  * The data plane: `POST /api/v3/encryption/{slug}/encrypt|decrypt` (spec 4.4, 4.5) and
  * `/proxy/{slug}` (spec 4.6, any method, `x-svc-mode`). One pipeline, top to bottom:
- * authenticate → resolve configuration → check permission → resolve destination,
+ * authenticate → check permission → resolve configuration → resolve destination,
  * classification and field paths → transform the body as it arrives → respond, or
  * forward and relay.
  */
@@ -11,9 +11,10 @@ import { requireConfigurationScope, requirePermission, type Caller } from '../au
 import { BadRequestError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
 import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
 import { FieldMatcher } from '../fields/paths.ts';
-import { JsonTransformer } from '../fields/transformer.ts';
+import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
 import { bodyChunks, consumeBody, hasBody, isJsonContentType } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
+import { JSON_CONTENT_TYPE, sendBody } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { parseDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
@@ -150,7 +151,7 @@ export async function transformWhole(ctx: RequestContext, limit: number, transfo
   transformer.end(out);
   const failure = handler.failure();
   if (failure !== null) throw failure;
-  return out.length === 1 ? out[0]! : Buffer.concat(out);
+  return joinPieces(out);
 }
 
 /** Transforms the body as it streams to the destination, one output buffer per input chunk. */
@@ -161,27 +162,17 @@ async function* transformStream(ctx: RequestContext, limit: number, transformer:
     transformer.push(chunk, out);
     const failure = handler.failure();
     if (failure !== null) throw failure;
-    if (out.length > 0) yield drain(out);
+    if (out.length > 0) yield joinPieces(out);
   }
   transformer.end(out);
   const failure = handler.failure();
   if (failure !== null) throw failure;
-  if (out.length > 0) yield drain(out);
+  if (out.length > 0) yield joinPieces(out);
 }
 
-function drain(out: Buffer[]): Buffer {
-  const joined = out.length === 1 ? out[0]! : Buffer.concat(out);
-  out.length = 0;
-  return joined;
-}
 
 export function send(ctx: RequestContext, format: Format, body: Buffer): void {
-  const res = ctx.res;
-  res.statusCode = 200;
-  res.setHeader('content-type', format === 'ndjson' ? 'application/x-ndjson' : 'application/json; charset=utf-8');
-  res.setHeader('content-length', body.length);
-  res.setHeader('x-svc-request-id', ctx.id);
-  res.end(body);
+  sendBody(ctx, 200, format === 'ndjson' ? 'application/x-ndjson' : JSON_CONTENT_TYPE, body);
 }
 
 export function recordUsage(ctx: RequestContext, services: Services, configuration: Configuration, mode: Mode, fieldCount: number, bytes: number): void {

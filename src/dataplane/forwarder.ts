@@ -117,12 +117,7 @@ export class Forwarder {
  * passes any scheme. `user:pass@` in the destination URL replaces it with basic auth.
  */
 function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destination, options: ForwardOptions): Record<string, string | string[]> {
-  const listed = new Set(
-    String(incoming['connection'] ?? '')
-      .split(',')
-      .map((s) => s.trim().toLowerCase())
-      .filter((s) => s !== ''),
-  );
+  const listed = connectionTokens(incoming['connection']);
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(incoming)) {
     if (value === undefined || name.startsWith('x-svc-') || NOT_FORWARDED.has(name) || listed.has(name)) continue;
@@ -143,20 +138,35 @@ function isBearer(value: string | string[]): boolean {
   return /^\s*bearer(\s|$)/i.test(Array.isArray(value) ? (value[0] ?? '') : value);
 }
 
-/** Relays the destination's answer as-is, streamed (DESIGN §8). */
-export async function relay(ctx: RequestContext, response: Dispatcher.ResponseData, method: string): Promise<void> {
+/** Header names listed in a `connection` header: hop-by-hop for this message (RFC 9110 §7.6.1). */
+function connectionTokens(value: string | string[] | undefined): Set<string> {
+  const tokens = new Set<string>();
+  for (const token of String(value ?? '').split(',')) {
+    const name = token.trim().toLowerCase();
+    if (name !== '') tokens.add(name);
+  }
+  return tokens;
+}
+
+/**
+ * The destination's status and end-to-end headers onto the client's response, plus the
+ * request id; `skip` names headers the caller rewrites itself.
+ */
+export function copyResponseHeaders(ctx: RequestContext, response: Dispatcher.ResponseData, skip?: ReadonlySet<string>): void {
   const res = ctx.res;
   res.statusCode = response.statusCode;
-  const listed = new Set(
-    String(response.headers['connection'] ?? '')
-      .split(',')
-      .map((s) => s.trim().toLowerCase()),
-  );
+  const listed = connectionTokens(response.headers['connection']);
   for (const [name, value] of Object.entries(response.headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
+    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name) || skip?.has(name) === true) continue;
     res.setHeader(name, value);
   }
   res.setHeader('x-svc-request-id', ctx.id);
+}
+
+/** Relays the destination's answer as-is, streamed (DESIGN §8). */
+export async function relay(ctx: RequestContext, response: Dispatcher.ResponseData, method: string): Promise<void> {
+  const res = ctx.res;
+  copyResponseHeaders(ctx, response);
   if (method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304) {
     response.body.resume();
     res.end();

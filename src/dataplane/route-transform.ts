@@ -16,13 +16,13 @@ import type { RouteTransform } from '../config/schema.ts';
 import { InternalError, InvalidFieldPathsError, UnsupportedMediaTypeError, UpstreamResponseError } from '../errors.ts';
 import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
-import { JsonTransformer } from '../fields/transformer.ts';
+import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
 import { bodyChunks, ClientGoneError, hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage, type Mode } from './encryption-routes.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
-import { HOP_BY_HOP, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
+import { copyResponseHeaders, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
 import type { Services } from './services.ts';
 
 /** One direction's transform, compiled once at start. */
@@ -213,11 +213,6 @@ function resolveMatcher(services: Services, configuration: Configuration, spec: 
   return defaults;
 }
 
-function drain(out: Buffer[]): Buffer {
-  const joined = out.length === 1 ? out[0]! : Buffer.concat(out);
-  out.length = 0;
-  return joined;
-}
 
 // ---------------------------------------------------------------------------------------
 // The request side
@@ -249,7 +244,7 @@ export async function requestBody(ctx: RequestContext, services: Services, route
     transform.push(chunk, out);
   }
   transform.end(out);
-  return { body: out.length === 0 ? Buffer.alloc(0) : drain(out), recordUsage: usage };
+  return { body: out.length === 0 ? Buffer.alloc(0) : joinPieces(out), recordUsage: usage };
 }
 
 function noop(): void {}
@@ -266,10 +261,10 @@ async function* streamed(ctx: RequestContext, limit: number, transform: BodyTran
   for await (const chunk of bodyChunks(ctx, limit)) {
     ctx.bytesIn += chunk.length;
     transform.push(chunk, out);
-    if (out.length > 0) yield drain(out);
+    if (out.length > 0) yield joinPieces(out);
   }
   transform.end(out);
-  if (out.length > 0) yield drain(out);
+  if (out.length > 0) yield joinPieces(out);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -334,7 +329,7 @@ async function respondWhole(ctx: RequestContext, response: Dispatcher.ResponseDa
     if (ctx.res.destroyed) throw new ClientGoneError();
     throw new UpstreamResponseError(err);
   }
-  const body = out.length === 0 ? Buffer.alloc(0) : drain(out);
+  const body = out.length === 0 ? Buffer.alloc(0) : joinPieces(out);
   copyHeaders(ctx, response);
   ctx.res.setHeader('content-length', body.length);
   ctx.res.end(body);
@@ -350,7 +345,7 @@ async function respondStreamed(ctx: RequestContext, response: Dispatcher.Respons
   try {
     for await (const chunk of response.body as AsyncIterable<Buffer>) {
       transform.push(chunk, out);
-      if (out.length > 0) await write(ctx.res, drain(out));
+      if (out.length > 0) await write(ctx.res, joinPieces(out));
     }
     transform.end(out);
   } catch (err) {
@@ -358,22 +353,11 @@ async function respondStreamed(ctx: RequestContext, response: Dispatcher.Respons
     if (err instanceof ClientGoneError || ctx.res.destroyed) throw new ClientGoneError();
     throw new UpstreamResponseError(err);
   }
-  ctx.res.end(out.length > 0 ? drain(out) : undefined);
+  ctx.res.end(out.length > 0 ? joinPieces(out) : undefined);
 }
 
 function copyHeaders(ctx: RequestContext, response: Dispatcher.ResponseData): void {
-  const res = ctx.res;
-  res.statusCode = response.statusCode;
-  const listed = new Set(
-    String(response.headers['connection'] ?? '')
-      .split(',')
-      .map((s) => s.trim().toLowerCase()),
-  );
-  for (const [name, value] of Object.entries(response.headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || REWRITTEN.has(name) || listed.has(name)) continue;
-    res.setHeader(name, value);
-  }
-  res.setHeader('x-svc-request-id', ctx.id);
+  copyResponseHeaders(ctx, response, REWRITTEN);
 }
 
 /** Writes with backpressure; rejects if the client goes away while we wait. */

@@ -523,6 +523,13 @@ function decodeEscaped(inner: Buffer): string {
   return JSON.parse(`"${inner.toString('utf8')}"`) as string;
 }
 
+/** Joins the output pieces collected so far into one buffer and empties the list. */
+export function joinPieces(out: Buffer[]): Buffer {
+  const joined = out.length === 1 ? out[0]! : Buffer.concat(out);
+  out.length = 0;
+  return joined;
+}
+
 /** Transforms a whole document held in memory (the buffered endpoints and tests). */
 export function transformBuffer(body: Buffer | readonly Buffer[], matcher: FieldMatcher, handler: ValueHandler): Buffer {
   const out: Buffer[] = [];
@@ -530,5 +537,5 @@ export function transformBuffer(body: Buffer | readonly Buffer[], matcher: Field
   if (Buffer.isBuffer(body)) t.push(body, out);
   else for (const chunk of body) t.push(chunk, out);
   t.end(out);
-  return out.length === 1 ? out[0]! : Buffer.concat(out);
+  return joinPieces(out);
 }

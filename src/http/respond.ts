@@ -5,13 +5,17 @@ import type { Logger } from 'pino';
 import { InternalError, SvcError } from '../errors.ts';
 import type { RequestContext } from './context.ts';
 
-const JSON_TYPE = 'application/json; charset=utf-8';
+export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 export function sendJson(ctx: RequestContext, status: number, body: unknown): void {
-  const payload = Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body));
+  sendBody(ctx, status, JSON_CONTENT_TYPE, Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body)));
+}
+
+/** A complete response of known length, with the request id (and `connection: close` when needed). */
+export function sendBody(ctx: RequestContext, status: number, contentType: string, payload: Buffer): void {
   const res = ctx.res;
   res.statusCode = status;
-  res.setHeader('content-type', JSON_TYPE);
+  res.setHeader('content-type', contentType);
   res.setHeader('content-length', payload.length);
   res.setHeader('x-svc-request-id', ctx.id);
   if (ctx.closeConnection) closeAfterResponse(ctx);
