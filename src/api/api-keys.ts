@@ -40,7 +40,7 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   const v = new Validator(await readJson(ctx));
   const input = validateCreate(v, services.store, caller);
   v.check();
-  authorizeScope(caller, input);
+  authorizeScope(caller, input.permissions.length > 0 ? input.permissions : input.userPermissions, input.configurations);
   const secret = generateApiKey();
   const key = insert(services.store, input, secret);
   recordActivity(ctx, services, caller, 'api-key.created', `Created API key "${key.name}" for ${input.user.email}.`);
@@ -53,7 +53,7 @@ function show(ctx: RequestContext, services: Services): void {
 
 /** Idempotent: revoking a revoked key keeps its first `revoked_at`. */
 function revoke(ctx: RequestContext, services: Services, caller: Caller): void {
-  const key = find(ctx, services);
+  const key = findManageable(ctx, services, caller);
   services.store.apiKeys.revoke(key.id);
   if (key.status === 'active') recordActivity(ctx, services, caller, 'api-key.revoked', `Revoked API key "${key.name}".`);
   sendEmpty(ctx, 204);
@@ -61,7 +61,9 @@ function revoke(ctx: RequestContext, services: Services, caller: Caller): void {
 
 /** The new secret replaces the hash in one statement: the old key fails from the next request on. */
 function rotate(ctx: RequestContext, services: Services, caller: Caller): void {
-  const key = find(ctx, services);
+  const key = findManageable(ctx, services, caller);
+  // Rotating hands over the key's new secret: only to a caller who could have created it.
+  authorizeScope(caller, key.permissions.length > 0 ? key.permissions : services.store.users.permissionsOf(key.userId), key.configurations);
   if (key.status === 'revoked') throw new ValidationError({ status: ['A revoked API key cannot be rotated.'] });
   const secret = generateApiKey();
   if (services.store.apiKeys.replaceHash(key.id, apiKeyPrefix(secret), hashApiKey(secret)) === undefined) throw new NotFoundError();
@@ -75,6 +77,13 @@ function rotate(ctx: RequestContext, services: Services, caller: Caller): void {
 function find(ctx: RequestContext, services: Services): ApiKey {
   const key = services.store.apiKeys.findById(ctx.params['id'] ?? '');
   if (key === undefined) throw new NotFoundError();
+  return key;
+}
+
+/** A key the caller may revoke or rotate: its own user's, or anyone's with `users.manage`. */
+function findManageable(ctx: RequestContext, services: Services, caller: Caller): ApiKey {
+  const key = find(ctx, services);
+  if (key.userId !== caller.user.id && !caller.permissions.has('users.manage')) throw new ForbiddenError();
   return key;
 }
 
@@ -139,15 +148,15 @@ function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput
 }
 
 /**
- * A key may not mint a key that can do more than itself: its permissions (all of its
- * user's when none are listed) must be ones the caller holds, and a caller limited to
- * some configurations may only create keys limited to (some of) those.
+ * A key may not mint (or take over by rotation) a key that can do more than itself: the
+ * key's effective permissions (all of its user's when it lists none) must be ones the
+ * caller holds, and a caller limited to some configurations may only handle keys limited
+ * to (some of) those.
  */
-function authorizeScope(caller: Caller, input: CreateInput): void {
-  const effective = input.permissions.length > 0 ? input.permissions : input.userPermissions;
+function authorizeScope(caller: Caller, effective: Iterable<string>, configurations: readonly string[]): void {
   for (const p of effective) if (!caller.permissions.has(p)) throw new ForbiddenError();
   const scope = caller.configurations;
-  if (scope !== null && (input.configurations.length === 0 || input.configurations.some((id) => !scope.has(id)))) throw new ForbiddenError();
+  if (scope !== null && (configurations.length === 0 || configurations.some((id) => !scope.has(id)))) throw new ForbiddenError();
 }
 
 function insert(store: Store, input: CreateInput, secret: string): ApiKey {

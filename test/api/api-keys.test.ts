@@ -282,3 +282,27 @@ test('api-key endpoints: 401, 403 and 404', async (t) => {
     }
   }
 });
+
+test('regression: a narrowed key cannot rotate a stronger key to take its secret, nor touch other users\' keys', async (t) => {
+  const { url, app } = await startApp(t);
+  const store = app.services.store;
+  // The owner's key limited to rotating keys: it may rotate only keys no stronger than itself.
+  const limited = await call(url, LIST, { body: json({ name: 'rotator', permissions: ['api-keys.rotate', 'api-keys.revoke', 'roles.view'] }) });
+  const key = limited.json.key as string;
+  const owner = store.apiKeys.findByName('owner')!;
+  const rotated = await call(url, `${LIST}/${owner.id}/rotate`, { key });
+  assert.equal(rotated.status, 403);
+  assert.equal(rotated.json.key, undefined);
+  assert.equal(await works(url, KEYS.owner), 200, 'the owner key still works');
+  // A key no stronger than the caller can be rotated.
+  const weak = await call(url, LIST, { body: json({ name: 'weak', permissions: ['roles.view'] }) });
+  assert.equal((await call(url, `${LIST}/${weak.json.id}/rotate`, { key })).status, 200);
+  // Without users.manage, another user's keys are off limits even with api-keys.revoke.
+  const devs = await call(url, LIST, { body: json({ name: 'devs', user_id: userId(app, 'dev@example.com'), permissions: ['roles.view'] }) });
+  assert.equal(devs.status, 201);
+  assert.equal((await call(url, `${LIST}/${devs.json.id}/revoke`, { key })).status, 403);
+  assert.equal((await call(url, `${LIST}/${devs.json.id}/rotate`, { key })).status, 403);
+  assert.equal(store.apiKeys.findById(devs.json.id)!.status, 'active');
+  // The owner's unrestricted key (users.manage) may.
+  assert.equal((await call(url, `${LIST}/${devs.json.id}/revoke`)).status, 204);
+});
