@@ -2,6 +2,7 @@
  * Login, logout and the acting user (DESIGN §9, spec 4.2). Login needs a valid API key and
  * no permission: the user it logs in brings their own.
  */
+import { PASSWORD_MAX } from '../auth/passwords.ts';
 import { requireUserKey, type Caller } from '../auth/caller.ts';
 import type { Services } from '../dataplane/services.ts';
 import { ActionUnauthorizedError, UnauthenticatedError } from '../errors.ts';
@@ -17,7 +18,7 @@ async function login(ctx: RequestContext, services: Services, caller: Caller): P
   requireUserKey(caller);
   const v = new Validator(await readJson(ctx));
   const email = v.email('email', { required: true });
-  const password = v.string('password', { required: true });
+  const password = v.string('password', { required: true, max: PASSWORD_MAX });
   v.check();
 
   const outcome = await services.auth.login(email!, password!);

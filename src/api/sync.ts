@@ -2,6 +2,8 @@
  * Replication endpoints a control plane serves to its replicas (docs/replication.md):
  * the state snapshot, and the logs replicas ship back.
  */
+import { LOGS_PATH } from '../sync/log-shipper.ts';
+import { SNAPSHOT_PATH } from '../sync/replica.ts';
 import { z } from 'zod';
 import type { Services } from '../dataplane/services.ts';
 import { ValidationError, type ValidationErrors } from '../errors.ts';
@@ -18,9 +20,9 @@ const LOGS_BODY_LIMIT = 16 * 1024 * 1024;
 const MAX_ROWS = 10_000;
 
 export const routes: ApiRoute[] = [
-  { method: 'GET', path: '/api/v3/sync/snapshot', permission: 'sync.read', write: false, handler: snapshot },
+  { method: 'GET', path: SNAPSHOT_PATH, permission: 'sync.read', write: false, handler: snapshot },
   // A write: a replica has no fleet logs to collect, so it answers 409 like other writes.
-  { method: 'POST', path: '/api/v3/sync/logs', permission: 'sync.write', write: true, handler: receiveLogs },
+  { method: 'POST', path: LOGS_PATH, permission: 'sync.write', write: true, handler: receiveLogs },
 ];
 
 /** One publisher per store, so its cache serves every request of that service. */

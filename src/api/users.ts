@@ -5,7 +5,7 @@
  */
 import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
-import { hashPassword } from '../auth/passwords.ts';
+import { hashPassword, PASSWORD_MAX } from '../auth/passwords.ts';
 import type { Services } from '../dataplane/services.ts';
 import { ForbiddenError, ValidationError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -23,7 +23,6 @@ import { attributeName, Validator } from './validation.ts';
 const NAME_MAX = 255;
 const PASSWORD_MIN = 12;
 /** scrypt's cost grows with the input; nobody types more than this. */
-const PASSWORD_MAX = 1024;
 
 export const routes: ApiRoute[] = [
   { method: 'GET', path: '/api/v3/users', permission: 'users.view', write: false, handler: list },

@@ -10,6 +10,9 @@ const R = 8;
 const P = 1;
 const LENGTH = 32;
 
+/** Longer passwords are refused before hashing: scrypt's cost must not be the client's to choose. */
+export const PASSWORD_MAX = 1024;
+
 export function hashPassword(password: string): string {
   const salt = randomBytes(16);
   const hash = scryptSync(password, salt, LENGTH, { N, r: R, p: P });

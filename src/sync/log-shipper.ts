@@ -8,6 +8,7 @@
  * replica that cannot ship keeps its logs locally and catches up, oldest first, when the
  * control plane is back.
  */
+import { controlPlaneUrl } from './control-plane-url.ts';
 import { Repeater } from './repeater.ts';
 import type { Logger } from 'pino';
 import { Agent, request } from 'undici';
@@ -48,7 +49,7 @@ export class LogShipper {
     this.#backoff = new Backoff(options.interval);
     const timeout = options.timeout ?? 30_000;
     this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
-    this.#logsUrl = new URL(LOGS_PATH, options.url.endsWith('/') ? options.url : `${options.url}/`).href;
+    this.#logsUrl = controlPlaneUrl(options.url, LOGS_PATH);
     this.#batchSize = options.batchSize ?? SHIP_BATCH;
     this.#repeater = new Repeater(
       () => this.#shipAll(),

@@ -7,6 +7,7 @@
  * Each poll sends the applied digest as If-None-Match: an unchanged state costs the
  * control plane a 304 and the replica nothing.
  */
+import { controlPlaneUrl } from './control-plane-url.ts';
 import { Repeater } from './repeater.ts';
 import { hostname } from 'node:os';
 import { promisify } from 'node:util';
@@ -24,6 +25,7 @@ const gunzipAsync = promisify(gunzip);
 const gzipAsync = promisify(gzip);
 
 export const SNAPSHOT_PATH = '/api/v3/sync/snapshot';
+
 /** Far above any real state (10,000 classifications are a few MB); a bound, not a budget. */
 const MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024;
 
@@ -64,7 +66,7 @@ export class Replica {
     this.#backoff = new Backoff(options.pollInterval);
     const timeout = options.timeout ?? 30_000;
     this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
-    this.#snapshotUrl = new URL(SNAPSHOT_PATH, options.url.endsWith('/') ? options.url : `${options.url}/`).href;
+    this.#snapshotUrl = controlPlaneUrl(options.url, SNAPSHOT_PATH);
     this.#repeater = new Repeater(
       () => this.#poll(),
       (outcome) => (outcome.ok && outcome.value !== 'failed' ? this.#backoff.succeeded() : this.#backoff.failed()),

@@ -570,3 +570,10 @@ test('backoff: about one interval after a success; doubling with jitter, capped 
   assert.equal(low.failures, 0);
   assert.equal(low.failed(), 1000, 'a success starts the doubling over');
 });
+
+test('control-plane URLs keep the base path prefix', async () => {
+  const { controlPlaneUrl } = await import('../../src/sync/control-plane-url.ts');
+  assert.equal(controlPlaneUrl('https://cp.example/svc', '/api/v3/sync/snapshot'), 'https://cp.example/svc/api/v3/sync/snapshot');
+  assert.equal(controlPlaneUrl('https://cp.example/svc/', '/api/v3/sync/logs'), 'https://cp.example/svc/api/v3/sync/logs');
+  assert.equal(controlPlaneUrl('http://127.0.0.1:8080', '/api/v3/sync/logs'), 'http://127.0.0.1:8080/api/v3/sync/logs');
+});
