@@ -1,15 +1,21 @@
 import type { Caller } from '../auth/caller.ts';
+import type { User } from '../store/users.ts';
 import type { Services } from '../dataplane/services.ts';
 import type { RequestContext } from '../http/context.ts';
 
 /** Records a management action by the acting user in the activity log (DESIGN §10). */
 export function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
+  recordUserActivity(ctx, services, caller.user, action, description);
+}
+
+/** The same, for an action whose user is not the caller's (a login names the user who logged in). */
+export function recordUserActivity(ctx: RequestContext, services: Services, user: Pick<User, 'id' | 'email'>, action: string, description: string): void {
   services.logs.activity({
     action,
     description,
     ip: ctx.req.socket.remoteAddress ?? '',
-    userId: caller.user.id,
-    causerEmail: caller.user.email,
+    userId: user.id,
+    causerEmail: user.email,
     requestId: ctx.id,
     createdAt: new Date().toISOString(),
   });

@@ -20,6 +20,8 @@ import type { ApiRoute } from './routes.ts';
 import { attributeName, Validator } from './validation.ts';
 
 const NAME_MAX = 64;
+/** A key's configuration scope; longer lists are refused rather than looked up one by one. */
+const CONFIGURATIONS_MAX = 256;
 const CATALOGUE: ReadonlySet<string> = new Set(PERMISSIONS);
 
 export const routes: ApiRoute[] = [
@@ -124,7 +126,7 @@ function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput
       return undefined;
     }
     return value;
-  });
+  }, { max: PERMISSIONS.length });
 
   const configurations = v.array('configurations', (value, key) => {
     if (typeof value !== 'string') {
@@ -136,7 +138,7 @@ function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput
       return undefined;
     }
     return value;
-  });
+  }, { max: CONFIGURATIONS_MAX });
 
   return {
     name: name ?? '',

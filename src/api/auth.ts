@@ -2,6 +2,7 @@
  * Login, logout and the acting user (DESIGN §9, spec 4.2). Login needs a valid API key and
  * no permission: the user it logs in brings their own.
  */
+import { recordUserActivity } from './activity.ts';
 import { PASSWORD_MAX } from '../auth/passwords.ts';
 import { requireUserKey, type Caller } from '../auth/caller.ts';
 import type { Services } from '../dataplane/services.ts';
@@ -24,16 +25,17 @@ async function login(ctx: RequestContext, services: Services, caller: Caller): P
   const outcome = await services.auth.login(email!, password!);
   if (outcome.kind !== 'ok') {
     const reason = outcome.kind === 'disabled' ? 'the user is disabled' : outcome.user === undefined ? 'unknown email' : 'wrong password';
-    record(ctx, services, caller.user, 'auth.login_failed', `Failed login for ${email}: ${reason}`);
+    // Failed logins are recorded against the key's user: they are who made the attempt.
+    recordUserActivity(ctx, services, caller.user, 'auth.login_failed', `Failed login for ${email}: ${reason}`);
     throw outcome.kind === 'disabled' ? new ActionUnauthorizedError() : new UnauthenticatedError();
   }
-  record(ctx, services, outcome.user, 'auth.login', `${describe(outcome.user)} logged in`);
+  recordUserActivity(ctx, services, outcome.user, 'auth.login', `${describe(outcome.user)} logged in`);
   sendJson(ctx, 200, { access_token: outcome.issued.token, token_type: 'bearer', expires_in: outcome.issued.expiresIn });
 }
 
 function logout(ctx: RequestContext, services: Services, caller: Caller): void {
   services.auth.logout(caller);
-  record(ctx, services, caller.user, 'auth.logout', `${describe(caller.user)} logged out`);
+  recordUserActivity(ctx, services, caller.user, 'auth.logout', `${describe(caller.user)} logged out`);
   sendEmpty(ctx, 204);
 }
 
@@ -45,18 +47,6 @@ function describe(user: User): string {
   return `${user.name} (${user.email})`;
 }
 
-/** Failed logins are recorded against the key's user: they are who made the attempt. */
-function record(ctx: RequestContext, services: Services, user: User, action: string, description: string): void {
-  services.logs.activity({
-    action,
-    description,
-    ip: ctx.req.socket.remoteAddress ?? '',
-    userId: user.id,
-    causerEmail: user.email,
-    requestId: ctx.id,
-    createdAt: new Date().toISOString(),
-  });
-}
 
 export const routes: ApiRoute[] = [
   { method: 'POST', path: '/api/v2/auth/login', permission: null, write: false, handler: login },

@@ -20,6 +20,10 @@ import { roleView, userView } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
 import { attributeName, Validator } from './validation.ts';
 
+
+/** More role entries than there are roles can only be a mistake or an attack. */
+const ROLES_MAX = 16;
+
 const NAME_MAX = 255;
 const PASSWORD_MIN = 12;
 /** scrypt's cost grows with the input; nobody types more than this. */
@@ -74,7 +78,7 @@ function validateCreate(v: Validator, store: Store): CreateInput {
     const role = typeof value === 'string' ? store.roles.findByName(value) : Number.isSafeInteger(value) ? store.roles.findById(value as number) : undefined;
     if (role === undefined) v.fail(key, `The selected ${attributeName(key)} is invalid.`);
     return role;
-  });
+  }, { max: ROLES_MAX });
   const unique = new Map((roles ?? []).map((r) => [r.id, r]));
   return { name: name ?? '', email: email ?? '', password: password ?? undefined, roles: [...unique.values()] };
 }
