@@ -72,9 +72,10 @@ const MAX_LEB128_BYTES = 8;
 const META_MIN = 1 + 1 + 1 + 1 + XAES_NONCE_SIZE;
 const META_MAX = 1 + 1 + MAX_LEB128_BYTES + 1 + XAES_NONCE_SIZE;
 /**
- * Randomized mode shares one nonce prefix (one XAES subkey) across a request's fields;
- * the remaining 96 random bits per field make GCM nonce reuse under that subkey
- * negligible well beyond this many messages, and rotating keeps it so for huge requests.
+ * Randomized mode shares one nonce prefix (one XAES subkey) across consecutive fields, of
+ * one request or of many; the remaining 96 random bits per field make GCM nonce reuse
+ * under that subkey negligible well beyond this many messages, and a fresh prefix after
+ * them keeps it so however long the process runs.
  */
 const PREFIX_REUSE_LIMIT = 4096;
 /** Subkeys cached per key version, across two generations (see SubkeyCache). */
@@ -249,6 +250,33 @@ class SubkeyCache {
   }
 }
 
+/**
+ * The current random nonce prefix of one key version and its derived subkey, shared by
+ * every encryptor of that version so the derivation is paid once per PREFIX_REUSE_LIMIT
+ * fields rather than once per request.
+ */
+class RandomPrefix {
+  readonly #xaes: XaesKey;
+  readonly prefix = Buffer.allocUnsafe(XAES_NONCE_PREFIX_SIZE);
+  #subkey: KeyObject | null = null;
+  #uses = 0;
+
+  constructor(xaes: XaesKey) {
+    this.#xaes = xaes;
+  }
+
+  /** The subkey for the next field; `prefix` then holds the nonce prefix it belongs to. */
+  next(): KeyObject {
+    if (this.#subkey === null || this.#uses >= PREFIX_REUSE_LIMIT) {
+      fillRandomPooled(this.prefix, 0, XAES_NONCE_PREFIX_SIZE);
+      this.#subkey = this.#xaes.deriveSubkey(this.prefix);
+      this.#uses = 0;
+    }
+    this.#uses++;
+    return this.#subkey;
+  }
+}
+
 class Encryptor implements FieldEncryptor {
   readonly #material: KeyMaterial;
   readonly #subkeys: SubkeyCache | null;
@@ -260,12 +288,12 @@ class Encryptor implements FieldEncryptor {
   readonly #nonce: Buffer;
   readonly #aadWithoutNonce: Buffer;
   readonly #head: string;
-  #subkey: KeyObject | null;
-  #uses: number;
+  readonly #prefix: RandomPrefix | null;
 
-  constructor(material: KeyMaterial, aadHead: Buffer, head: string, classificationId: number, subkeys: SubkeyCache | null) {
+  constructor(material: KeyMaterial, aadHead: Buffer, head: string, classificationId: number, subkeys: SubkeyCache | null, prefix: RandomPrefix | null) {
     this.#material = material;
     this.#subkeys = subkeys;
+    this.#prefix = prefix;
     this.#head = head;
     const metaOffset = aadHead.length;
     const aad = Buffer.allocUnsafe(metaOffset + 2 + leb128Length(classificationId) + 1 + XAES_NONCE_SIZE);
@@ -280,8 +308,6 @@ class Encryptor implements FieldEncryptor {
     this.#nonceOffset = pos;
     this.#nonce = aad.subarray(pos);
     this.#aadWithoutNonce = aad.subarray(0, pos);
-    this.#subkey = null;
-    this.#uses = 0;
   }
 
   encrypt(plaintext: Buffer, type: TokenType): string {
@@ -290,20 +316,15 @@ class Encryptor implements FieldEncryptor {
     const aad = this.#aad;
     aad[this.#typeOffset] = typeByte;
     let subkey: KeyObject;
-    if (this.#subkeys !== null) {
+    if (this.#prefix === null) {
       // Deterministic: the nonce is a MAC of everything the token binds, plaintext included.
       const mac = createHmac('sha256', this.#material.nonceKey).update(this.#aadWithoutNonce).update(plaintext).digest();
       mac.copy(aad, this.#nonceOffset, 0, XAES_NONCE_SIZE);
-      subkey = this.#subkeys.get(aad, this.#nonceOffset);
+      subkey = this.#subkeys!.get(aad, this.#nonceOffset);
     } else {
-      if (this.#subkey === null || this.#uses >= PREFIX_REUSE_LIMIT) {
-        fillRandomPooled(aad, this.#nonceOffset, XAES_NONCE_PREFIX_SIZE);
-        this.#subkey = this.#material.xaes.deriveSubkey(this.#nonce);
-        this.#uses = 0;
-      }
-      this.#uses++;
+      subkey = this.#prefix.next();
+      this.#prefix.prefix.copy(aad, this.#nonceOffset);
       fillRandomPooled(aad, this.#nonceOffset + XAES_NONCE_PREFIX_SIZE, XAES_NONCE_SIZE - XAES_NONCE_PREFIX_SIZE);
-      subkey = this.#subkey;
     }
     const sealed = xaesSealWithSubkey(subkey, this.#nonce, plaintext, aad);
     return this.#head + aad.toString('base64url', this.#metaOffset) + ':' + sealed.toString('base64url') + ':$';
@@ -318,6 +339,8 @@ export class TokenCodec {
   readonly #encryptAadHead: Buffer;
   readonly #encryptHead: string;
   readonly #subkeys = new Map<number, SubkeyCache>();
+  /** Randomized mode's shared prefix for the current version (the codec is per keyring). */
+  readonly #prefix: RandomPrefix | null;
 
   constructor(keyring: Keyring, opts: { deterministic: boolean }) {
     this.keyring = keyring;
@@ -326,6 +349,7 @@ export class TokenCodec {
     const kv = String(keyring.current);
     this.#encryptAadHead = Buffer.concat([AAD_MAGIC, keyring.id, Buffer.from(kv + ':', 'latin1')]);
     this.#encryptHead = `svc:${kv}:`;
+    this.#prefix = opts.deterministic ? null : new RandomPrefix(keyring.forEncrypt().xaes);
   }
 
   /** A per-request encryptor writing tokens with the current key version and this classification (0 = none). */
@@ -335,7 +359,7 @@ export class TokenCodec {
     }
     const material = this.keyring.forEncrypt();
     const subkeys = this.deterministic ? this.#cacheFor(material) : null;
-    return new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, subkeys);
+    return new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, subkeys, this.#prefix);
   }
 
   /**

@@ -168,3 +168,21 @@ test('an async transaction callback is refused and rolled back', async (t) => {
   assert.equal(store.users.list().length, 0);
   assert.equal(store.db.isTransaction, false);
 });
+
+test('the change stamp moves at once on this connection’s writes and by the next turn on another’s', async (t) => {
+  const path = join(tempDir(t), 'svc.db');
+  const store = openStore(path);
+  t.after(() => store.close());
+  const other = new DatabaseSync(path);
+  t.after(() => other.close());
+  const first = store.changeStamp();
+  assert.equal(store.changeStamp(), first, 'nothing written: the stamp holds');
+  // An own write is visible within the same synchronous run (a revoked key is never served
+  // from a cache by the request right behind the revocation).
+  store.db.exec("INSERT INTO roles (name, description) VALUES ('stamp-own', '')");
+  const afterOwn = store.changeStamp();
+  assert.notEqual(afterOwn, first);
+  other.exec("INSERT INTO roles (name, description) VALUES ('stamp-other', '')");
+  await Promise.resolve();
+  assert.notEqual(store.changeStamp(), afterOwn, 'another connection’s commit is seen after the microtask checkpoint');
+});
