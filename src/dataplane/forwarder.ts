@@ -9,6 +9,7 @@ import { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors } from 'undici';
 import type { Dispatcher } from 'undici';
 import { BadRequestError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';
+import { ClientGoneError } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import { AddressNotAllowedError, publicOnlyLookup, type Resolver } from './address-policy.ts';
 import type { Destination } from './destination.ts';
@@ -70,9 +71,20 @@ export class Forwarder {
    * done; rejects (before anything was sent to the client) with a gateway error.
    */
   async forward(ctx: RequestContext, destination: Destination, body: ForwardBody, options: ForwardOptions = NO_OPTIONS): Promise<void> {
-    const headers = forwardedHeaders(ctx.req.headers, destination, options);
-    const method = ctx.req.method ?? 'GET';
+    const request: Dispatcher.DispatchOptions = {
+      origin: destination.origin,
+      path: destination.path,
+      method: (ctx.req.method ?? 'GET') as Dispatcher.HttpMethod,
+      headers: forwardedHeaders(ctx.req.headers, destination, options),
+      body: body === null || Buffer.isBuffer(body) ? body : Readable.from(body, { objectMode: false }),
+      headersTimeout: this.options.headersTimeout,
+      bodyTimeout: this.options.bodyTimeout,
+    };
     const dispatcher = destination.trusted ? this.trusted : this.publicOnly;
+    if (options.respond === undefined) {
+      await this.relayDirect(ctx, destination, dispatcher, request);
+      return;
+    }
     const abort = new AbortController();
     const onClientGone = () => {
       if (!ctx.res.writableFinished) abort.abort();
@@ -81,28 +93,85 @@ export class Forwarder {
     let response: Dispatcher.ResponseData;
     const started = performance.now();
     try {
-      response = await dispatcher.request({
-        origin: destination.origin,
-        path: destination.path,
-        method: method as Dispatcher.HttpMethod,
-        headers,
-        body: body === null || Buffer.isBuffer(body) ? body : Readable.from(body, { objectMode: false }),
-        signal: abort.signal,
-        headersTimeout: this.options.headersTimeout,
-        bodyTimeout: this.options.bodyTimeout,
-      });
+      response = await dispatcher.request({ ...request, signal: abort.signal });
     } catch (err) {
       ctx.res.off('close', onClientGone);
-      const mapped = mapUpstreamError(err, destination);
-      this.options.metrics?.countForwardError(destination.entry, mapped.status === 504 ? 'timeout' : mapped.status === 403 ? 'refused' : 'unreachable');
-      throw mapped;
+      throw this.failed(err, destination);
     }
     this.options.metrics?.observeForward(destination.entry, response.statusCode, (performance.now() - started) / 1000);
     try {
-      await (options.respond ?? relay)(ctx, response, method);
+      await options.respond(ctx, response, request.method);
     } finally {
       ctx.res.off('close', onClientGone);
     }
+  }
+
+  /**
+   * The plain relay, on undici's handler interface: the destination's chunks go straight
+   * to the client's socket with backpressure both ways, without a response stream, an
+   * abort signal or a promise per chunk in between. Rejects only before the client has
+   * been sent anything; after that a failure can only cut the client's connection.
+   */
+  private relayDirect(ctx: RequestContext, destination: Destination, dispatcher: Agent, request: Dispatcher.DispatchOptions): Promise<void> {
+    const res = ctx.res;
+    const metrics = this.options.metrics;
+    const started = performance.now();
+    return new Promise<void>((resolve, reject) => {
+      let controller: Dispatcher.DispatchController | null = null;
+      let relaying = false;
+      let settled = false;
+      const onDrain = () => controller?.resume();
+      const onClose = () => {
+        if (!res.writableFinished) controller?.abort(new ClientGoneError());
+      };
+      const settle = (err: Error | null) => {
+        if (settled) return;
+        settled = true;
+        res.off('drain', onDrain);
+        res.off('close', onClose);
+        if (err === null) resolve();
+        else reject(err);
+      };
+      res.on('drain', onDrain);
+      res.on('close', onClose);
+      dispatcher.dispatch(request, {
+        onRequestStart(c) {
+          controller = c;
+          if (res.destroyed) c.abort(new ClientGoneError());
+        },
+        onResponseStart(_c, statusCode, headers) {
+          // 1xx answers are the destination's business; Node answers the client's own `expect`.
+          if (statusCode < 200) return;
+          metrics?.observeForward(destination.entry, statusCode, (performance.now() - started) / 1000);
+          relaying = true;
+          copyResponseHeaders(ctx, statusCode, headers);
+        },
+        onResponseData(c, chunk) {
+          if (!res.write(chunk)) c.pause();
+        },
+        onResponseEnd() {
+          res.end();
+          settle(null);
+        },
+        onResponseError: (_c, err) => {
+          if (relaying) {
+            res.destroy();
+            settle(null);
+          } else if (err instanceof ClientGoneError || err.cause instanceof ClientGoneError) {
+            settle(new ClientGoneError());
+          } else {
+            settle(this.failed(err, destination));
+          }
+        },
+      });
+    });
+  }
+
+  /** The gateway error for a request that got no answer, counted by allowlist entry. */
+  private failed(err: unknown, destination: Destination): SvcError {
+    const mapped = mapUpstreamError(err, destination);
+    this.options.metrics?.countForwardError(destination.entry, mapped.status === 504 ? 'timeout' : mapped.status === 403 ? 'refused' : 'unreachable');
+    return mapped;
   }
 
   async close(): Promise<void> {
@@ -134,12 +203,25 @@ function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destinatio
   return out;
 }
 
+/** The first header whose value holds bytes that may not be forwarded (see SAFE_VALUE), or null. */
+export function unforwardableHeader(headers: IncomingHttpHeaders): string | null {
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    if (Array.isArray(value) ? !value.every((v) => SAFE_VALUE.test(v)) : !SAFE_VALUE.test(value)) return name;
+  }
+  return null;
+}
+
 function isBearer(value: string | string[]): boolean {
   return /^\s*bearer(\s|$)/i.test(Array.isArray(value) ? (value[0] ?? '') : value);
 }
 
 /** Header names listed in a `connection` header: hop-by-hop for this message (RFC 9110 §7.6.1). */
-function connectionTokens(value: string | string[] | undefined): Set<string> {
+const NO_TOKENS: ReadonlySet<string> = new Set();
+
+function connectionTokens(value: string | string[] | undefined): ReadonlySet<string> {
+  // `keep-alive` and `close` name no header: the common case allocates nothing.
+  if (value === undefined || value === 'keep-alive' || value === 'close') return NO_TOKENS;
   const tokens = new Set<string>();
   for (const token of String(value ?? '').split(',')) {
     const name = token.trim().toLowerCase();
@@ -152,11 +234,11 @@ function connectionTokens(value: string | string[] | undefined): Set<string> {
  * The destination's status and end-to-end headers onto the client's response, plus the
  * request id; `skip` names headers the caller rewrites itself.
  */
-export function copyResponseHeaders(ctx: RequestContext, response: Dispatcher.ResponseData, skip?: ReadonlySet<string>): void {
+export function copyResponseHeaders(ctx: RequestContext, statusCode: number, headers: IncomingHttpHeaders, skip?: ReadonlySet<string>): void {
   const res = ctx.res;
-  res.statusCode = response.statusCode;
-  const listed = connectionTokens(response.headers['connection']);
-  for (const [name, value] of Object.entries(response.headers)) {
+  res.statusCode = statusCode;
+  const listed = connectionTokens(headers['connection']);
+  for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name) || skip?.has(name) === true) continue;
     res.setHeader(name, value);
   }
@@ -166,7 +248,7 @@ export function copyResponseHeaders(ctx: RequestContext, response: Dispatcher.Re
 /** Relays the destination's answer as-is, streamed (DESIGN §8). */
 export async function relay(ctx: RequestContext, response: Dispatcher.ResponseData, method: string): Promise<void> {
   const res = ctx.res;
-  copyResponseHeaders(ctx, response);
+  copyResponseHeaders(ctx, response.statusCode, response.headers);
   if (method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304) {
     response.body.resume();
     res.end();

@@ -357,7 +357,7 @@ async function respondStreamed(ctx: RequestContext, response: Dispatcher.Respons
 }
 
 function copyHeaders(ctx: RequestContext, response: Dispatcher.ResponseData): void {
-  copyResponseHeaders(ctx, response, REWRITTEN);
+  copyResponseHeaders(ctx, response.statusCode, response.headers, REWRITTEN);
 }
 
 /** Writes with backpressure; rejects if the client goes away while we wait. */

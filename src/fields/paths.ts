@@ -73,7 +73,7 @@ export class PathState {
     }
     const length = end - start;
     for (const { key, bytes } of this.explicit) {
-      if (bytes.length === length && bytes.compare(buf, start, end) === 0) return this.next(key);
+      if (bytes.length === length && sameBytes(bytes, buf, start)) return this.next(key);
     }
     return this.otherState();
   }
@@ -252,4 +252,13 @@ export function escapeSegment(segment: string): string {
 
 function clip(s: string): string {
   return s.length > 64 ? `${s.slice(0, 64)}…` : s;
+}
+
+/**
+ * `a` equals `b[start..start + a.length]`. Keys are short: a plain loop beats
+ * `Buffer#compare`, whose range arguments cost an allocation per call.
+ */
+function sameBytes(a: Buffer, b: Buffer, start: number): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[start + i]) return false;
+  return true;
 }
