@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const DOCKERFILE = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
 const DOCKERIGNORE = readFileSync(join(ROOT, '.dockerignore'), 'utf8');
+const PACKAGE = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } };
 
 interface Instruction {
   readonly keyword: string;
@@ -167,6 +168,9 @@ describe('Dockerfile', () => {
     // The compile cache is filled at build time, so the service does not strip types at start.
     assert.match(DOCKERFILE, /^ENV NODE_COMPILE_CACHE=\S+$/m);
     assert.match(DOCKERFILE, /^RUN node src\/main\.ts --help/m);
+    // The same environment `npm start` gives the service.
+    assert.match(DOCKERFILE, /^ENV MALLOC_ARENA_MAX=2$/m);
+    assert.match(PACKAGE.scripts.start, /\bMALLOC_ARENA_MAX=2 node --max-semi-space-size=2 src\/main\.ts serve\b/);
   });
 
   it('checks health with node itself', () => {
