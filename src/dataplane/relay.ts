@@ -15,12 +15,13 @@ import { createProxyServer, type ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { parseListen } from '../config/load.ts';
 import type { RelayConfig } from '../config/schema.ts';
+import { BadRequestError } from '../errors.ts';
 import { ClientGoneError } from '../http/body.ts';
 import { RequestContext } from '../http/context.ts';
 import { sendError } from '../http/respond.ts';
-import type { ServerOptions } from '../http/server.ts';
+import { answerAndClose, answerClientError, nodeServerOptions, type ServerOptions } from '../http/server.ts';
 import type { Destination } from './destination.ts';
-import { mapUpstreamError } from './forwarder.ts';
+import { mapUpstreamError, unforwardableHeader } from './forwarder.ts';
 import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, transformsRequest, type TransformRoute } from './route-transform.ts';
 import type { Services } from './services.ts';
 
@@ -141,17 +142,10 @@ export class RelayServer {
       changeOrigin: false,
       followRedirects: false,
     });
-    this.server = createServer(
-      {
-        maxHeaderSize: options.maxHeaderSize,
-        headersTimeout: options.headersTimeout,
-        requestTimeout: options.requestTimeout,
-        keepAliveTimeout: options.keepAliveTimeout,
-      },
-      (req, res) => this.onRequest(req, res),
-    );
+    this.server = createServer(nodeServerOptions(options), (req, res) => this.onRequest(req, res));
     this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => this.onUpgrade(req, socket, head));
-    this.server.on('clientError', (_err, socket) => socket.destroy());
+    // As on the main listener: oversized headers get 431, a slow client 408, then the close.
+    this.server.on('clientError', answerClientError);
   }
 
   async listen(): Promise<AddressInfo> {
@@ -227,6 +221,15 @@ export class RelayServer {
   }
 
   private passThrough(req: IncomingMessage, res: ServerResponse): void {
+    // The same rule as for transformed requests (Forwarder): control and non-ASCII bytes
+    // in a header value never reach the application, whichever way the request goes.
+    const unsafe = unforwardableHeader(req.headers);
+    if (unsafe !== null) {
+      const ctx = new RequestContext(req, res);
+      ctx.closeConnection = true;
+      sendError(ctx, new BadRequestError(`The ${unsafe} header holds characters that cannot be forwarded.`), this.logger);
+      return;
+    }
     this.proxy.web(req, res, (err) => {
       // Answer with a gateway status while nothing has been sent; afterwards the only
       // honest signal left is cutting the response (sendError does that).
@@ -239,6 +242,10 @@ export class RelayServer {
     this.upgraded.add(socket);
     socket.once('close', () => this.upgraded.delete(socket));
     socket.on('error', () => socket.destroy());
+    if (unforwardableHeader(req.headers) !== null) {
+      answerAndClose(socket, 400);
+      return;
+    }
     this.proxy.ws(req, socket, head, (err) => {
       const error = mapUpstreamError(err, this.upstreamDestination);
       this.logger.warn({ err: error.cause ?? error, code: error.code, url: req.url }, 'relay: WebSocket upgrade failed');
