@@ -25,6 +25,8 @@ const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
 /** The flags `npm start` and the container image run the service with (package.json). */
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
+/** And the environment they add. */
+export const SERVICE_ENV = { MALLOC_ARENA_MAX: '2' } as const;
 /** As in the image: a compile cache, filled once per test run before the first child starts. */
 const COMPILE_CACHE = join(tmpdir(), 'svc-sidecar-test-compile-cache');
 let warmed = false;
@@ -41,13 +43,22 @@ function procStatus(pid: number | undefined, field: string): number {
   return kb === null ? 0 : Number(kb[1]) * 1024;
 }
 
-export async function startChild(t: TestContext, yaml: string, env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<Child> {
-  const dir = mkdtempSync(join(tmpdir(), 'svc-child-'));
+export interface ChildOptions {
+  /**
+   * Run in this directory (its svc.db and svc.yaml) instead of a fresh temp dir, so a test
+   * can restart the service on the store a previous child left behind. The caller owns
+   * the directory: it is not removed when the test ends.
+   */
+  readonly dir?: string;
+}
+
+export async function startChild(t: TestContext, yaml: string, env: Record<string, string> = {}, nodeArgs: string[] = [], options: ChildOptions = {}): Promise<Child> {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'svc-child-'));
   const configPath = join(dir, 'svc.yaml');
   writeFileSync(configPath, `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nlogging: { level: info }\n${yaml}`);
   warmCompileCache();
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, MAIN, 'serve', '--config', configPath], {
-    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...env },
+    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -55,7 +66,7 @@ export async function startChild(t: TestContext, yaml: string, env: Record<strin
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   t.after(() => {
     if (child.exitCode === null) child.kill('SIGKILL');
-    rmSync(dir, { recursive: true, force: true });
+    if (options.dir === undefined) rmSync(dir, { recursive: true, force: true });
   });
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`the service did not start:\n${output}`)), 15_000);
