@@ -437,6 +437,9 @@ test(`kill -9 during sustained writes, ${CYCLES} times on one store: the store o
     assert.equal(file.foreignKeyViolations, 0, `cycle ${cycle}: foreign_key_check`);
     assert.deepEqual(file.malformed, { api: 0, usage: 0, activity: 0 }, `cycle ${cycle}: malformed log rows`);
     assert.equal(file.duplicated, 0, `cycle ${cycle}: log rows written twice`);
+    // Activity entries are written before the answer (src/api/activity.ts): an acknowledged
+    // management write always has its audit entry. Data-plane entries are batched.
+    assert.equal(file.lost.activity, 0, `cycle ${cycle}: acknowledged writes without their activity entry`);
     for (const kind of LOG_KINDS) {
       logLost[kind] += file.lost[kind];
       logAcked[kind] += burst.acked[kind].size;
