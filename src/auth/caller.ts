@@ -77,7 +77,7 @@ export class Authenticator {
    * revocation, a role change) empties it, so the next request reads the rows again.
    */
   private readonly callers = new Map<string, Caller>();
-  private callersStamp = '';
+  private callersStamp = -1;
 
   constructor(store: Store, tokens: AccessTokens, throttle: LoginThrottle) {
     this.store = store;

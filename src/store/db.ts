@@ -32,15 +32,41 @@ export interface Store {
   /** Runs `fn` atomically; nests (as a savepoint) inside another transaction. `fn` must be synchronous. */
   transaction<T>(fn: () => T): T;
   /**
-   * Changes whenever anything is written to the store, by this connection or another
-   * (a log-writer thread, a CLI process). Caches of rows key on it: a stamp that still
-   * matches means no row can have changed, so a revoked key is seen on the next request.
+   * Changes whenever a row other than a log entry is written through this connection (at
+   * once), and within OTHERS_CHECK_MS of a commit by another connection (a CLI process, a
+   * log-writer thread). Caches of rows key on it: a stamp that still matches means no row
+   * they hold can have changed, so a key revoked through the API is refused on the very
+   * next request.
    */
-  changeStamp(): string;
+  changeStamp(): number;
   close(): void;
 }
 
 const MEMORY = ':memory:';
+
+/** How stale the view of other connections' commits may be (changeStamp). */
+export const OTHERS_CHECK_MS = 5;
+/** Written only by the log writers; no cache holds their rows. */
+const UNCACHED_TABLES = new Set(['activity_logs', 'api_logs', 'usage_logs', 'sync_log_cursors']);
+
+/**
+ * Calls `onChange` for every row this connection inserts, updates or deletes outside the
+ * log tables: TEMP triggers live only on this connection, so other connections (which do
+ * not have the function) never run them.
+ */
+function noteOwnChanges(db: DatabaseSync, onChange: () => void): void {
+  db.function('svc_note_change', { deterministic: false }, () => {
+    onChange();
+    return null;
+  });
+  const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").all() as Array<{ name: string }>;
+  for (const { name } of tables) {
+    if (UNCACHED_TABLES.has(name)) continue;
+    for (const event of ['INSERT', 'UPDATE', 'DELETE']) {
+      db.exec(`CREATE TEMP TRIGGER "svc_note_${name}_${event.toLowerCase()}" AFTER ${event} ON main."${name}" BEGIN SELECT svc_note_change(); END`);
+    }
+  }
+}
 
 /**
  * Opens (creating if needed) the store at `path` and migrates it to the newest schema.
@@ -66,12 +92,13 @@ export function openStore(path: string): Store {
     throw error;
   }
 
-  const totalChanges = db.prepare('SELECT total_changes() AS n');
   const dataVersion = db.prepare('PRAGMA data_version');
-  let othersMemo = -1;
-  const forgetOthers = () => {
-    othersMemo = -1;
-  };
+  let generation = 0;
+  let others = -1;
+  let othersCheckedAt = Number.NEGATIVE_INFINITY;
+  noteOwnChanges(db, () => {
+    generation++;
+  });
   return {
     path,
     db,
@@ -86,15 +113,19 @@ export function openStore(path: string): Store {
     shippedLogs: new ShippedLogsRepository(db),
     transaction: (fn) => runInTransaction(db, fn),
     changeStamp() {
-      const own = (totalChanges.get() as { n: number }).n;
-      // Other connections' commits cannot be ordered against this synchronous run anyway,
-      // so their counter is read once per run (it costs more than the rest of the stamp);
-      // this connection's own writes are seen at once through total_changes.
-      if (othersMemo < 0) {
-        othersMemo = (dataVersion.get() as { data_version: number }).data_version;
-        queueMicrotask(forgetOthers);
+      // Another connection's commit cannot be ordered against this process's requests
+      // anyway; reading its counter for every request would cost more than the lookups the
+      // caches save, so it is read at most every few milliseconds.
+      const now = performance.now();
+      if (now - othersCheckedAt >= OTHERS_CHECK_MS) {
+        othersCheckedAt = now;
+        const version = (dataVersion.get() as { data_version: number }).data_version;
+        if (version !== others) {
+          others = version;
+          generation++;
+        }
       }
-      return `${own}:${othersMemo}`;
+      return generation;
     },
     close() {
       if (!db.isOpen) return;

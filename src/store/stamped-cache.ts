@@ -9,7 +9,7 @@ export class StampedCache<V> {
   private readonly store: Store;
   private readonly max: number;
   private readonly entries = new Map<string, V>();
-  private stamp = '';
+  private stamp = -1;
 
   constructor(store: Store, max = 1024) {
     this.store = store;

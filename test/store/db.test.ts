@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
-import { openStore } from '../../src/store/db.ts';
+import { OTHERS_CHECK_MS, openStore } from '../../src/store/db.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { migrate, migrations, schemaVersion, type Migration } from '../../src/store/migrations.ts';
 import { runInTransaction } from '../../src/store/transaction.ts';
 
@@ -169,12 +170,16 @@ test('an async transaction callback is refused and rolled back', async (t) => {
   assert.equal(store.db.isTransaction, false);
 });
 
-test('the change stamp moves at once on this connection’s writes and by the next turn on another’s', async (t) => {
+test('the change stamp moves at once on this connection’s writes, within OTHERS_CHECK_MS on another’s, and not for log entries', async (t) => {
   const path = join(tempDir(t), 'svc.db');
   const store = openStore(path);
   t.after(() => store.close());
   const other = new DatabaseSync(path);
   t.after(() => other.close());
+  // Another connection can write the same tables: the notes are TEMP triggers of the store's
+  // own connection, so the function they call need not exist anywhere else.
+  other.exec("INSERT INTO roles (name, description) VALUES ('stamp-before', '')");
+  await sleep(OTHERS_CHECK_MS + 1);
   const first = store.changeStamp();
   assert.equal(store.changeStamp(), first, 'nothing written: the stamp holds');
   // An own write is visible within the same synchronous run (a revoked key is never served
@@ -182,7 +187,16 @@ test('the change stamp moves at once on this connection’s writes and by the ne
   store.db.exec("INSERT INTO roles (name, description) VALUES ('stamp-own', '')");
   const afterOwn = store.changeStamp();
   assert.notEqual(afterOwn, first);
+  store.db.exec("UPDATE roles SET description = 'x' WHERE name = 'stamp-own'");
+  const afterUpdate = store.changeStamp();
+  assert.notEqual(afterUpdate, afterOwn);
+  store.db.exec("DELETE FROM roles WHERE name = 'stamp-own'");
+  const afterDelete = store.changeStamp();
+  assert.notEqual(afterDelete, afterUpdate);
+  // Log entries are not rows any cache holds.
+  store.logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
+  assert.equal(store.changeStamp(), afterDelete, 'an activity entry leaves the stamp alone');
   other.exec("INSERT INTO roles (name, description) VALUES ('stamp-other', '')");
-  await Promise.resolve();
-  assert.notEqual(store.changeStamp(), afterOwn, 'another connection’s commit is seen after the microtask checkpoint');
+  await sleep(OTHERS_CHECK_MS + 1);
+  assert.notEqual(store.changeStamp(), afterDelete, 'another connection’s commit is seen once OTHERS_CHECK_MS has passed');
 });
