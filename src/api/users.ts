@@ -5,7 +5,7 @@
  */
 import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
-import { hashPassword, PASSWORD_MAX } from '../auth/passwords.ts';
+import { hashPasswordAsync, PASSWORD_MAX } from '../auth/passwords.ts';
 import type { Services } from '../dataplane/services.ts';
 import { ForbiddenError, ValidationError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -49,7 +49,9 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   const input = validateCreate(v, services.store);
   v.check();
   authorizeRoles(caller, input.roles);
-  const user = insert(services.store, input);
+  // Hashed on the thread pool: scrypt on the event loop would stall every request for it.
+  const passwordHash = input.password === undefined ? null : await hashPasswordAsync(input.password);
+  const user = insert(services.store, input, passwordHash);
   const roles = input.roles.length === 0 ? '' : ` with roles ${input.roles.map((r) => r.name).join(', ')}`;
   recordActivity(ctx, services, caller, 'user.created', `Created user ${user.email}${roles}.`);
   sendJson(ctx, 201, userView(services.store, user));
@@ -83,12 +85,12 @@ function validateCreate(v: Validator, store: Store): CreateInput {
   return { name: name ?? '', email: email ?? '', password: password ?? undefined, roles: [...unique.values()] };
 }
 
-function insert(store: Store, input: CreateInput): User {
+function insert(store: Store, input: CreateInput, passwordHash: string | null): User {
   try {
     return store.users.create({
       name: input.name,
       email: input.email,
-      passwordHash: input.password === undefined ? null : hashPassword(input.password),
+      passwordHash,
       roleIds: input.roles.map((r) => r.id),
     });
   } catch (err) {
