@@ -41,10 +41,7 @@ export function parseDestination(value: string, allowlist: readonly string[]): D
   const literal = literalAddress(url.hostname);
   // An IP literal is the address connected to: check it here, as no lookup will run.
   if (literal !== null && match !== 'exact' && !isPublicAddress(literal)) throw new DestinationNotAllowedError(url.host);
-  const authorization =
-    url.username !== '' || url.password !== ''
-      ? `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}`
-      : null;
+  const authorization = url.username !== '' || url.password !== '' ? basicAuthorization(url) : null;
   return {
     url,
     origin: `${url.protocol}//${url.host}`,
@@ -53,6 +50,17 @@ export function parseDestination(value: string, allowlist: readonly string[]): D
     trusted: match === 'exact',
     entry: found.entry,
   };
+}
+
+/** `Basic ...` from the URL's credentials; 400 when their percent-encoding is malformed (`%zz`, `%E2%82`). */
+function basicAuthorization(url: URL): string {
+  let credentials: string;
+  try {
+    credentials = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+  } catch {
+    throw new BadRequestError('The x-svc-destination header must be an absolute http or https URL.');
+  }
+  return `Basic ${Buffer.from(credentials).toString('base64')}`;
 }
 
 /** `exact` when an entry names the host itself, `wildcard` for `*.domain` entries, else null. */
