@@ -174,6 +174,16 @@ export class NotReadyError extends SvcError {
   }
 }
 
+/**
+ * A relay or egress route names a configuration or classification that is not in the
+ * store (deleted or renamed at runtime): the deployment must be fixed, nothing is sent on.
+ */
+export class RouteUnavailableError extends SvcError {
+  constructor(cause?: unknown) {
+    super('SVC_ERR_ROUTE_UNAVAILABLE', 503, 'The route is not available.', { cause });
+  }
+}
+
 export class InternalError extends SvcError {
   constructor(cause?: unknown) {
     super('SVC_ERR_INTERNAL', 500, 'Server error.', { cause });

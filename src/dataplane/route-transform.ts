@@ -13,7 +13,7 @@ import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ConfigError } from '../config/load.ts';
 import type { RouteTransform } from '../config/schema.ts';
-import { InternalError, InvalidFieldPathsError, UnsupportedMediaTypeError, UpstreamResponseError } from '../errors.ts';
+import { RouteUnavailableError, InvalidFieldPathsError, UnsupportedMediaTypeError, UpstreamResponseError } from '../errors.ts';
 import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
 import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
@@ -86,7 +86,7 @@ function compileTransform(spec: RouteTransform | undefined, where: string): Tran
 export function routeConfiguration(ctx: RequestContext, services: Services, route: TransformRoute): Configuration {
   const configuration = services.store.configurations.findByName(route.configuration);
   if (configuration === undefined || configuration.type !== 'encryption') {
-    throw new InternalError(new Error(`${route.label}: there is no encryption configuration named "${route.configuration}"`));
+    throw new RouteUnavailableError(new Error(`${route.label}: there is no encryption configuration named "${route.configuration}"`));
   }
   ctx.configurationId = configuration.id;
   return configuration;
@@ -201,7 +201,7 @@ function trusted(): void {}
 function resolveClassification(services: Services, spec: TransformSpec): number {
   if (spec.classification === null) return 0;
   const found = services.store.classifications.findByIdOrSlug(spec.classification);
-  if (found === undefined) throw new InternalError(new Error(`a relay or egress route names the classification "${spec.classification}", which does not exist`));
+  if (found === undefined) throw new RouteUnavailableError(new Error(`a relay or egress route names the classification "${spec.classification}", which does not exist`));
   return found.id;
 }
 
@@ -209,7 +209,7 @@ function resolveMatcher(services: Services, configuration: Configuration, spec: 
   if (spec.matcher !== null) return spec.matcher;
   if (spec.mode === 'decrypt') return FieldMatcher.anyToken();
   const defaults = configuration.fields.length === 0 ? null : services.fieldPaths.get(configuration.fields.join(','));
-  if (defaults === null) throw new InternalError(new Error(`a route encrypts the fields of "${configuration.name}", which lists none`));
+  if (defaults === null) throw new RouteUnavailableError(new Error(`a route encrypts the fields of "${configuration.name}", which lists none`));
   return defaults;
 }
 

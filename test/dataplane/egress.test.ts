@@ -122,3 +122,25 @@ test('router: a trailing *rest takes what nothing more specific matches, undecod
   assert.throws(() => router.find('GET', '/proxy/a/b'), /Not found/);
   assert.throws(() => new Router<string>().add('GET', '/a/*rest/b', 'x'), /last segment/);
 });
+
+test('a route whose classification or configuration was deleted answers 503 and sends nothing, until it exists again', async (t) => {
+  const echo = await startEcho(t);
+  const { url } = await start(t, echo);
+  const classifications = await call(url, '/api/v3/classifications?per_page=100', { method: 'GET' });
+  const phi = (classifications.json.data as Array<{ id: number; name: string }>).find((c) => c.name === 'PHI')!;
+  assert.equal((await call(url, `/api/v3/classifications/${phi.id}`, { method: 'DELETE' })).status, 204);
+  const refused = await call(url, '/egress/inbox/messages', { key: null, body: '{"email":"ada@example.com"}' });
+  assert.equal(refused.status, 503);
+  assert.deepEqual(refused.json, { message: 'The route is not available.' });
+  assert.equal(echo.received.length, 0, 'nothing reached the vendor');
+  const created = await call(url, '/api/v3/classifications', { body: JSON.stringify({ name: 'PHI', bg_color: '#aa0000', fg_color: '#ffffff' }) });
+  assert.equal(created.status, 201);
+  assert.equal((await call(url, '/egress/inbox/messages', { key: null, body: '{"email":"ada@example.com"}' })).status, 201, 'served again once it exists');
+
+  const configurations = await call(url, '/api/v3/configurations?per_page=100', { method: 'GET' });
+  const payments = (configurations.json.data as Array<{ id: string; name: string }>).find((c) => c.name === 'payments')!;
+  assert.equal((await call(url, `/api/v3/configurations/${payments.id}`, { method: 'DELETE' })).status, 204);
+  const gone = await call(url, '/egress/vendor/charges', { key: null, body: '{"card":{"number":"x"}}' });
+  assert.equal(gone.status, 503);
+  assert.equal(echo.received.length, 1, 'still only the one request that was served');
+});

@@ -628,7 +628,7 @@ function paramArb(w: World, op: Operation, name: string, writes: boolean): fc.Ar
   if (!writes || !op.template.startsWith('/api/v3/classifications')) return value;
   // Classification ids are small integers: a "wrong" id such as `3` or `03` for a write may
   // well name a seeded classification, which egress routes need (their absence is a
-  // documented 500). Anything that reads as one of those numbers stays out of writes.
+  // documented 503). Anything that reads as one of those numbers stays out of writes.
   const keep = new Set(w.classifications.all.filter((id) => !w.classifications.sacrificial.includes(id)));
   return value.filter((v) => {
     let decoded = v;
