@@ -69,7 +69,7 @@ export class PathState {
     if (this.explicit === null) {
       const keys = new Set<string>();
       for (const node of this.nodes) for (const key of node.children.keys()) keys.add(key);
-      this.explicit = [...keys].map((key) => ({ key, bytes: Buffer.from(key, 'utf8') }));
+      this.explicit = [...keys].map((key) => ({ key, bytes: ownBytes(key) }));
     }
     const length = end - start;
     for (const { key, bytes } of this.explicit) {
@@ -261,4 +261,15 @@ function clip(s: string): string {
 function sameBytes(a: Buffer, b: Buffer, start: number): boolean {
   for (let i = 0; i < a.length; i++) if (a[i] !== b[start + i]) return false;
   return true;
+}
+
+/**
+ * The UTF-8 bytes of `key` in a buffer of their own: `Buffer.from` would slice Node's
+ * shared 8 KiB pool, and a matcher kept in the field-path cache would then keep a whole
+ * slab alive for a few bytes.
+ */
+function ownBytes(key: string): Buffer {
+  const bytes = Buffer.allocUnsafeSlow(Buffer.byteLength(key, 'utf8'));
+  bytes.write(key, 'utf8');
+  return bytes;
 }
