@@ -31,6 +31,7 @@ import { startChild, type Child } from '../support/child.ts';
 import { startEcho, type Echo } from '../support/destinations.ts';
 import { fuzzCaseArb, type FuzzCase, type HttpCase, type OpenApi, type RawCase, type World } from './fuzz-arbitraries.ts';
 import { FULL, scaled } from './scale.ts';
+import { assertNoSecrets } from './no-secrets.ts';
 
 const SEED_VALUE = Number(process.env['SVC_FUZZ_SEED'] || 20_240_707);
 assert.ok(Number.isSafeInteger(SEED_VALUE), `SVC_FUZZ_SEED must be an integer, not ${process.env['SVC_FUZZ_SEED']}`);
@@ -454,6 +455,7 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   assert.ok(stats.forwarded > 0 && (stats.statuses['200'] ?? 0) > 0 && stats.rawAnswered > 0, JSON.stringify(stats.statuses));
 
   const errorLogs = child.output().split('\n').filter((line) => /"level":(50|60)/.test(line));
+  assertNoSecrets('fuzz', child.output());
   const mib = (bytes: number) => +(bytes / 2 ** 20).toFixed(2);
   const figures = {
     part: 'fuzz',

@@ -20,6 +20,7 @@ import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { KEYS, SEED } from '../support/app.ts';
 import { scaled } from './scale.ts';
+import { assertNoSecrets } from './no-secrets.ts';
 
 // ---------------------------------------------------------------------------------------
 // Support: the service with its own `server:` block, a destination that records raw bytes,
@@ -265,6 +266,7 @@ test('slow headers, silent connections and slow bodies are answered 408 and cut 
   assert.ok(posts.length >= 2, 'the slow uploads had started upstream');
   for (const bytes of posts) assert.ok(!requestComplete(bytes), 'a cut upload was never completed upstream');
   assert.doesNotMatch(svc.logs(), /"level":50/, 'no request failed with a server error');
+  assertNoSecrets('hostile', svc.logs());
 
   const figures: Record<string, number | null> = {};
   for (const [name, c] of Object.entries(cut)) figures[name] = c.answeredMs === null ? round(c.closedMs) : round(c.answeredMs);
@@ -483,5 +485,6 @@ test('CRLF, control and non-ASCII bytes in header values never reach a destinati
   assert.throws(() => assertCleanRequest(Buffer.from('POST / HTTP/1.1\r\nx-a: b\r\nx-evil: 1\r\n\r\n'), 'control'));
   assert.ok(outcomes.refused > 0 && outcomes.forwardedClean > 0);
   assert.doesNotMatch(svc.logs(), /"level":50/, 'no request failed with a server error');
+  assertNoSecrets('hostile', svc.logs());
   console.log(`RELIABILITY ${JSON.stringify({ part: 'hostile-header-bytes', cases: cases.length, ...outcomes })}`);
 });

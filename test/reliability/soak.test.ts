@@ -32,6 +32,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { KEYS } from '../support/app.ts';
 import { startChild, type Child } from '../support/child.ts';
 import { FULL, scaled } from './scale.ts';
+import { assertNoSecrets } from './no-secrets.ts';
 
 const SOAK_SECONDS = scaled(12, 600);
 const WARMUP_SECONDS = scaled(4, 60);
@@ -441,6 +442,7 @@ test(`soak: ${SOAK_SECONDS} s of mixed traffic at 80% of the measured maximum â€
   }
   const achievedRps = Math.round(run.responses / run.result.duration);
   assert.ok(child.process.exitCode === null, `the service exited:\n${child.output().slice(-2000)}`);
+  assertNoSecrets('soak', child.output());
 
   // Zero errors: every response had the status and body its kind expects, and no socket
   // error, timeout or broken chain happened.
