@@ -44,10 +44,10 @@ COPY config ./config
 # service starts without re-stripping its TypeScript (which costs tens of MB of memory).
 ENV NODE_COMPILE_CACHE=/app/.cache/node
 RUN node src/main.ts --help > /dev/null
-# Two malloc arenas (the main thread's and the log writer's) rather than glibc's default of
-# eight per core: a long stream otherwise spreads freed buffers over many arenas and the
-# resident size grows by tens of MB (docs/operations.md, "Memory").
-ENV MALLOC_ARENA_MAX=2
+# One malloc arena rather than glibc's default of eight per core: a long stream otherwise
+# spreads freed buffers over many arenas and the resident size grows by tens of MB
+# (docs/operations.md, "Memory and throughput settings").
+ENV MALLOC_ARENA_MAX=1
 
 # The store (SQLite + WAL files) and, without SVC_MASTER_KEY, the generated master key
 # file live here: the only directory the service writes to.

@@ -36,7 +36,7 @@ function warmCompileCache(): void {
 /** The flags `npm start` and the container image run the service with (package.json). */
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
 /** The environment `npm start` and the image add (package.json, Dockerfile; docs/operations.md). */
-export const SERVICE_ENV = { MALLOC_ARENA_MAX: '2' } as const;
+export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
 /** The seeded API key (`svc_` and 40 letters or digits). */
 export const BENCH_KEY = `svc_${'HttpBench'.padEnd(40, '0')}`;
 export const BENCH_SLUG = 'bench';
@@ -79,6 +79,8 @@ export interface ServiceOptions {
   readonly nodeArgs?: readonly string[];
   /** Extra `server:` settings, e.g. `request_timeout: 10m`. */
   readonly server?: string;
+  /** Environment over SERVICE_ENV (experiments, e.g. another MALLOC_ARENA_MAX). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -112,7 +114,7 @@ seed:
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? []), MAIN, 'serve', '--config', config], {
     // As `npm start` and the image run it: the compile cache (warm, so the type stripper is
     // never loaded) and two malloc arenas.
-    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV },
+    env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
     cwd: dir,
   });

@@ -16,6 +16,8 @@ import { DepthExceededError, InvalidJsonError } from '../errors.ts';
 import { escapeSegment, type FieldMatcher, type PathState } from './paths.ts';
 
 export const MAX_DEPTH = 32;
+/** Levels a transformer starts with; deeper documents grow its stacks, up to MAX_DEPTH. */
+const INITIAL_STACK = 8;
 
 /** `s` string, `n` number, `b` boolean, `j` object or array, `z` null. */
 export type ValueKind = 's' | 'n' | 'b' | 'j' | 'z';
@@ -77,14 +79,16 @@ export class JsonTransformer implements MatchedValue {
 
   private mode = M_VALUE;
   private depth = 0;
-  private readonly stackType: Uint8Array;
-  private readonly stackState: (PathState | null)[];
-  private readonly stackIndex: Int32Array;
+  // Per-level stacks, grown on demand up to maxDepth + 1: most documents are shallow, and
+  // a transformer is built per request.
+  private stackType: Uint8Array;
+  private stackState: (PathState | null)[];
+  private stackIndex: Int32Array;
   /** Object keys per level: decoded only when escaped, else kept as bytes until a path is needed. */
-  private readonly stackKey: (string | null)[];
-  private readonly stackKeyBuf: Buffer[];
-  private readonly stackKeyStart: Int32Array;
-  private readonly stackKeyEnd: Int32Array;
+  private stackKey: (string | null)[];
+  private stackKeyBuf: Buffer[];
+  private stackKeyStart: Int32Array;
+  private stackKeyEnd: Int32Array;
   /** The state of the value that follows the current object key. */
   private pending: PathState | null = null;
   /** Bytes consumed before the current chunk, for error offsets. */
@@ -120,13 +124,31 @@ export class JsonTransformer implements MatchedValue {
     this.handler = handler;
     this.rootState = matcher.root;
     this.maxDepth = maxDepth;
-    this.stackType = new Uint8Array(maxDepth + 1);
-    this.stackState = new Array<PathState | null>(maxDepth + 1).fill(null);
-    this.stackIndex = new Int32Array(maxDepth + 1);
-    this.stackKey = new Array<string | null>(maxDepth + 1).fill(null);
-    this.stackKeyBuf = new Array<Buffer>(maxDepth + 1).fill(EMPTY_KEY);
-    this.stackKeyStart = new Int32Array(maxDepth + 1);
-    this.stackKeyEnd = new Int32Array(maxDepth + 1);
+    const size = Math.min(INITIAL_STACK, maxDepth + 1);
+    this.stackType = new Uint8Array(size);
+    this.stackState = new Array<PathState | null>(size).fill(null);
+    this.stackIndex = new Int32Array(size);
+    this.stackKey = new Array<string | null>(size).fill(null);
+    this.stackKeyBuf = new Array<Buffer>(size).fill(EMPTY_KEY);
+    this.stackKeyStart = new Int32Array(size);
+    this.stackKeyEnd = new Int32Array(size);
+  }
+
+  private growStacks(): void {
+    const size = Math.min(this.stackType.length * 2, this.maxDepth + 1);
+    const grown = <T extends Uint8Array | Int32Array>(from: T, to: T): T => {
+      to.set(from);
+      return to;
+    };
+    this.stackType = grown(this.stackType, new Uint8Array(size));
+    this.stackIndex = grown(this.stackIndex, new Int32Array(size));
+    this.stackKeyStart = grown(this.stackKeyStart, new Int32Array(size));
+    this.stackKeyEnd = grown(this.stackKeyEnd, new Int32Array(size));
+    while (this.stackState.length < size) {
+      this.stackState.push(null);
+      this.stackKey.push(null);
+      this.stackKeyBuf.push(EMPTY_KEY);
+    }
   }
 
   /** Valid during a handler call: the levels above the captured value are still on the stack. */
@@ -334,6 +356,7 @@ export class JsonTransformer implements MatchedValue {
 
   private open(type: number, state: PathState | null): void {
     if (this.depth >= this.maxDepth) throw new DepthExceededError(this.maxDepth);
+    if (this.depth + 1 >= this.stackType.length) this.growStacks();
     const d = this.depth++;
     this.stackType[d] = type;
     this.stackState[d] = state;

@@ -45,7 +45,7 @@ export interface Store {
 const MEMORY = ':memory:';
 
 /** How stale the view of other connections' commits may be (changeStamp). */
-export const OTHERS_CHECK_MS = 5;
+export const OTHERS_CHECK_MS = 25;
 /** Written only by the log writers; no cache holds their rows. */
 const UNCACHED_TABLES = new Set(['activity_logs', 'api_logs', 'usage_logs', 'sync_log_cursors']);
 

@@ -169,8 +169,8 @@ describe('Dockerfile', () => {
     assert.match(DOCKERFILE, /^ENV NODE_COMPILE_CACHE=\S+$/m);
     assert.match(DOCKERFILE, /^RUN node src\/main\.ts --help/m);
     // The same environment `npm start` gives the service.
-    assert.match(DOCKERFILE, /^ENV MALLOC_ARENA_MAX=2$/m);
-    assert.match(PACKAGE.scripts.start, /\bMALLOC_ARENA_MAX=2 node --max-semi-space-size=2 src\/main\.ts serve\b/);
+    assert.match(DOCKERFILE, /^ENV MALLOC_ARENA_MAX=1$/m);
+    assert.match(PACKAGE.scripts.start, /\bMALLOC_ARENA_MAX=1 node --max-semi-space-size=2 src\/main\.ts serve\b/);
   });
 
   it('checks health with node itself', () => {

@@ -26,7 +26,7 @@ const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 /** The flags `npm start` and the container image run the service with (package.json). */
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
 /** And the environment they add. */
-export const SERVICE_ENV = { MALLOC_ARENA_MAX: '2' } as const;
+export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
 /** As in the image: a compile cache, filled once per test run before the first child starts. */
 const COMPILE_CACHE = join(tmpdir(), 'svc-sidecar-test-compile-cache');
 let warmed = false;
