@@ -309,9 +309,10 @@ test('writer thread: a refused batch comes back and is retried until the store t
   assert.equal(store.logs.count('usage'), 0, 'the usage rows went back with the refused api rows');
   assert.equal(writer.written, 0);
   store.db.exec('DELETE FROM refuse');
-  await waitFor(() => writer.depth === 0 && store.logs.count('api') === 5, 'the retry to succeed');
+  // The rows are visible before the thread's report of them arrives: wait for both.
+  await waitFor(() => writer.depth === 0 && store.logs.count('api') === 5 && writer.written === 10, 'the retry to succeed');
   assert.equal(store.logs.count('usage'), 5);
-  assert.equal(writer.written, 10);
+  assert.equal(writer.written, 10, 'each entry written exactly once');
   assert.equal(logged().filter((l) => l.msg === 'writing logs failed; will retry').length, 1);
 });
 
