@@ -72,54 +72,22 @@ function pad(cells: readonly string[], widths: readonly number[], right: Readonl
   return cells.map((c, i) => (right.has(i) ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ');
 }
 
-/** A plain-text table: one row per case; rows with a baseline carry the ratio. */
-export function formatSuite(result: SuiteResult): string {
-  // A case's first comparison goes in its row; any further ones are listed under the table.
-  const ratios = new Map<string, ComparisonResult>();
-  const more: ComparisonResult[] = [];
-  for (const c of result.comparisons) {
-    if (ratios.has(c.candidate)) more.push(c);
-    else ratios.set(c.candidate, c);
-  }
-  const header = ['group', 'case', 'role', 'median', 'min–max', 'unit', 'ratio (range)', 'cpu ratio', 'target', 'verdict'];
-  const rows: string[][] = [header];
-  for (const v of result.variants) {
-    const r = ratios.get(v.id);
-    rows.push([
-      v.group,
-      v.label,
-      v.role,
-      formatRate(v.median, v.unit),
-      `${formatRate(v.min, v.unit)}–${formatRate(v.max, v.unit)}`,
-      v.unit,
-      r === undefined ? '' : formatRatio(r),
-      r === undefined ? '' : `${r.cpuRatio.toFixed(2)}×`,
-      r === undefined || r.target === null ? '' : `≥ ${r.target.toFixed(1)}×`,
-      r === undefined ? '' : verdictText(r),
-    ]);
-  }
-  const widths = header.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
-  const right = new Set([3, 4]);
-  const lines = [`== ${result.suite}: ${result.description}`, ...rows.map((row) => pad(row, widths, right))];
-  for (const c of more) lines.push(`   also: ${c.candidate} ÷ ${c.baseline} = ${formatRatio(c)}, cpu ${c.cpuRatio.toFixed(2)}× (${verdictText(c)})`);
-  return lines.join('\n');
-}
+const HEADER = ['group', 'case', 'role', 'median', 'min–max', 'unit', 'ratio (range)', 'cpu ratio', 'target', 'verdict'];
 
-/** The same table as Markdown, for bench/README.md. */
-export function formatSuiteMarkdown(result: SuiteResult): string {
+/**
+ * One row of cells per case, and the comparisons that do not fit a row: a case's first
+ * comparison goes in its row, any further ones are listed under the table.
+ */
+function suiteRows(result: SuiteResult): { rows: string[][]; more: ComparisonResult[] } {
   const ratios = new Map<string, ComparisonResult>();
   const more: ComparisonResult[] = [];
   for (const c of result.comparisons) {
     if (ratios.has(c.candidate)) more.push(c);
     else ratios.set(c.candidate, c);
   }
-  const lines = [
-    '| group | case | role | median | min–max | unit | ratio (range) | cpu ratio | target | verdict |',
-    '|---|---|---|--:|--:|---|---|---|---|---|',
-  ];
-  for (const v of result.variants) {
+  const rows = result.variants.map((v) => {
     const r = ratios.get(v.id);
-    const cells = [
+    return [
       v.group,
       v.label,
       v.role,
@@ -131,8 +99,26 @@ export function formatSuiteMarkdown(result: SuiteResult): string {
       r === undefined || r.target === null ? '' : `≥ ${r.target.toFixed(1)}×`,
       r === undefined ? '' : verdictText(r),
     ];
-    lines.push(`| ${cells.map((c) => c.replaceAll('|', '\\|')).join(' | ')} |`);
-  }
+  });
+  return { rows, more };
+}
+
+/** A plain-text table: one row per case; rows with a baseline carry the ratio. */
+export function formatSuite(result: SuiteResult): string {
+  const { rows: body, more } = suiteRows(result);
+  const rows = [HEADER, ...body];
+  const widths = HEADER.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
+  const right = new Set([3, 4]);
+  const lines = [`== ${result.suite}: ${result.description}`, ...rows.map((row) => pad(row, widths, right))];
+  for (const c of more) lines.push(`   also: ${c.candidate} ÷ ${c.baseline} = ${formatRatio(c)}, cpu ${c.cpuRatio.toFixed(2)}× (${verdictText(c)})`);
+  return lines.join('\n');
+}
+
+/** The same table as Markdown, for bench/README.md. */
+export function formatSuiteMarkdown(result: SuiteResult): string {
+  const { rows, more } = suiteRows(result);
+  const lines = [`| ${HEADER.join(' | ')} |`, '|---|---|---|--:|--:|---|---|---|---|---|'];
+  for (const cells of rows) lines.push(`| ${cells.map((c) => c.replaceAll('|', '\\|')).join(' | ')} |`);
   for (const c of more) lines.push('', `Also: ${c.candidate} ÷ ${c.baseline} = ${formatRatio(c)}, cpu ratio ${c.cpuRatio.toFixed(2)}× (${verdictText(c)}).`);
   return lines.join('\n');
 }
