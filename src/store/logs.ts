@@ -118,7 +118,8 @@ interface ActivityLogRecord {
   created_at: string;
 }
 
-interface ApiLogRecord {
+/** An api_logs row as SQLite returns it (also the wire format of shipped logs). */
+export interface ApiLogRecord {
   id: number;
   request_id: string;
   method: string;
@@ -133,7 +134,8 @@ interface ApiLogRecord {
   created_at: string;
 }
 
-interface UsageLogRecord {
+/** A usage_logs row as SQLite returns it (also the wire format of shipped logs). */
+export interface UsageLogRecord {
   id: number;
   request_id: string;
   configuration_id: string;

@@ -10,6 +10,7 @@
 import type { DatabaseSync, Session, StatementSync } from 'node:sqlite';
 import { toBuffer } from './sql.ts';
 import { runInTransaction } from './transaction.ts';
+import type { Classification, ClassificationMembers } from './classifications.ts';
 
 // ---------------------------------------------------------------------------------------
 // The state, as rows. Binary columns are Buffers here; snapshot.ts decides their encoding.
@@ -63,21 +64,9 @@ export interface ClassificationProviderRow {
   gwsGroups: string;
 }
 
-export interface ClassificationRow {
-  id: number;
-  name: string;
-  slug: string;
-  description: string | null;
-  bgColor: string;
-  fgColor: string;
-  emoji: string | null;
-  providerContainerId: string | null;
-  createdAt: string;
-  updatedAt: string;
-  userIds: number[];
-  roleIds: number[];
-  providers: ClassificationProviderRow[];
-}
+/** A classification with its members, as a snapshot carries it (providers' groups as JSON text). */
+export type ClassificationRow = Omit<Classification, 'source'> &
+  Omit<ClassificationMembers, 'providers'> & { providers: ClassificationProviderRow[] };
 
 export interface ApiKeyRow {
   id: string;

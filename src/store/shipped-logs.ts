@@ -4,6 +4,7 @@
  * stored once each.
  */
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import type { ApiLogRecord, UsageLogRecord } from './logs.ts';
 import { nowIso } from './sql.ts';
 import { runInTransaction } from './transaction.ts';
 
@@ -11,32 +12,9 @@ import { runInTransaction } from './transaction.ts';
 export type ShippedKind = 'api' | 'usage';
 export const SHIPPED_KINDS: readonly ShippedKind[] = Object.freeze(['api', 'usage']);
 
-export interface ShippedApiLog {
-  id: number;
-  request_id: string;
-  method: string;
-  path: string;
-  status_code: number;
-  api_key_id: string | null;
-  user_id: number | null;
-  configuration_id: string | null;
-  destination: string | null;
-  duration_ms: number;
-  ip: string;
-  created_at: string;
-}
-
-export interface ShippedUsageLog {
-  id: number;
-  request_id: string;
-  configuration_id: string;
-  api_key_id: string | null;
-  user_id: number | null;
-  mode: 'encrypt' | 'decrypt';
-  field_count: number;
-  bytes: number;
-  created_at: string;
-}
+/** Shipped rows are the log tables' own rows, snake_case as stored. */
+export type ShippedApiLog = ApiLogRecord;
+export type ShippedUsageLog = UsageLogRecord;
 
 export interface ShippedLogs {
   api: ShippedApiLog[];
