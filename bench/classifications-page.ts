@@ -28,6 +28,7 @@ import { loadConfig } from '../src/config/load.ts';
 import type { ClassificationQuery } from '../src/store/classifications.ts';
 import type { Store } from '../src/store/db.ts';
 import { createLogger } from '../src/telemetry/logger.ts';
+import { prng } from './lib/records.ts';
 import { machineInfo } from './lib/report.ts';
 
 const CLASSIFICATIONS = 10_000;
@@ -50,20 +51,9 @@ type Autocannon = (options: { url: string; connections: number; duration: number
 // ---------------------------------------------------------------------------------------
 // Child: the service
 
-/** Small deterministic PRNG (mulberry32), so every run measures the same data. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function populate(store: Store): { itemId: number } {
-  const random = rng(42);
+  // The same seed every run, so every run measures the same data.
+  const random = prng(42);
   const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)] as T;
   const roleIds = store.roles.list().map((r) => r.id);
   const workspace = store.configurations.findByName('workspace');
