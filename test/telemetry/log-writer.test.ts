@@ -36,6 +36,19 @@ async function waitFor(check: () => boolean, what: string, timeoutMs = 5_000): P
   }
 }
 
+/**
+ * A real store-side failure: inserts into `table` abort until the returned function is
+ * called.
+ */
+function refuseInserts(store: Store, table: 'api_logs' | 'usage_logs'): () => void {
+  store.db.exec(`
+    CREATE TABLE refuse_${table} (on_ INTEGER);
+    INSERT INTO refuse_${table} VALUES (1);
+    CREATE TRIGGER refuse_${table} BEFORE INSERT ON ${table} WHEN (SELECT count(*) FROM refuse_${table}) > 0
+    BEGIN SELECT RAISE(ABORT, 'disk says no'); END;`);
+  return () => store.db.exec(`DELETE FROM refuse_${table}`);
+}
+
 interface Setup {
   store: Store;
   writer: LogWriter;
@@ -107,11 +120,7 @@ test('a partial batch is not written before flushInterval', async (t) => {
 test('one batch of all three kinds is one transaction: a row the store refuses stores none of them', async (t) => {
   const { store, writer, logged } = setup(t, { batchSize: 10, flushInterval: 40 });
   // A real store-side failure, switched by a flag row, on the last kind the batch writes.
-  store.db.exec(`
-    CREATE TABLE refuse (on_ INTEGER);
-    INSERT INTO refuse VALUES (1);
-    CREATE TRIGGER refuse_usage BEFORE INSERT ON usage_logs WHEN (SELECT count(*) FROM refuse) > 0
-    BEGIN SELECT RAISE(ABORT, 'disk says no'); END;`);
+  const accept = refuseInserts(store, 'usage_logs');
   for (let i = 0; i < 3; i++) {
     writer.activity(activity(i));
     writer.api(api(i));
@@ -129,7 +138,7 @@ test('one batch of all three kinds is one transaction: a row the store refuses s
   await waitFor(() => writer.failedBatches >= 3, 'retries');
   assert.equal(logged().filter((l) => l.msg === 'writing logs failed; will retry').length, 1);
 
-  store.db.exec('DELETE FROM refuse');
+  accept();
   await waitFor(() => writer.depth === 0, 'the retry to succeed');
   for (const kind of ['activity', 'api', 'usage'] as const) assert.equal(store.logs.count(kind), 3, `${kind}: each entry exactly once after the retry`);
   assert.deepEqual(
@@ -296,11 +305,7 @@ test('writer thread: waiting for another connection\'s lock does not hold up the
 
 test('writer thread: a refused batch comes back and is retried until the store takes it, exactly once', async (t) => {
   const { store, writer, logged } = setup(t, { thread: true, batchSize: 5, flushInterval: 30 });
-  store.db.exec(`
-    CREATE TABLE refuse (on_ INTEGER);
-    INSERT INTO refuse VALUES (1);
-    CREATE TRIGGER refuse_api BEFORE INSERT ON api_logs WHEN (SELECT count(*) FROM refuse) > 0
-    BEGIN SELECT RAISE(ABORT, 'disk says no'); END;`);
+  const accept = refuseInserts(store, 'api_logs');
   for (let i = 0; i < 5; i++) {
     writer.api(api(i));
     writer.usage(usage(i));
@@ -308,7 +313,7 @@ test('writer thread: a refused batch comes back and is retried until the store t
   await waitFor(() => writer.failedBatches >= 2, 'a failure and a retry');
   assert.equal(store.logs.count('usage'), 0, 'the usage rows went back with the refused api rows');
   assert.equal(writer.written, 0);
-  store.db.exec('DELETE FROM refuse');
+  accept();
   // The rows are visible before the thread's report of them arrives: wait for both.
   await waitFor(() => writer.depth === 0 && store.logs.count('api') === 5 && writer.written === 10, 'the retry to succeed');
   assert.equal(store.logs.count('usage'), 5);

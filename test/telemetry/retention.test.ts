@@ -41,12 +41,8 @@ test('deletes rows older than the retention period, of every kind, and keeps the
   assert.deepEqual(await job.run(), { activity: 0, api: 0, usage: 0 });
 });
 
-test('a large delete yields to the event loop between chunks', async (t) => {
-  const store = setup(t);
-  const old = ago(40 * DAY);
-  store.logs.insertApi(Array.from({ length: DELETE_CHUNK * 3 + 10 }, () => api(old)));
-  store.logs.insertApi([api(ago(0))]);
-  const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
+/** Runs `work` while counting event-loop turns: a count near zero means it held the loop. */
+async function countingTurns<T>(work: () => Promise<T>): Promise<{ result: T; turns: number }> {
   let turns = 0;
   let ticking = true;
   const tick = () => {
@@ -54,8 +50,20 @@ test('a large delete yields to the event loop between chunks', async (t) => {
     if (ticking) setImmediate(tick);
   };
   setImmediate(tick);
-  const deleted = await job.run();
-  ticking = false;
+  try {
+    return { result: await work(), turns };
+  } finally {
+    ticking = false;
+  }
+}
+
+test('a large delete yields to the event loop between chunks', async (t) => {
+  const store = setup(t);
+  const old = ago(40 * DAY);
+  store.logs.insertApi(Array.from({ length: DELETE_CHUNK * 3 + 10 }, () => api(old)));
+  store.logs.insertApi([api(ago(0))]);
+  const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
+  const { result: deleted, turns } = await countingTurns(() => job.run());
   assert.equal(deleted.api, DELETE_CHUNK * 3 + 10);
   assert.equal(store.logs.count('api'), 1);
   assert.ok(turns >= 3, `other work ran between chunks (${turns} turns)`);
@@ -134,15 +142,7 @@ test('a file store is swept on a worker thread while the event loop keeps turnin
   store.logs.insertApi(Array.from({ length: DELETE_CHUNK * 4 + 7 }, () => api(old)));
   store.logs.insertUsage([usage(old), usage(ago(0))]);
   const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
-  let turns = 0;
-  let ticking = true;
-  const tick = () => {
-    turns++;
-    if (ticking) setImmediate(tick);
-  };
-  setImmediate(tick);
-  const deleted = await job.run();
-  ticking = false;
+  const { result: deleted, turns } = await countingTurns(() => job.run());
   assert.deepEqual(deleted, { activity: 0, api: DELETE_CHUNK * 4 + 7, usage: 1 });
   assert.equal(store.logs.count('api'), 0);
   assert.equal(store.logs.count('usage'), 1);
