@@ -23,6 +23,29 @@ export interface Destination {
 }
 
 const MAX_URL_LENGTH = 8192;
+/** Parsed destinations kept per allowlist: a client sends the same few values again and again. */
+const CACHED_PER_ALLOWLIST = 64;
+const parsed = new WeakMap<readonly string[], Map<string, Destination>>();
+
+/**
+ * parseDestination, remembered per allowlist array. A configuration's array is replaced
+ * whenever the configuration is read again after a change, so nothing outlives an edit
+ * of its allowlist; refusals are not remembered and are checked every time.
+ */
+export function cachedDestination(value: string, allowlist: readonly string[]): Destination {
+  let known = parsed.get(allowlist);
+  if (known === undefined) {
+    known = new Map();
+    parsed.set(allowlist, known);
+  }
+  let destination = known.get(value);
+  if (destination === undefined) {
+    destination = parseDestination(value, allowlist);
+    if (known.size >= CACHED_PER_ALLOWLIST) known.clear();
+    known.set(value, destination);
+  }
+  return destination;
+}
 
 export function parseDestination(value: string, allowlist: readonly string[]): Destination {
   let url: URL;

@@ -16,7 +16,7 @@ import { bodyChunks, consumeBody, hasBody, isJsonContentType } from '../http/bod
 import type { RequestContext } from '../http/context.ts';
 import { JSON_CONTENT_TYPE, sendBody } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
-import { parseDestination, type Destination } from './destination.ts';
+import { cachedDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { Services } from './services.ts';
 
@@ -99,7 +99,7 @@ export function resolveConfiguration(ctx: RequestContext, services: Services, ca
 function resolveDestination(ctx: RequestContext, configuration: Configuration): Destination | null {
   const value = ctx.header('x-svc-destination')?.trim();
   if (value === undefined || value === '') return null;
-  const destination = parseDestination(value, configuration.destinations);
+  const destination = cachedDestination(value, configuration.destinations);
   ctx.destination = destination.origin;
   return destination;
 }

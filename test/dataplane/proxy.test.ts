@@ -1,3 +1,5 @@
+import { cachedDestination } from '../../src/dataplane/destination.ts';
+import { DestinationNotAllowedError } from '../../src/errors.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
@@ -278,4 +280,17 @@ test('after 1,000 failed forwards no socket or memory is left behind', async (t)
   const after = { sockets: sockets(), heap: process.memoryUsage().heapUsed };
   assert.ok(after.sockets <= before.sockets + 2, `sockets ${before.sockets} → ${after.sockets}`);
   assert.ok(after.heap < before.heap + 10 * 1024 * 1024, `heap ${before.heap} → ${after.heap}`);
+});
+
+test('unit: a parsed destination is reused for the same allowlist and value; refusals and other allowlists are checked afresh', () => {
+  const allow = ['http://vendor.example/v1/'];
+  const first = cachedDestination('http://u:p@vendor.example/v1/charges?x=1', allow);
+  assert.equal(first.path, '/v1/charges?x=1');
+  assert.equal(first.authorization, `Basic ${Buffer.from('u:p').toString('base64')}`);
+  assert.equal(cachedDestination('http://u:p@vendor.example/v1/charges?x=1', allow), first, 'the same object');
+  // An edited configuration is a new array: the old parse does not carry over.
+  const edited = ['http://other.example/'];
+  assert.throws(() => cachedDestination('http://u:p@vendor.example/v1/charges?x=1', edited), DestinationNotAllowedError);
+  assert.throws(() => cachedDestination('http://vendor.example/v2/', allow), DestinationNotAllowedError);
+  assert.throws(() => cachedDestination('http://vendor.example/v2/', allow), DestinationNotAllowedError, 'a refusal is not remembered as a success');
 });
