@@ -191,10 +191,7 @@ function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destinatio
   for (const [name, value] of Object.entries(incoming)) {
     if (value === undefined || name.startsWith('x-svc-') || NOT_FORWARDED.has(name) || listed.has(name)) continue;
     if (name === 'authorization' && options.keepAuthorization !== true && isBearer(value)) continue;
-    const values = Array.isArray(value) ? value : [value];
-    if (!values.every((v) => SAFE_VALUE.test(v))) {
-      throw new BadRequestError(`The ${name} header holds characters that cannot be forwarded.`);
-    }
+    if (!isSafeValue(value)) throw unforwardableHeaderError(name);
     out[name] = value;
   }
   if (options.keepHost === true && incoming.host !== undefined && SAFE_VALUE.test(incoming.host)) out['host'] = incoming.host;
@@ -203,13 +200,21 @@ function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destinatio
   return out;
 }
 
+function isSafeValue(value: string | string[]): boolean {
+  return Array.isArray(value) ? value.every((v) => SAFE_VALUE.test(v)) : SAFE_VALUE.test(value);
+}
+
 /** The first header whose value holds bytes that may not be forwarded (see SAFE_VALUE), or null. */
 export function unforwardableHeader(headers: IncomingHttpHeaders): string | null {
   for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue;
-    if (Array.isArray(value) ? !value.every((v) => SAFE_VALUE.test(v)) : !SAFE_VALUE.test(value)) return name;
+    if (value !== undefined && !isSafeValue(value)) return name;
   }
   return null;
+}
+
+/** The 400 for a header `unforwardableHeader` names. */
+export function unforwardableHeaderError(name: string): BadRequestError {
+  return new BadRequestError(`The ${name} header holds characters that cannot be forwarded.`);
 }
 
 function isBearer(value: string | string[]): boolean {

@@ -15,13 +15,12 @@ import { createProxyServer, type ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { parseListen } from '../config/load.ts';
 import type { RelayConfig } from '../config/schema.ts';
-import { BadRequestError } from '../errors.ts';
 import { ClientGoneError } from '../http/body.ts';
 import { RequestContext } from '../http/context.ts';
 import { sendError } from '../http/respond.ts';
 import { answerAndClose, answerClientError, nodeServerOptions, type ServerOptions } from '../http/server.ts';
 import type { Destination } from './destination.ts';
-import { mapUpstreamError, unforwardableHeader } from './forwarder.ts';
+import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError } from './forwarder.ts';
 import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, transformsRequest, type TransformRoute } from './route-transform.ts';
 import type { Services } from './services.ts';
 
@@ -227,7 +226,7 @@ export class RelayServer {
     if (unsafe !== null) {
       const ctx = new RequestContext(req, res);
       ctx.closeConnection = true;
-      sendError(ctx, new BadRequestError(`The ${unsafe} header holds characters that cannot be forwarded.`), this.logger);
+      sendError(ctx, unforwardableHeaderError(unsafe), this.logger);
       return;
     }
     this.proxy.web(req, res, (err) => {
