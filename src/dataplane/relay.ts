@@ -247,7 +247,8 @@ export class RelayServer {
     }
     this.proxy.ws(req, socket, head, (err) => {
       const error = mapUpstreamError(err, this.upstreamDestination);
-      this.logger.warn({ err: error.cause ?? error, code: error.code, url: req.url }, 'relay: WebSocket upgrade failed');
+      // The path only: an application's query string may carry its own tokens.
+      this.logger.warn({ err: error.cause ?? error, code: error.code, path: (req.url ?? '').split('?', 1)[0]!.slice(0, 1024) }, 'relay: WebSocket upgrade failed');
       // Nothing written yet means the 101 never went out: say why before the close.
       if (socket.writable && socket.bytesWritten === 0) {
         const body = JSON.stringify(error.body());

@@ -365,15 +365,17 @@ test('WebSocket upgrades pass through, on any path', async (t) => {
 
 test('an upstream that is down: 502 on pass-through, on routes and on WebSocket upgrades', async (t) => {
   const port = await closedPort();
-  const { relay } = await startRelay(t, `http://127.0.0.1:${port}`);
+  const { relay, logs } = await startRelay(t, `http://127.0.0.1:${port}`);
   const passed = await fetch(`${relay}/anything`);
   assert.equal(passed.status, 502);
   assert.deepEqual(await passed.json(), { message: 'The destination could not be reached.' });
   const routed = await fetch(`${relay}/patients/1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"ssn":"1"}' });
   assert.equal(routed.status, 502);
   assert.deepEqual(await routed.json(), { message: 'The destination could not be reached.' });
-  const ws = await rawRequest(Number(new URL(relay).port), 'GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n');
+  const ws = await rawRequest(Number(new URL(relay).port), 'GET /ws?token=app-secret-7f3 HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n');
   assert.match(ws, /^HTTP\/1\.1 502 /);
+  assert.match(logs(), /WebSocket upgrade failed/);
+  assert.ok(!logs().includes('app-secret-7f3'), 'the failed upgrade is logged by path, without the application’s query string');
 });
 
 test('unit: globs and path normalization', () => {
