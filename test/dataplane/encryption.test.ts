@@ -155,6 +155,21 @@ test('classifications: bound on encrypt, required on decrypt, access by user, ro
   assert.equal((await call(url, DEC, { body: phi.text, key: KEYS.grace })).status, 403);
 });
 
+test('a change to a classification’s members applies to the very next decrypt', async (t) => {
+  const { url } = await startApp(t);
+  const body = '{"dx":"flu"}';
+  const phi = await call(url, ENC, { body, headers: { 'x-svc-fields': 'dx', 'x-svc-classification': 'phi' } });
+  assert.equal((await call(url, DEC, { body: phi.text, key: KEYS.dev })).status, 403);
+  assert.equal((await call(url, DEC, { body: phi.text })).text, body, 'Ada is listed');
+  const list = await call(url, '/api/v3/classifications?per_page=100', { method: 'GET' });
+  const id = (list.json.data as Array<{ id: number; slug: string }>).find((c) => c.slug === 'phi')!.id;
+  const dev = (await call(url, '/api/v3/users?per_page=100', { method: 'GET' })).json.data.find((u: { email: string }) => u.email === 'dev@example.com').id as number;
+  const changed = await call(url, `/api/v3/classifications/${id}`, { method: 'PATCH', body: JSON.stringify({ users: [dev] }) });
+  assert.equal(changed.status, 200, changed.text);
+  assert.equal((await call(url, DEC, { body: phi.text, key: KEYS.dev })).text, body, 'Dev now listed');
+  assert.equal((await call(url, DEC, { body: phi.text })).status, 403, 'Ada no longer listed');
+});
+
 test('a denied token anywhere in the body denies the whole request and decrypts nothing', async (t) => {
   const { url } = await startApp(t);
   const open = await call(url, ENC, { body: '{"a":"visible"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': 'open' } });
