@@ -5,7 +5,7 @@
  */
 import { ForbiddenError } from '../errors.ts';
 import type { Store } from '../store/db.ts';
-import { StampedCache } from '../store/stamped-cache.ts';
+import { perStore } from '../store/stamped-cache.ts';
 import type { Caller } from './caller.ts';
 
 interface ProviderGroup {
@@ -24,19 +24,13 @@ interface Rule {
 }
 
 /**
- * Rules per store, kept until the store changes (StampedCache): a decrypt reads no
- * classification rows while nothing was written. Keyed by the store, so every service
- * instance (and every test) has its own.
+ * Rules kept until the store changes (StampedCache): a decrypt reads no classification
+ * rows while nothing was written.
  */
-const rules = new WeakMap<Store, StampedCache<Rule | null>>();
+const rules = perStore<Rule | null>();
 
 function ruleOf(store: Store, id: number): Rule | null {
-  let cache = rules.get(store);
-  if (cache === undefined) {
-    cache = new StampedCache(store);
-    rules.set(store, cache);
-  }
-  return cache.get(String(id), () => resolveRule(store, id));
+  return rules(store).get(String(id), () => resolveRule(store, id));
 }
 
 /** null for a classification that no longer exists. */

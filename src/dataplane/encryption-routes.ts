@@ -16,6 +16,7 @@ import { bodyChunks, consumeBody, hasBody, isJsonContentType } from '../http/bod
 import type { RequestContext } from '../http/context.ts';
 import { JSON_CONTENT_TYPE, sendBody } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
+import { classificationIdOf } from '../store/stamped-cache.ts';
 import { cachedDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { Services } from './services.ts';
@@ -108,11 +109,11 @@ function resolveDestination(ctx: RequestContext, configuration: Configuration): 
 export function resolveClassification(ctx: RequestContext, services: Services): number {
   const value = ctx.header('x-svc-classification')?.trim();
   if (value === undefined || value === '') return 0;
-  const found = value.length <= 128 ? services.store.classifications.findByIdOrSlug(value) : undefined;
-  if (found === undefined) {
+  const id = value.length <= 128 ? classificationIdOf(services.store, value) : undefined;
+  if (id === undefined) {
     throw new ValidationError({ 'x-svc-classification': ['The selected classification is invalid.'] });
   }
-  return found.id;
+  return id;
 }
 
 export function resolveFieldPaths(ctx: RequestContext, services: Services, configuration: Configuration, mode: Mode): FieldMatcher {

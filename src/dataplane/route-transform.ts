@@ -20,6 +20,7 @@ import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
 import { bodyChunks, ClientGoneError, hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
+import { classificationIdOf } from '../store/stamped-cache.ts';
 import { recordUsage, type Mode } from './encryption-routes.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
@@ -200,9 +201,9 @@ function trusted(): void {}
 
 function resolveClassification(services: Services, spec: TransformSpec): number {
   if (spec.classification === null) return 0;
-  const found = services.store.classifications.findByIdOrSlug(spec.classification);
-  if (found === undefined) throw new RouteUnavailableError(new Error(`a relay or egress route names the classification "${spec.classification}", which does not exist`));
-  return found.id;
+  const id = classificationIdOf(services.store, spec.classification);
+  if (id === undefined) throw new RouteUnavailableError(new Error(`a relay or egress route names the classification "${spec.classification}", which does not exist`));
+  return id;
 }
 
 function resolveMatcher(services: Services, configuration: Configuration, spec: TransformSpec): FieldMatcher {

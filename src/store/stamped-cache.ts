@@ -29,3 +29,27 @@ export class StampedCache<V> {
     return value;
   }
 }
+
+/**
+ * One StampedCache per store, made on first use: for lookups on the request path that live
+ * beside the store rather than in a service object. Keyed by the store, so every service
+ * instance (and every test) has its own.
+ */
+export function perStore<V>(max?: number): (store: Store) => StampedCache<V> {
+  const caches = new WeakMap<Store, StampedCache<V>>();
+  return (store) => {
+    let cache = caches.get(store);
+    if (cache === undefined) {
+      cache = new StampedCache<V>(store, max);
+      caches.set(store, cache);
+    }
+    return cache;
+  };
+}
+
+/** The id of the classification named by id or slug, read from the store only after a write. */
+const classificationIds = perStore<number | undefined>();
+
+export function classificationIdOf(store: Store, idOrSlug: string): number | undefined {
+  return classificationIds(store).get(idOrSlug, () => store.classifications.findByIdOrSlug(idOrSlug)?.id);
+}
