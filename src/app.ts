@@ -37,6 +37,7 @@ import { openApiRoute } from './api/openapi.ts';
 import { LogWriter } from './telemetry/log-writer.ts';
 import { Metrics } from './telemetry/metrics.ts';
 import { RetentionJob } from './telemetry/retention.ts';
+import { nowIso } from './store/sql.ts';
 
 export interface App {
   readonly services: Services;
@@ -91,7 +92,7 @@ function recordApiLog(ctx: RequestContext, services: Services): void {
     destination: ctx.destination,
     durationMs: Math.round(performance.now() - ctx.startedAt),
     ip: ctx.req.socket.remoteAddress ?? '',
-    createdAt: new Date().toISOString(),
+    createdAt: nowIso(),
   });
 }
 

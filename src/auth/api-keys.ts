@@ -1,7 +1,7 @@
 /**
  * API keys (DESIGN §9): `svc_` + 40 base62 characters, stored only as SHA-256.
  */
-import { createHash, randomFillSync } from 'node:crypto';
+import { hash, randomFillSync } from 'node:crypto';
 
 export const API_KEY_PATTERN = /^svc_[A-Za-z0-9]{40}$/;
 export const API_KEY_PREFIX_LENGTH = 12;
@@ -22,7 +22,12 @@ export function generateApiKey(): string {
 }
 
 export function hashApiKey(key: string): Buffer {
-  return createHash('sha256').update(key, 'utf8').digest();
+  return hash('sha256', key, 'buffer');
+}
+
+/** The same SHA-256 as base64 text: a map key, computed in one call on every request. */
+export function apiKeyHashText(key: string): string {
+  return hash('sha256', key, 'base64');
 }
 
 export function apiKeyPrefix(key: string): string {

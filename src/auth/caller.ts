@@ -9,7 +9,7 @@ import { ActionUnauthorizedError, ForbiddenError, UnauthorizedError } from '../e
 import type { Store } from '../store/db.ts';
 import type { User } from '../store/users.ts';
 import { ACCESS_TOKEN_SECRET_LABEL, AccessTokens, type AccessTokenClaims, type IssuedToken } from './access-tokens.ts';
-import { API_KEY_PATTERN, hashApiKey } from './api-keys.ts';
+import { API_KEY_PATTERN, apiKeyHashText } from './api-keys.ts';
 import { LoginThrottle } from './login-throttle.ts';
 import { unusablePasswordHash, verifyPasswordAsync } from './passwords.ts';
 
@@ -99,18 +99,17 @@ export class Authenticator {
     if (apiKeyHeader === undefined) throw new UnauthorizedError();
     const presented = apiKeyHeader.trim();
     if (!API_KEY_PATTERN.test(presented)) throw new UnauthorizedError();
-    const hash = hashApiKey(presented);
+    const hash = apiKeyHashText(presented);
     const stamp = this.store.changeStamp();
     if (stamp !== this.callersStamp) {
       this.callers.clear();
       this.callersStamp = stamp;
     }
-    const cacheKey = hash.toString('latin1');
-    const cached = this.callers.get(cacheKey);
+    const cached = this.callers.get(hash);
     if (cached !== undefined) return cached;
-    const caller = this.lookUp(hash);
+    const caller = this.lookUp(Buffer.from(hash, 'base64'));
     if (this.callers.size >= MAX_CACHED_CALLERS) this.callers.clear();
-    this.callers.set(cacheKey, caller);
+    this.callers.set(hash, caller);
     return caller;
   }
 

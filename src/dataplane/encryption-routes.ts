@@ -20,6 +20,7 @@ import { classificationIdOf } from '../store/stamped-cache.ts';
 import { cachedDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { Services } from './services.ts';
+import { nowIso } from '../store/sql.ts';
 
 export type Mode = 'encrypt' | 'decrypt';
 export type Format = 'json' | 'ndjson';
@@ -186,6 +187,6 @@ export function recordUsage(ctx: RequestContext, services: Services, configurati
     mode,
     fieldCount,
     bytes,
-    createdAt: new Date().toISOString(),
+    createdAt: nowIso(),
   });
 }

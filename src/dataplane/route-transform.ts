@@ -25,6 +25,7 @@ import { recordUsage, type Mode } from './encryption-routes.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
 import type { Services } from './services.ts';
+import { nowIso } from '../store/sql.ts';
 
 /** One direction's transform, compiled once at start. */
 export interface TransformSpec {
@@ -109,7 +110,7 @@ export function logRouteRequest(ctx: RequestContext, services: Services, route: 
       destination: ctx.destination,
       durationMs: Math.round(performance.now() - ctx.startedAt),
       ip: ctx.req.socket.remoteAddress ?? '',
-      createdAt: new Date().toISOString(),
+      createdAt: nowIso(),
     });
   });
 }

@@ -114,7 +114,7 @@ export class JsonTransformer implements MatchedValue {
   private capParts: Buffer[] = [];
 
   // MatchedValue fields, reused for every handler call.
-  raw: Buffer = Buffer.alloc(0);
+  raw: Buffer = EMPTY;
   kind: ValueKind = 's';
   escaped = false;
 

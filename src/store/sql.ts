@@ -8,8 +8,16 @@
  * makes `created_at < ?` comparisons on TEXT columns correct.
  */
 export function nowIso(): string {
-  return new Date().toISOString();
+  // Every logged request asks: one Date and one string per millisecond, not per call.
+  const ms = Date.now();
+  if (ms !== lastIsoMs) {
+    lastIsoMs = ms;
+    lastIso = new Date(ms).toISOString();
+  }
+  return lastIso;
 }
+let lastIsoMs = Number.NaN;
+let lastIso = '';
 
 /** node:sqlite returns BLOBs as Uint8Array; callers want Buffers (for `equals`, `toString`). */
 export function toBuffer(value: Uint8Array): Buffer {
