@@ -10,6 +10,10 @@
  *   A direct        autocannon → echo backend (servers.ts, its own process)
  *   B http-proxy-3  autocannon → http-proxy-3 pass-through (own process) → echo
  *   C nginx         autocannon → nginx on loopback, keep-alive upstream → echo
+ *   E naive         autocannon → a hand-written Node encrypt-and-forward (servers.ts
+ *                   `naive-encrypt`: JSON.parse, AES-256-GCM on the same 5 fields,
+ *                   JSON.stringify, undici) → echo: what the fields' crypto and a JSON
+ *                   round trip cost on this machine with nothing else around them
  *   D svc /proxy    autocannon → the service (`node --max-semi-space-size=2 src/main.ts
  *                   serve`) encrypting 5 fields and forwarding to the echo backend
  *
@@ -35,11 +39,12 @@ import { cannon, paced, round3, type LoadResult, type Target } from './load.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, installNginx, nginxAvailable, SERVICE_NODE_FLAGS, startHelper, startNginx, startService, type Running } from './processes.ts';
 import { formatProfile, summarizeProfile } from './profile.ts';
 
-type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'svc-proxy';
+type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'naive' | 'svc-proxy';
 const LABELS: Record<CaseId, string> = {
   direct: 'A direct (echo)',
   'http-proxy-3': 'B http-proxy-3 pass-through',
   nginx: 'C nginx reverse proxy',
+  naive: 'E naive Node encrypt 5 fields + forward',
   'svc-proxy': 'D svc /proxy encrypt 5 fields + forward',
 };
 const TARGETS = { svcVsHttpProxy3: 0.8, svcVsNginx: 0.4, addedP99Ms: 2 } as const;
@@ -136,16 +141,16 @@ async function check(id: CaseId, target: Target): Promise<void> {
   const res = await fetch(target.url, { method: target.method, headers: target.headers, body: new Uint8Array(target.body) });
   const text = await res.text();
   if (res.status !== 200) throw new Error(`${id}: status ${res.status}: ${text.slice(0, 300)}`);
-  if (id !== 'svc-proxy') {
+  if (id !== 'svc-proxy' && id !== 'naive') {
     if (text !== target.body.toString()) throw new Error(`${id}: the echo did not return the body`);
     return;
   }
   const doc = JSON.parse(text) as Record<string, unknown> & { card: Record<string, unknown> };
   const sent = JSON.parse(target.body.toString()) as Record<string, unknown> & { card: Record<string, unknown> };
   const values = [doc['name'], doc['email'], doc['phone'], doc.card['number'], doc['ssn']];
-  const isToken = (v: unknown) => typeof v === 'string' && v.startsWith('svc:') && v.endsWith(':$');
-  if (!values.every(isToken)) throw new Error(`svc-proxy: the 5 fields were not encrypted: ${text.slice(0, 400)}`);
-  if (doc['notes'] !== sent['notes'] || doc['id'] !== sent['id']) throw new Error('svc-proxy: other fields changed');
+  const isToken = id === 'svc-proxy' ? (v: unknown) => typeof v === 'string' && v.startsWith('svc:') && v.endsWith(':$') : (v: unknown) => typeof v === 'string' && v.startsWith('enc:');
+  if (!values.every(isToken)) throw new Error(`${id}: the 5 fields were not encrypted: ${text.slice(0, 400)}`);
+  if (doc['notes'] !== sent['notes'] || doc['id'] !== sent['id']) throw new Error(`${id}: other fields changed`);
 }
 
 interface Round {
@@ -158,7 +163,14 @@ interface Round {
     readonly autocannon: Record<string, Measured>;
     readonly paced: Record<string, Measured> | null;
   };
-  readonly ratios: { svcVsHttpProxy3: number; svcVsNginx: number | null; cpuSvcVsHttpProxy3: number; cpuSvcVsNginx: number | null };
+  readonly ratios: {
+    svcVsHttpProxy3: number;
+    svcVsNginx: number | null;
+    svcVsNaive: number;
+    cpuSvcVsHttpProxy3: number;
+    cpuSvcVsNginx: number | null;
+    cpuSvcVsNaive: number;
+  };
   /** p99 of D minus p99 of A at the same rate (ms), and the same for B. */
   readonly addedP99Ms: { svcAutocannon: number; httpProxy3Autocannon: number; svcPaced: number | null; httpProxy3Paced: number | null };
 }
@@ -193,6 +205,8 @@ async function main(): Promise<void> {
       nginxNote = 'nginx is not installed: case C skipped (run with --install-nginx, or apt-get install -y nginx)';
       log(nginxNote);
     }
+    const naive = await startHelper('naive-encrypt', `${echo.url}/`);
+    started.push(naive);
     const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs });
     started.push(svc);
 
@@ -207,10 +221,11 @@ async function main(): Promise<void> {
     const targets: Partial<Record<CaseId, { target: Target; pids: readonly number[] }>> = {
       direct: { target: { url: `${echo.url}/`, method: 'POST', headers: plainHeaders, body }, pids: echo.pids },
       'http-proxy-3': { target: { url: `${httpProxy3.url}/`, method: 'POST', headers: plainHeaders, body }, pids: httpProxy3.pids },
+      naive: { target: { url: `${naive.url}/`, method: 'POST', headers: plainHeaders, body }, pids: naive.pids },
       'svc-proxy': { target: { url: `${svc.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders, body }, pids: svc.pids },
     };
     if (nginx !== null) targets.nginx = { target: { url: `${nginx.url}/`, method: 'POST', headers: plainHeaders, body }, pids: nginx.pids };
-    const order = (['direct', 'http-proxy-3', 'nginx', 'svc-proxy'] as const).filter((id) => targets[id] !== undefined);
+    const order = (['direct', 'http-proxy-3', 'nginx', 'naive', 'svc-proxy'] as const).filter((id) => targets[id] !== undefined);
     for (const id of order) await check(id, targets[id]!.target);
 
     const { connections, seconds } = options;
@@ -252,6 +267,7 @@ async function main(): Promise<void> {
       const d = max['svc-proxy']!;
       const b = max['http-proxy-3']!;
       const c = max.nginx;
+      const e = max.naive!;
       const added = (runs: Record<string, Measured> | null, a: string, x: string) =>
         runs === null ? null : round3(runs[x]!.latencyMs.p99 - runs[a]!.latencyMs.p99);
       rounds.push({
@@ -261,8 +277,10 @@ async function main(): Promise<void> {
         ratios: {
           svcVsHttpProxy3: round3(d.rps / b.rps),
           svcVsNginx: c === undefined ? null : round3(d.rps / c.rps),
+          svcVsNaive: round3(d.rps / e.rps),
           cpuSvcVsHttpProxy3: round3(d.requestsPerServerCpuSecond / b.requestsPerServerCpuSecond),
           cpuSvcVsNginx: c === undefined ? null : round3(d.requestsPerServerCpuSecond / c.requestsPerServerCpuSecond),
+          cpuSvcVsNaive: round3(d.requestsPerServerCpuSecond / e.requestsPerServerCpuSecond),
         },
         addedP99Ms: {
           svcAutocannon: added(viaCannon, 'direct@svc', 'svc-proxy')!,
@@ -292,6 +310,7 @@ async function main(): Promise<void> {
         serviceNodeFlags: [...SERVICE_NODE_FLAGS, ...options.svcNodeArgs],
         serviceConfig: 'file store in a temp dir (logs written on the log thread), logging.level warn, defaults otherwise',
         httpProxy3: 'createProxyServer({ target, agent: http.Agent({ keepAlive: true, maxSockets: 64 }) })',
+        naive: 'servers.ts naive-encrypt: whole body, JSON.parse, AES-256-GCM (random 96-bit nonce, no AAD) on the 5 fields, JSON.stringify, undici request (64 connections)',
         nginx: nginx === null ? nginxNote : `worker_processes ${options.nginxWorkers}; upstream keepalive 64; proxy_http_version 1.1; proxy_set_header Connection ""`,
         loadGenerator: `autocannon ${connections} connections in the parent process; latencies are exact per-response times`,
       },
@@ -312,6 +331,8 @@ export interface Summary {
   readonly ratios: {
     svcVsHttpProxy3: { median: number; samples: number[]; cpuMedian: number; target: number; verdict: string };
     svcVsNginx: { median: number; samples: number[]; cpuMedian: number; target: number; verdict: string } | null;
+    /** No target: how the service compares with the hand-written reference. */
+    svcVsNaive: { median: number; samples: number[]; cpuMedian: number };
     addedP99Autocannon: { median: number; samples: number[]; target: number; verdict: string };
     addedP99Paced: { median: number; samples: number[]; target: number; verdict: string } | null;
     httpProxy3AddedP99Autocannon: number;
@@ -369,6 +390,11 @@ function summarize(rounds: readonly Round[], order: readonly CaseId[]): Summary 
     ratios: {
       svcVsHttpProxy3: ratio((r) => r.ratios.svcVsHttpProxy3, (r) => r.ratios.cpuSvcVsHttpProxy3, TARGETS.svcVsHttpProxy3)!,
       svcVsNginx: ratio((r) => r.ratios.svcVsNginx, (r) => r.ratios.cpuSvcVsNginx, TARGETS.svcVsNginx),
+      svcVsNaive: {
+        median: round3(median(rounds.map((r) => r.ratios.svcVsNaive))),
+        samples: rounds.map((r) => r.ratios.svcVsNaive),
+        cpuMedian: round3(median(rounds.map((r) => r.ratios.cpuSvcVsNaive))),
+      },
       addedP99Autocannon: added((r) => r.addedP99Ms.svcAutocannon)!,
       addedP99Paced: added((r) => r.addedP99Ms.svcPaced),
       httpProxy3AddedP99Autocannon: round3(median(rounds.map((r) => r.addedP99Ms.httpProxy3Autocannon))),
@@ -391,6 +417,7 @@ function formatTable(s: Summary, options: Options): string {
   if (r.svcVsNginx !== null) {
     lines.push(`D ÷ C req/s: ${r.svcVsNginx.median.toFixed(2)}× (rounds ${r.svcVsNginx.samples.join(', ')}; per CPU-s ${r.svcVsNginx.cpuMedian.toFixed(2)}×)  target ≥ ${TARGETS.svcVsNginx}×  ${r.svcVsNginx.verdict}`);
   }
+  lines.push(`D ÷ E req/s: ${r.svcVsNaive.median.toFixed(2)}× (rounds ${r.svcVsNaive.samples.join(', ')}; per CPU-s ${r.svcVsNaive.cpuMedian.toFixed(2)}×)  no target: E is the hand-written reference`);
   const h = s.halfLoad;
   lines.push('');
   lines.push(`half load (p99 ms)                 rate/s   autocannon overallRate   paced`);

@@ -1,7 +1,7 @@
 /**
  * A 1 GB JSON array streamed through `/proxy` encrypt-and-forward (issue 4, "Must show"):
  *
- *   node bench/http/stream-1gb.ts [--mb N] [--profile]
+ *   node bench/http/stream-1gb.ts [--mb N] [--profile] [--svc-node-args="--flag ..."] [--svc-env K=V,...]
  *
  * The service runs as a child process exactly as `npm start` runs it; a client in this
  * process writes a JSON array of records generated on the fly, honouring backpressure,
@@ -9,7 +9,8 @@
  * to a destination (servers.ts `discard`, its own process) that counts and drops the
  * bytes. The service's VmRSS is sampled from /proc every 100 ms and its VmHWM read at the
  * end. Prints throughput and peak RSS and writes bench/results/http-stream-1gb.json
- * (`--mb` other than 1024 writes http-stream-1gb-quick.json instead). `--profile` runs the
+ * (`--mb` other than 1024 writes http-stream-1gb-quick.json, `--svc-node-args` or `--svc-env`
+ * http-stream-1gb-experiment.json instead). `--profile` runs the
  * service with `--cpu-prof` and prints its top self-time functions (results not written).
  */
 import { once } from 'node:events';
@@ -23,7 +24,7 @@ import { loadAverage, machineInfo } from '../lib/report.ts';
 import { FIELDS, streamRecord } from './body.ts';
 import { round3 } from './load.ts';
 import { formatProfile, summarizeProfile } from './profile.ts';
-import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, SERVICE_NODE_FLAGS, startHelper, startService, type Running } from './processes.ts';
+import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, SERVICE_ENV, SERVICE_NODE_FLAGS, startHelper, startService, type Running } from './processes.ts';
 
 const MIB = 1024 * 1024;
 const TARGET_PEAK_RSS_MIB = 150;
@@ -63,7 +64,17 @@ async function settle(url: string, destination: string): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { mb: { type: 'string', default: '1024' }, profile: { type: 'boolean', default: false } }, strict: true });
+  const { values } = parseArgs({
+    options: { mb: { type: 'string', default: '1024' }, profile: { type: 'boolean', default: false }, 'svc-node-args': { type: 'string', default: '' },
+      'svc-env': { type: 'string', default: '' },
+    },
+    strict: true,
+  });
+  const extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
+  const extraEnv = Object.fromEntries(
+    values['svc-env'].split(',').filter((kv) => kv !== '').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+  );
+  const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0;
   const mb = Number(values.mb);
   if (!Number.isInteger(mb) || mb < 1) throw new Error('--mb must be a positive integer');
   const total = mb * MIB;
@@ -79,7 +90,8 @@ async function main(): Promise<void> {
     const profDir = values.profile ? mkdtempSync(join(tmpdir(), 'svc-bench-prof-')) : null;
     const svc = await startService({
       destinations: [sink.url],
-      nodeArgs: profDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`],
+      env: extraEnv,
+      nodeArgs: [...extraNodeArgs, ...(profDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`])],
       server: 'request_timeout: 30m',
       yaml: 'forwarding: { headers_timeout: 30m, body_timeout: 120s }',
     });
@@ -134,7 +146,8 @@ async function main(): Promise<void> {
       updated: machine.date,
       machine,
       setup: {
-        serviceNodeFlags: SERVICE_NODE_FLAGS,
+        serviceNodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs],
+        serviceEnv: { ...SERVICE_ENV, ...extraEnv },
         fields: FIELDS.map((f) => `*.${f}`),
         recordBytesAbout: Buffer.byteLength(streamRecord(123456)),
         destination: 'servers.ts discard: counts and drops the body, answers {"bytes": n}',
@@ -176,7 +189,8 @@ async function main(): Promise<void> {
     }
     const dir = new URL('../results/', import.meta.url);
     mkdirSync(dir, { recursive: true });
-    const path = new URL(mb === 1024 ? 'http-stream-1gb.json' : 'http-stream-1gb-quick.json', dir);
+    const name = experiment ? 'http-stream-1gb-experiment.json' : mb === 1024 ? 'http-stream-1gb.json' : 'http-stream-1gb-quick.json';
+    const path = new URL(name, dir);
     writeFileSync(path, `${JSON.stringify(result, null, 2)}\n`);
     log(`\nwrote ${path.pathname}`);
   } finally {
