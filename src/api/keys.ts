@@ -68,9 +68,12 @@ export function destroyKeyVersion(services: Pick<Services, 'store' | 'codecs'>, 
   if (outcome === 'not-found') throw new NotFoundError();
   if (outcome === 'already-destroyed') throw new ValidationError({ version: [alreadyDestroyed(version)] });
   if (outcome === 'current') throw new ValidationError({ version: [isCurrent(version)] });
-  // The row's new updated_at rebuilds the codec anyway; dropping it now frees the key schedule at once.
-  services.codecs.forget(configuration.id);
-  const after = configurations.findById(configuration.id) ?? configuration;
+  // Rebuilt now rather than on the next request, so the destroyed version's key schedule
+  // is dropped at once; the other versions' material carries over.
+  const found = configurations.findById(configuration.id);
+  if (found === undefined) services.codecs.forget(configuration.id);
+  else services.codecs.get(found);
+  const after = found ?? configuration;
   const destroyed = configurations.keys(configuration.id).find((k) => k.version === version) ?? key;
   return keyVersionView(after, destroyed);
 }

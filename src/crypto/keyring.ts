@@ -15,7 +15,11 @@ export const MAX_KEY_VERSION = 2 ** 31 - 1;
 
 const NONCE_KEY_INFO = 'svc-sidecar deterministic nonce v1';
 
-export type KeyVersionInput = { version: number; key: Buffer; destroyed?: boolean };
+/**
+ * One version: its 32-byte key, or `material` a previous keyring built from the same key
+ * (a rebuild after a rotation reuses it instead of deriving everything again).
+ */
+export type KeyVersionInput = { version: number; key: Buffer; destroyed?: boolean; material?: KeyMaterial };
 
 export type KeyMaterial = {
   readonly version: number;
@@ -63,10 +67,14 @@ export class Keyring {
         this.#destroyed.add(v.version);
         continue;
       }
-      if (!Buffer.isBuffer(v.key) || v.key.length !== DATA_KEY_SIZE) {
+      if (v.material !== undefined) {
+        if (v.material.version !== v.version) throw new RangeError(`key material of version ${v.material.version} given for version ${v.version}`);
+        this.#material.set(v.version, v.material);
+      } else if (!Buffer.isBuffer(v.key) || v.key.length !== DATA_KEY_SIZE) {
         throw new RangeError(`data key of version ${v.version} must be 32 bytes`);
+      } else {
+        this.#material.set(v.version, buildMaterial(v.version, v.key));
       }
-      this.#material.set(v.version, buildMaterial(v.version, v.key));
       if (v.version > current) current = v.version;
     }
     if (current === 0) throw new RangeError('every key version of the keyring is destroyed');
@@ -92,6 +100,11 @@ export class Keyring {
     if (material === undefined) return this.#destroyed.has(version) ? 'destroyed' : 'unknown-version';
     if (version < this.minDecryptionVersion) return 'below-minimum';
     return material;
+  }
+
+  /** A version's material whatever the minimum decryption version, for reuse by the next keyring. */
+  materialOf(version: number): KeyMaterial | undefined {
+    return this.#material.get(version);
   }
 
   /** Version numbers, destroyed ones included, ascending. */

@@ -1,9 +1,11 @@
 /**
  * Token codecs per configuration, built once (keys unwrapped, KeyObjects made) and
  * rebuilt only when the configuration's row changes (rotation, min version, destroy).
+ * A rebuild reuses the material of every version whose wrapped key is unchanged: a
+ * rotation unwraps one key, not every version the configuration ever had.
  */
 import { unwrapDataKey } from '../crypto/data-keys.ts';
-import { Keyring } from '../crypto/keyring.ts';
+import { Keyring, type KeyVersionInput } from '../crypto/keyring.ts';
 import type { MasterKey } from '../crypto/master-key.ts';
 import { TokenCodec } from '../crypto/token.ts';
 import { InternalError } from '../errors.ts';
@@ -14,7 +16,12 @@ import { StampedCache } from '../store/stamped-cache.ts';
 interface Entry {
   stamp: string;
   codec: TokenCodec;
+  /** The wrapped key each version's material was built from. */
+  wrapped: Map<number, Buffer>;
 }
+
+/** The `key` of a version that is destroyed or reuses its material: never read, never zeroed. */
+const NO_KEY = Buffer.alloc(0);
 
 export class CodecCache {
   private readonly store: Store;
@@ -37,9 +44,9 @@ export class CodecCache {
     const stamp = `${configuration.updatedAt}|${configuration.keyVersion}|${configuration.minDecryptionVersion}`;
     const cached = this.entries.get(configuration.id);
     if (cached !== undefined && cached.stamp === stamp) return cached.codec;
-    const codec = this.build(configuration);
-    this.entries.set(configuration.id, { stamp, codec });
-    return codec;
+    const entry: Entry = { stamp, ...this.build(configuration, cached) };
+    this.entries.set(configuration.id, entry);
+    return entry.codec;
   }
 
   /** Drops a configuration's codec (deleted configurations). */
@@ -47,15 +54,27 @@ export class CodecCache {
     this.entries.delete(configurationId);
   }
 
-  private build(configuration: Configuration): TokenCodec {
+  private build(configuration: Configuration, previous: Entry | undefined): Omit<Entry, 'stamp'> {
     if (configuration.keyringId === null) throw new InternalError(new Error(`configuration ${configuration.id} has no keyring`));
-    const versions = this.store.configurations.keys(configuration.id).map((k) => ({
-      version: k.version,
-      key: k.destroyedAt === null ? unwrapDataKey(this.master, configuration.id, k.version, k.wrapped) : Buffer.alloc(32),
-      destroyed: k.destroyedAt !== null,
-    }));
-    const keyring = new Keyring(configuration.keyringId, versions, { minDecryptionVersion: configuration.minDecryptionVersion });
-    for (const v of versions) v.key.fill(0);
-    return new TokenCodec(keyring, { deterministic: configuration.deterministic });
+    // The same keyring id, or nothing carries over (a configuration re-created under the same id).
+    const reusable = previous !== undefined && previous.codec.keyring.id.equals(configuration.keyringId) ? previous : undefined;
+    const wrapped = new Map<number, Buffer>();
+    const versions: KeyVersionInput[] = [];
+    try {
+      for (const k of this.store.configurations.keys(configuration.id)) {
+        if (k.destroyedAt !== null) {
+          versions.push({ version: k.version, key: NO_KEY, destroyed: true });
+          continue;
+        }
+        wrapped.set(k.version, k.wrapped);
+        const material = reusable?.wrapped.get(k.version)?.equals(k.wrapped) === true ? reusable.codec.keyring.materialOf(k.version) : undefined;
+        versions.push(material !== undefined ? { version: k.version, key: NO_KEY, material } : { version: k.version, key: unwrapDataKey(this.master, configuration.id, k.version, k.wrapped) });
+      }
+      const keyring = new Keyring(configuration.keyringId, versions, { minDecryptionVersion: configuration.minDecryptionVersion });
+      return { codec: new TokenCodec(keyring, { deterministic: configuration.deterministic }), wrapped };
+    } finally {
+      // Unwrapped keys live only until the keyring has derived its material from them.
+      for (const v of versions) if (v.key !== NO_KEY) v.key.fill(0);
+    }
   }
 }

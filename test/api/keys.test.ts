@@ -272,3 +272,35 @@ test('the key list shows retired versions; provider configurations have no keys;
   const refused = await call(replica.url, `${LIST}/${replicaId}/keys/1/destroy`, { body: '{"confirm":"payments/v1"}' });
   assert.equal(refused.status, 409);
 });
+
+test('a rebuilt keyring derives only what changed: other versions keep their material, a destroyed one loses it', async (t) => {
+  const running = await startApp(t);
+  const { url, app } = running;
+  const v1Doc = await encryptedV1(running);
+  const id = await configurationId(url, 'payments');
+  const keyring = () => app.services.codecs.get(app.services.codecs.configuration('payments')!).keyring;
+  const v1 = keyring().materialOf(1);
+  assert.notEqual(v1, undefined);
+  for (let version = 2; version <= 4; version++) {
+    assert.equal((await call(url, `${LIST}/${id}/rotate`)).status, 200);
+    const enc = await call(url, ENC, { body: DOC, headers: { 'x-svc-fields': FIELDS } });
+    assert.equal(enc.status, 200);
+    for (const token of tokens(enc.json).values()) assert.match(token, new RegExp(`^svc:${version}:`));
+    assert.equal(keyring().current, version);
+    assert.equal(keyring().materialOf(1), v1, `version 1's material carried over to the keyring of version ${version}`);
+  }
+  const v3 = keyring().materialOf(3);
+  assert.notEqual(v3, undefined);
+  assert.notEqual(v3, v1);
+  // Carried-over material opens the old tokens.
+  const opened = await call(url, DEC, { body: v1Doc });
+  assert.equal(opened.status, 200);
+  assert.equal(opened.text, DOC);
+
+  const destroyed = await call(url, `${LIST}/${id}/keys/2/destroy`, { body: JSON.stringify({ confirm: 'payments/v2' }) });
+  assert.equal(destroyed.status, 200);
+  assert.equal(keyring().forDecrypt(2), 'destroyed');
+  assert.equal(keyring().materialOf(2), undefined);
+  assert.equal(keyring().materialOf(1), v1);
+  assert.equal(keyring().materialOf(3), v3);
+});

@@ -88,3 +88,16 @@ test('inspect and JSON do not reveal key material', () => {
     assert.ok(!s.includes('cdcdcd'), s);
   }
 });
+
+test('a keyring can take a version\'s material from an earlier keyring instead of its key', () => {
+  const first = new Keyring(ID, [{ version: 1, key: K1 }], { minDecryptionVersion: 0 });
+  const v1 = first.materialOf(1)!;
+  const next = new Keyring(ID, [{ version: 1, key: Buffer.alloc(0), material: v1 }, { version: 2, key: K2 }], { minDecryptionVersion: 2 });
+  assert.equal(next.materialOf(1), v1);
+  // Below the minimum it cannot decrypt, but the material is still there for the next rebuild.
+  assert.equal(next.forDecrypt(1), 'below-minimum');
+  assert.equal(next.forEncrypt().version, 2);
+  assert.equal(next.materialOf(3), undefined);
+  // Material and version must agree.
+  assert.throws(() => new Keyring(ID, [{ version: 2, key: Buffer.alloc(0), material: v1 }]), /key material of version 1 given for version 2/);
+});
