@@ -43,6 +43,8 @@ export interface ForwardOptions {
   readonly keepHost?: boolean;
   /** Set after cleaning, replacing what the client sent. */
   readonly setHeaders?: Readonly<Record<string, string>>;
+  /** Request headers (lowercase) not passed on, beyond the hop-by-hop ones. */
+  readonly dropHeaders?: ReadonlySet<string>;
   /**
    * Answers the client instead of relaying the response as-is (response transforms).
    * It must consume or destroy the response body.
@@ -191,7 +193,7 @@ function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destinatio
   // for-in rather than Object.entries: no pair array per header on every request.
   for (const name in incoming) {
     const value = incoming[name];
-    if (value === undefined || name.startsWith('x-svc-') || NOT_FORWARDED.has(name) || listed.has(name)) continue;
+    if (value === undefined || name.startsWith('x-svc-') || NOT_FORWARDED.has(name) || listed.has(name) || options.dropHeaders?.has(name) === true) continue;
     if (name === 'authorization' && options.keepAuthorization !== true && isBearer(value)) continue;
     if (!isSafeValue(value)) throw unforwardableHeaderError(name);
     out[name] = value;

@@ -274,7 +274,10 @@ async function* streamed(ctx: RequestContext, limit: number, transform: BodyTran
 
 /**
  * Forwarding options for a route. With a response transform the upstream is asked for an
- * uncompressed answer, which is the only kind that can be transformed.
+ * uncompressed and whole answer, the only kind that can be transformed: a part of a JSON
+ * document is not JSON, and a byte range of the upstream's representation means nothing
+ * once its fields have been rewritten. `Range` is dropped, so the client gets the whole
+ * transformed answer with a 200, which RFC 9110 §14.2 allows any server to send.
  */
 export function routeForwardOptions(services: Services, route: TransformRoute, configuration: Configuration, keepHost: boolean): ForwardOptions {
   const spec = route.response;
@@ -283,12 +286,16 @@ export function routeForwardOptions(services: Services, route: TransformRoute, c
     keepAuthorization: true,
     keepHost,
     setHeaders: { 'accept-encoding': 'identity' },
+    dropHeaders: WHOLE_ANSWER,
     respond: (ctx, response, method) => respondTransformed(ctx, services, configuration, spec, response, method),
   };
 }
 
+/** Request headers that would ask the upstream for less than the whole answer. */
+const WHOLE_ANSWER: ReadonlySet<string> = new Set(['range', 'if-range']);
+
 /** Response headers that describe the upstream's bytes, wrong once the body is rewritten. */
-const REWRITTEN = new Set(['content-length', 'content-md5', 'digest', 'content-digest', 'repr-digest']);
+const REWRITTEN = new Set(['content-length', 'content-md5', 'digest', 'content-digest', 'repr-digest', 'accept-ranges']);
 
 async function respondTransformed(
   ctx: RequestContext,

@@ -476,3 +476,46 @@ test('HEAD and 204 on a response route are relayed without a body', async (t) =>
   assert.equal(none.status, 204);
   assert.equal(await none.text(), '');
 });
+
+test('a range request on a response route gets the whole transformed answer: range is not passed on, accept-ranges not advertised', async (t) => {
+  let reply = '';
+  // An application that honours ranges, as a static file server would.
+  const app = await startUpstream(t, (req, _body, res) => {
+    const whole = Buffer.from(reply);
+    const range = /^bytes=(\d+)-(\d+)$/.exec(String(req.headers['range'] ?? ''));
+    if (range !== null) {
+      const part = whole.subarray(Number(range[1]), Number(range[2]) + 1);
+      res.writeHead(206, { 'content-type': 'application/json', 'content-range': `bytes ${range[1]}-${range[2]}/${whole.length}`, 'accept-ranges': 'bytes', 'content-length': part.length });
+      res.end(part);
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'accept-ranges': 'bytes', 'content-length': whole.length });
+    res.end(whole);
+  });
+  const { url, relay } = await startRelay(t, app.url);
+  const ssn = await token(url, '123-45-6789');
+  reply = `{"ssn":"${ssn}","id":7}`;
+
+  const decrypted = await fetch(`${relay}/records/7`, { headers: { range: 'bytes=0-9', 'if-range': '"v1"' } });
+  assert.equal(decrypted.status, 200);
+  assert.equal(await decrypted.text(), '{"ssn":"123-45-6789","id":7}');
+  assert.equal(decrypted.headers.get('accept-ranges'), null);
+  assert.equal(decrypted.headers.get('content-range'), null);
+  assert.equal(app.seen.at(-1)!.headers['range'], undefined, 'the application never saw the range');
+  assert.equal(app.seen.at(-1)!.headers['if-range'], undefined);
+
+  reply = '{"email":"ada@example.com","id":42}';
+  const encrypted = await fetch(`${relay}/export`, { headers: { range: 'bytes=5-20' } });
+  const text = await encrypted.text();
+  assert.equal(encrypted.status, 200);
+  assert.equal(encrypted.headers.get('accept-ranges'), null);
+  assert.match(JSON.parse(text).email, TOKEN);
+  assert.equal(app.seen.at(-1)!.headers['range'], undefined);
+
+  // A path no route matches keeps its ranges: pass-through is byte for byte.
+  reply = '0123456789abcdef';
+  const passed = await fetch(`${relay}/static/file`, { headers: { range: 'bytes=2-5' } });
+  assert.equal(passed.status, 206);
+  assert.equal(await passed.text(), '2345');
+  assert.equal(passed.headers.get('accept-ranges'), 'bytes');
+});
