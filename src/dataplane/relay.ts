@@ -16,6 +16,7 @@ import type { Logger } from 'pino';
 import { parseListen } from '../config/load.ts';
 import type { RelayConfig } from '../config/schema.ts';
 import { ClientGoneError } from '../http/body.ts';
+import { BadRequestError } from '../errors.ts';
 import { RequestContext } from '../http/context.ts';
 import { sendError } from '../http/respond.ts';
 import { answerAndClose, answerClientError, nodeServerOptions, type ServerOptions } from '../http/server.ts';
@@ -223,10 +224,10 @@ export class RelayServer {
     // The same rule as for transformed requests (Forwarder): control and non-ASCII bytes
     // in a header value never reach the application, whichever way the request goes.
     const unsafe = unforwardableHeader(req.headers);
-    if (unsafe !== null) {
+    if (unsafe !== null || !passesUnchanged(req.url)) {
       const ctx = new RequestContext(req, res);
       ctx.closeConnection = true;
-      sendError(ctx, unforwardableHeaderError(unsafe), this.logger);
+      sendError(ctx, unsafe !== null ? unforwardableHeaderError(unsafe) : new BadRequestError(UNCHANGEABLE_TARGET), this.logger);
       return;
     }
     this.proxy.web(req, res, (err) => {
@@ -241,7 +242,7 @@ export class RelayServer {
     this.upgraded.add(socket);
     socket.once('close', () => this.upgraded.delete(socket));
     socket.on('error', () => socket.destroy());
-    if (unforwardableHeader(req.headers) !== null) {
+    if (unforwardableHeader(req.headers) !== null || !passesUnchanged(req.url)) {
       answerAndClose(socket, 400);
       return;
     }
@@ -259,4 +260,19 @@ export class RelayServer {
       }
     });
   }
+}
+
+const UNCHANGEABLE_TARGET = 'The request target cannot be passed on unchanged.';
+
+/**
+ * Whether the pass-through (http-proxy-3, which re-parses the target as a URL) would send
+ * the application exactly the target the client wrote. Anything it would rewrite — dot
+ * segments, `\`, a fragment, characters a URL escapes, absolute form — or cannot parse
+ * at all is refused: a rewritten path could land on a route's path without the route's
+ * transform, and an unparsable one would throw inside the proxy.
+ */
+export function passesUnchanged(target: string | undefined): boolean {
+  if (target === undefined || !target.startsWith('/') || target.startsWith('//')) return false;
+  const parsed = URL.parse(target, 'http://relay.invalid');
+  return parsed !== null && `${parsed.pathname}${parsed.search}` === target;
 }

@@ -309,14 +309,14 @@ async function respondTransformed(
   const kind = bodyKind(response.headers['content-type'], response.headers['content-encoding']);
   if (bodiless || kind === 'other') return relay(ctx, response, method);
   if (kind === 'unreadable') {
-    response.body.destroy();
+    discard(response.body);
     throw new UpstreamResponseError(new Error(`the upstream answered ${String(response.headers['content-type'])} that cannot be transformed`));
   }
   let transform: BodyTransform;
   try {
     transform = new BodyTransform(services, configuration, spec, kind);
   } catch (err) {
-    response.body.destroy();
+    discard(response.body);
     throw err;
   }
   if (spec.mode === 'decrypt') await respondWhole(ctx, response, transform, services.config.server.body_limit);
@@ -334,7 +334,7 @@ async function respondWhole(ctx: RequestContext, response: Dispatcher.ResponseDa
     }
     transform.end(out);
   } catch (err) {
-    response.body.destroy();
+    discard(response.body);
     if (ctx.res.destroyed) throw new ClientGoneError();
     throw new UpstreamResponseError(err);
   }
@@ -358,7 +358,7 @@ async function respondStreamed(ctx: RequestContext, response: Dispatcher.Respons
     }
     transform.end(out);
   } catch (err) {
-    response.body.destroy();
+    discard(response.body);
     if (err instanceof ClientGoneError || ctx.res.destroyed) throw new ClientGoneError();
     throw new UpstreamResponseError(err);
   }
@@ -389,4 +389,13 @@ function write(res: ServerResponse, chunk: Buffer): Promise<void> {
     res.on('drain', onDrain);
     res.on('close', onClose);
   });
+}
+
+/**
+ * Stops reading an answer that will not be relayed. Destroying undici's body stream can
+ * emit 'error' (an aborted body), which with no listener would end the process.
+ */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => {});
+  body.destroy();
 }

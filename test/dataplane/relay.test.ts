@@ -519,3 +519,43 @@ test('a range request on a response route gets the whole transformed answer: ran
   assert.equal(await passed.text(), '2345');
   assert.equal(passed.headers.get('accept-ranges'), 'bytes');
 });
+
+test('pass-through refuses a target it could not pass on unchanged (400), and the service keeps running', async (t) => {
+  const app = await startUpstream(t);
+  const { url, relay } = await startRelay(t, app.url);
+  const port = Number(new URL(relay).port);
+  // Targets the URL parser would rewrite or reject: each once crashed the process or
+  // reached the application as another path (`/x/..\patients/7` as `/patients/7`, a
+  // request-encrypt route's path, with the body untransformed).
+  for (const target of ['/\\', '/\\?x', '/\\@', 'http://[/x', 'http://:1/x', '/x/..\\patients/7', '/patients/7#/../../x', '/a/%2e%2e/b', '//x/y']) {
+    const answer = await rawRequest(port, `POST ${target} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 21\r\nconnection: close\r\n\r\n{"ssn":"123-45-6789"}`);
+    assert.match(answer, /^HTTP\/1\.1 400 /, `${target}: ${answer.slice(0, 80)}`);
+    assert.ok(answer.includes('{"message":"The request target cannot be passed on unchanged."}'), target);
+    const upgrade = await rawRequest(port, `GET ${target} HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n`);
+    assert.match(upgrade, /^HTTP\/1\.1 400 /, `upgrade ${target}`);
+  }
+  assert.equal(app.seen.length, 0, 'nothing reached the application');
+  // Plain targets still pass through, and the service still answers.
+  const plain = await fetch(`${relay}/static/a.b/c?q=1&r=%2F`);
+  assert.equal(plain.status, 200);
+  assert.equal(app.seen.at(-1)!.url, '/static/a.b/c?q=1&r=%2F');
+  assert.equal((await fetch(`${url}/healthz`)).status, 200);
+});
+
+test('an application answer a response route cannot read gets 502, and the service keeps running', async (t) => {
+  let headers: Record<string, string> = {};
+  const app = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, headers);
+    res.end('{"ssn":"x"}');
+  });
+  const { url, relay } = await startRelay(t, app.url);
+  const unreadable: Array<Record<string, string>> = [{ 'content-type': 'application/json', 'content-encoding': 'gzip' }, { 'content-type': 'application/json; charset=iso-8859-1' }];
+  for (const h of unreadable) {
+    headers = h;
+    const res = await fetch(`${relay}/records/1`);
+    assert.equal(res.status, 502);
+    assert.deepEqual(await res.json(), { message: 'The upstream response could not be transformed.' });
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal((await fetch(`${url}/healthz`)).status, 200);
+  }
+});

@@ -565,6 +565,11 @@ const REVIEWED: ReadonlyArray<{ file: string; line: string; why: string }> = [
     line: "if (key.length !== MASTER_KEY_SIZE || key.toString('base64').slice(0, 43) !== standard.slice(0, 43)) {",
     why: 'canonical-encoding check of the operator\'s own master key at start-up: no request reaches it, so its timing is no oracle',
   },
+  {
+    file: 'src/crypto/keyring.ts',
+    line: 'if (v.material.version !== v.version) throw new RangeError(`key material of version ${v.material.version} given for version ${v.version}`);',
+    why: 'compares two key version numbers, which are public (every token carries its version), not key material',
+  },
 ];
 
 interface Token {
