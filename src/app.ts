@@ -27,6 +27,7 @@ import { Router } from './http/router.ts';
 import { createHttpServer, type Handler } from './http/server.ts';
 import { openStore, type Store } from './store/db.ts';
 import { applySeed, type SeedDeps } from './store/seed.ts';
+import { nowIso } from './store/sql.ts';
 import { FileSource, logSeedResult } from './sync/file-source.ts';
 import { createReplication, type Replication } from './sync/replica.ts';
 import { createLogger } from './telemetry/logger.ts';
@@ -37,7 +38,6 @@ import { openApiRoute } from './api/openapi.ts';
 import { LogWriter } from './telemetry/log-writer.ts';
 import { Metrics } from './telemetry/metrics.ts';
 import { RetentionJob } from './telemetry/retention.ts';
-import { nowIso } from './store/sql.ts';
 
 export interface App {
   readonly services: Services;

@@ -16,10 +16,14 @@ export const MAX_KEY_VERSION = 2 ** 31 - 1;
 const NONCE_KEY_INFO = 'svc-sidecar deterministic nonce v1';
 
 /**
- * One version: its 32-byte key, or `material` a previous keyring built from the same key
- * (a rebuild after a rotation reuses it instead of deriving everything again).
+ * One version: its 32-byte key; or `material` a previous keyring built from the same key
+ * (a rebuild after a rotation reuses it instead of deriving everything again); or a
+ * destroyed version, whose key is ignored. A `key` given beside `material` is ignored too.
  */
-export type KeyVersionInput = { version: number; key: Buffer; destroyed?: boolean; material?: KeyMaterial };
+export type KeyVersionInput =
+  | { version: number; key: Buffer; destroyed?: false }
+  | { version: number; material: KeyMaterial; key?: Buffer; destroyed?: false }
+  | { version: number; destroyed: true; key?: Buffer };
 
 export type KeyMaterial = {
   readonly version: number;
@@ -67,7 +71,7 @@ export class Keyring {
         this.#destroyed.add(v.version);
         continue;
       }
-      if (v.material !== undefined) {
+      if ('material' in v) {
         if (v.material.version !== v.version) throw new RangeError(`key material of version ${v.material.version} given for version ${v.version}`);
         this.#material.set(v.version, v.material);
       } else if (!Buffer.isBuffer(v.key) || v.key.length !== DATA_KEY_SIZE) {

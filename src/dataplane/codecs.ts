@@ -20,9 +20,6 @@ interface Entry {
   wrapped: Map<number, Buffer>;
 }
 
-/** The `key` of a version that is destroyed or reuses its material: never read, never zeroed. */
-const NO_KEY = Buffer.alloc(0);
-
 export class CodecCache {
   private readonly store: Store;
   private readonly master: MasterKey;
@@ -60,21 +57,28 @@ export class CodecCache {
     const reusable = previous !== undefined && previous.codec.keyring.id.equals(configuration.keyringId) ? previous : undefined;
     const wrapped = new Map<number, Buffer>();
     const versions: KeyVersionInput[] = [];
+    const unwrapped: Buffer[] = [];
     try {
       for (const k of this.store.configurations.keys(configuration.id)) {
         if (k.destroyedAt !== null) {
-          versions.push({ version: k.version, key: NO_KEY, destroyed: true });
+          versions.push({ version: k.version, destroyed: true });
           continue;
         }
         wrapped.set(k.version, k.wrapped);
         const material = reusable?.wrapped.get(k.version)?.equals(k.wrapped) === true ? reusable.codec.keyring.materialOf(k.version) : undefined;
-        versions.push(material !== undefined ? { version: k.version, key: NO_KEY, material } : { version: k.version, key: unwrapDataKey(this.master, configuration.id, k.version, k.wrapped) });
+        if (material !== undefined) {
+          versions.push({ version: k.version, material });
+          continue;
+        }
+        const key = unwrapDataKey(this.master, configuration.id, k.version, k.wrapped);
+        unwrapped.push(key);
+        versions.push({ version: k.version, key });
       }
       const keyring = new Keyring(configuration.keyringId, versions, { minDecryptionVersion: configuration.minDecryptionVersion });
       return { codec: new TokenCodec(keyring, { deterministic: configuration.deterministic }), wrapped };
     } finally {
       // Unwrapped keys live only until the keyring has derived its material from them.
-      for (const v of versions) if (v.key !== NO_KEY) v.key.fill(0);
+      for (const key of unwrapped) key.fill(0);
     }
   }
 }

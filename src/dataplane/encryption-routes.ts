@@ -16,11 +16,11 @@ import { bodyChunks, consumeBody, hasBody, isJsonContentType } from '../http/bod
 import type { RequestContext } from '../http/context.ts';
 import { JSON_CONTENT_TYPE, sendBody } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
+import { nowIso } from '../store/sql.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { cachedDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { Services } from './services.ts';
-import { nowIso } from '../store/sql.ts';
 
 export type Mode = 'encrypt' | 'decrypt';
 export type Format = 'json' | 'ndjson';

@@ -271,7 +271,7 @@ const UNCHANGEABLE_TARGET = 'The request target cannot be passed on unchanged.';
  * at all is refused: a rewritten path could land on a route's path without the route's
  * transform, and an unparsable one would throw inside the proxy.
  */
-export function passesUnchanged(target: string | undefined): boolean {
+function passesUnchanged(target: string | undefined): boolean {
   if (target === undefined || !target.startsWith('/') || target.startsWith('//')) return false;
   const parsed = URL.parse(target, 'http://relay.invalid');
   return parsed !== null && `${parsed.pathname}${parsed.search}` === target;

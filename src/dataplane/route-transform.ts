@@ -20,12 +20,12 @@ import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
 import { bodyChunks, ClientGoneError, hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
+import { nowIso } from '../store/sql.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { recordUsage, type Mode } from './encryption-routes.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
 import type { Services } from './services.ts';
-import { nowIso } from '../store/sql.ts';
 
 /** One direction's transform, compiled once at start. */
 export interface TransformSpec {
