@@ -20,14 +20,14 @@ import { EgressRoutes, egressRoute } from './dataplane/egress.ts';
 import { compileRelayRoutes, RelayServer } from './dataplane/relay.ts';
 import type { Resolver } from './dataplane/address-policy.ts';
 import { FieldPathCache } from './dataplane/field-path-cache.ts';
-import type { Services } from './dataplane/services.ts';
+import type { Services } from './services.ts';
 import type { RequestContext } from './http/context.ts';
 import { sendJson } from './http/respond.ts';
 import { Router } from './http/router.ts';
 import { createHttpServer, type Handler } from './http/server.ts';
 import { openStore, type Store } from './store/db.ts';
 import { applySeed, type SeedDeps } from './store/seed.ts';
-import { nowIso } from './store/sql.ts';
+import { recordApiLog } from './telemetry/usage.ts';
 import { FileSource, logSeedResult } from './sync/file-source.ts';
 import { createReplication, type Replication } from './sync/replica.ts';
 import { createLogger } from './telemetry/logger.ts';
@@ -79,21 +79,8 @@ export function buildRouter(): Router<Handler<Services>> {
 }
 
 /** Every /api and /proxy request leaves an api log entry (DESIGN §10). */
-function recordApiLog(ctx: RequestContext, services: Services): void {
-  if (!ctx.path.startsWith('/api/') && !ctx.path.startsWith('/proxy/')) return;
-  services.logs.api({
-    requestId: ctx.id,
-    method: ctx.req.method ?? 'GET',
-    path: ctx.path.length > 1024 ? ctx.path.slice(0, 1024) : ctx.path,
-    statusCode: ctx.res.statusCode,
-    apiKeyId: ctx.apiKeyId,
-    userId: ctx.userId,
-    configurationId: ctx.configurationId,
-    destination: ctx.destination,
-    durationMs: Math.round(performance.now() - ctx.startedAt),
-    ip: ctx.req.socket.remoteAddress ?? '',
-    createdAt: nowIso(),
-  });
+function logApiRequest(ctx: RequestContext, services: Services): void {
+  if (ctx.path.startsWith('/api/') || ctx.path.startsWith('/proxy/')) recordApiLog(ctx, services.logs, ctx.path);
 }
 
 async function metricsRoute(ctx: RequestContext, services: Services): Promise<void> {
@@ -182,7 +169,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   const router = buildRouter();
   const server = createHttpServer(router, services, logger, serverOptions, (ctx) => {
     metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', ctx.res.statusCode, (performance.now() - ctx.startedAt) / 1000);
-    recordApiLog(ctx, services);
+    logApiRequest(ctx, services);
   });
   const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, serverOptions);
   const admin =

@@ -1,6 +1,6 @@
 import type { Caller } from '../auth/caller.ts';
 import type { User } from '../store/users.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 
 /** Records a management action by the acting user in the activity log (DESIGN §10). */

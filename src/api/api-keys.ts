@@ -6,7 +6,7 @@ import { recordActivity } from './activity.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import type { Caller } from '../auth/caller.ts';
 import { PERMISSIONS } from '../config/schema.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { ForbiddenError, NotFoundError, ValidationError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';

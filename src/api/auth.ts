@@ -5,7 +5,7 @@
 import { recordUserActivity } from './activity.ts';
 import { PASSWORD_MAX } from '../auth/passwords.ts';
 import { requireUserKey, type Caller } from '../auth/caller.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { ActionUnauthorizedError, UnauthenticatedError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';

@@ -10,7 +10,7 @@
  */
 import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { NotFoundError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';

@@ -9,7 +9,7 @@ import { requireConfigurationScope, type Caller } from '../auth/caller.ts';
 import { PROXY_SLUG_PATTERN } from '../config/schema.ts';
 import { wrapDataKey } from '../crypto/data-keys.ts';
 import { Keyring, MAX_KEY_VERSION } from '../crypto/keyring.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { InvalidFieldPathsError, NotFoundError, ValidationError } from '../errors.ts';
 import { compileFieldPaths } from '../fields/paths.ts';
 import type { RequestContext } from '../http/context.ts';

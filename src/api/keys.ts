@@ -8,7 +8,7 @@
 import { recordActivity } from './activity.ts';
 import { requireConfigurationScope, type Caller } from '../auth/caller.ts';
 import { MAX_KEY_VERSION } from '../crypto/keyring.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { NotFoundError, ValidationError, type ValidationErrors } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';

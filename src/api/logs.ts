@@ -8,7 +8,7 @@
  * - `request_id`: one request's entries, as named by its `x-svc-request-id`;
  * - unified only: `log_type` or `type`, one of `activity`, `api`, `usage`.
  */
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendJson } from '../http/respond.ts';
 import type { Store } from '../store/db.ts';

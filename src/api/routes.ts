@@ -6,7 +6,7 @@
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { requirePermission, type Caller } from '../auth/caller.ts';
 import type { Permission } from '../config/schema.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { ManagedByControlPlaneError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Router } from '../http/router.ts';

@@ -5,7 +5,7 @@
 import { LOGS_PATH } from '../sync/log-shipper.ts';
 import { SNAPSHOT_PATH } from '../sync/replica.ts';
 import { z } from 'zod';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { ValidationError, type ValidationErrors } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';

@@ -6,7 +6,7 @@
 import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
 import { hashPasswordAsync, PASSWORD_MAX } from '../auth/passwords.ts';
-import type { Services } from '../dataplane/services.ts';
+import type { Services } from '../services.ts';
 import { ForbiddenError, ValidationError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';

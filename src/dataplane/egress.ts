@@ -12,7 +12,7 @@ import { NotFoundError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { parseDestination, type Destination } from './destination.ts';
 import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, type TransformRoute } from './route-transform.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../services.ts';
 
 export interface EgressRoute extends TransformRoute {
   /** `protocol//userinfo@host` + the destination's path without its trailing `/`. */

@@ -16,11 +16,11 @@ import { bodyChunks, consumeBody, hasBody, isJsonContentType } from '../http/bod
 import type { RequestContext } from '../http/context.ts';
 import { JSON_CONTENT_TYPE, sendBody } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
-import { nowIso } from '../store/sql.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { cachedDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../services.ts';
+import { recordUsage } from '../telemetry/usage.ts';
 
 export type Mode = 'encrypt' | 'decrypt';
 export type Format = 'json' | 'ndjson';
@@ -175,18 +175,4 @@ async function* transformStream(ctx: RequestContext, limit: number, transformer:
 
 export function send(ctx: RequestContext, format: Format, body: Buffer): void {
   sendBody(ctx, 200, format === 'ndjson' ? 'application/x-ndjson' : JSON_CONTENT_TYPE, body);
-}
-
-export function recordUsage(ctx: RequestContext, services: Services, configuration: Configuration, mode: Mode, fieldCount: number, bytes: number): void {
-  services.metrics.countFields(configuration.name, mode, fieldCount);
-  services.logs.usage({
-    requestId: ctx.id,
-    configurationId: configuration.id,
-    apiKeyId: ctx.apiKeyId,
-    userId: ctx.userId,
-    mode,
-    fieldCount,
-    bytes,
-    createdAt: nowIso(),
-  });
 }

@@ -23,7 +23,7 @@ import { answerAndClose, answerClientError, nodeServerOptions, type ServerOption
 import type { Destination } from './destination.ts';
 import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError } from './forwarder.ts';
 import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, transformsRequest, type TransformRoute } from './route-transform.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../services.ts';
 
 export interface RelayRoute extends TransformRoute {
   /** Upper-case; null matches every method. */

@@ -20,9 +20,10 @@ import { JsonTransformer } from '../fields/transformer.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
 import type { CodecCache } from './codecs.ts';
-import { bodyFormat, recordUsage, resolveConfiguration, resolveFieldPaths, send, transformWhole, type Format } from './encryption-routes.ts';
+import { bodyFormat, resolveConfiguration, resolveFieldPaths, send, transformWhole, type Format } from './encryption-routes.ts';
 import { RewrapHandler } from './field-handlers.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../services.ts';
+import { recordUsage } from '../telemetry/usage.ts';
 
 export async function rewrapRoute(ctx: RequestContext, services: Services): Promise<void> {
   const caller = await authenticateRequest(ctx, services.auth);

@@ -20,12 +20,12 @@ import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
 import { bodyChunks, ClientGoneError, hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
-import { nowIso } from '../store/sql.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
-import { recordUsage, type Mode } from './encryption-routes.ts';
+import type { Mode } from './encryption-routes.ts';
+import { recordApiLog, recordUsage } from '../telemetry/usage.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../services.ts';
 
 /** One direction's transform, compiled once at start. */
 export interface TransformSpec {
@@ -97,22 +97,7 @@ export function routeConfiguration(ctx: RequestContext, services: Services, rout
 /** Writes one `api` log entry when the exchange ends, named after the route. */
 export function logRouteRequest(ctx: RequestContext, services: Services, route: TransformRoute, path: string): void {
   const method = ctx.req.method ?? 'GET';
-  ctx.res.once('close', () => {
-    const label = `${route.label} ${method} ${path}`;
-    services.logs.api({
-      requestId: ctx.id,
-      method,
-      path: label.length > 1024 ? label.slice(0, 1024) : label,
-      statusCode: ctx.res.statusCode,
-      apiKeyId: null,
-      userId: null,
-      configurationId: ctx.configurationId,
-      destination: ctx.destination,
-      durationMs: Math.round(performance.now() - ctx.startedAt),
-      ip: ctx.req.socket.remoteAddress ?? '',
-      createdAt: nowIso(),
-    });
-  });
+  ctx.res.once('close', () => recordApiLog(ctx, services.logs, `${route.label} ${method} ${path}`));
 }
 
 // ---------------------------------------------------------------------------------------

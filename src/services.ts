@@ -1,14 +1,14 @@
 import type { Logger } from 'pino';
-import type { Authenticator } from '../auth/caller.ts';
-import type { Config } from '../config/load.ts';
-import type { MasterKey } from '../crypto/master-key.ts';
-import type { Store } from '../store/db.ts';
-import type { LogWriter } from '../telemetry/log-writer.ts';
-import type { Metrics } from '../telemetry/metrics.ts';
-import type { CodecCache } from './codecs.ts';
-import type { EgressRoutes } from './egress.ts';
-import type { FieldPathCache } from './field-path-cache.ts';
-import type { Forwarder } from './forwarder.ts';
+import type { Authenticator } from './auth/caller.ts';
+import type { Config } from './config/load.ts';
+import type { MasterKey } from './crypto/master-key.ts';
+import type { Store } from './store/db.ts';
+import type { LogWriter } from './telemetry/log-writer.ts';
+import type { Metrics } from './telemetry/metrics.ts';
+import type { CodecCache } from './dataplane/codecs.ts';
+import type { EgressRoutes } from './dataplane/egress.ts';
+import type { FieldPathCache } from './dataplane/field-path-cache.ts';
+import type { Forwarder } from './dataplane/forwarder.ts';
 
 /** What request handlers need, built once at start. */
 export interface Services {
