@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { Authenticator } from './auth/caller.ts';
 import { generateApiKey, hashApiKey } from './auth/api-keys.ts';
 import { hashPassword, verifyPassword } from './auth/passwords.ts';
-import { parseListen, type Config } from './config/load.ts';
+import type { Config } from './config/load.ts';
 import { wrapDataKey } from './crypto/data-keys.ts';
 import { Keyring } from './crypto/keyring.ts';
 import { loadMasterKey, type MasterKey } from './crypto/master-key.ts';
@@ -24,7 +24,7 @@ import type { Services } from './services.ts';
 import type { RequestContext } from './http/context.ts';
 import { sendJson } from './http/respond.ts';
 import { Router } from './http/router.ts';
-import { createHttpServer, type Handler } from './http/server.ts';
+import { Listener, listenAll, routerHandler, type Handler, type ListenerOptions } from './http/listener.ts';
 import { openStore, type Store } from './store/db.ts';
 import { applySeed, type SeedDeps } from './store/seed.ts';
 import { recordApiLog } from './telemetry/usage.ts';
@@ -78,9 +78,17 @@ export function buildRouter(): Router<Handler<Services>> {
   return router;
 }
 
-/** Every /api and /proxy request leaves an api log entry (DESIGN §10). */
-function logApiRequest(ctx: RequestContext, services: Services): void {
-  if (ctx.path.startsWith('/api/') || ctx.path.startsWith('/proxy/')) recordApiLog(ctx, services.logs, ctx.path);
+/**
+ * The end of every exchange on a listener: metrics for all, and an api log entry for
+ * what DESIGN §10 logs — every /api and /proxy request on the main listener, and every
+ * relay or egress route's request (named by the route, `ctx.logPath`).
+ */
+function finishRequest(services: Services, logsApiPaths: boolean): (ctx: RequestContext) => void {
+  return (ctx) => {
+    services.metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', ctx.res.statusCode, (performance.now() - ctx.startedAt) / 1000);
+    const path = ctx.logPath ?? (logsApiPaths && (ctx.path.startsWith('/api/') || ctx.path.startsWith('/proxy/')) ? ctx.path : null);
+    if (path !== null) recordApiLog(ctx, services.logs, path);
+  };
 }
 
 async function metricsRoute(ctx: RequestContext, services: Services): Promise<void> {
@@ -160,54 +168,48 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     config.state.source === 'file' && options.configPath !== undefined
       ? new FileSource(services, { path: options.configPath, env: options.env ?? process.env, running: config, deps: seedDeps(master) })
       : null;
-  const serverOptions = {
+  const server = {
     maxHeaderSize: config.server.max_header_size,
     headersTimeout: config.server.headers_timeout,
     requestTimeout: config.server.request_timeout,
     keepAliveTimeout: config.server.keep_alive_timeout,
   };
-  const router = buildRouter();
-  const server = createHttpServer(router, services, logger, serverOptions, (ctx) => {
-    metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', ctx.res.statusCode, (performance.now() - ctx.startedAt) / 1000);
-    logApiRequest(ctx, services);
-  });
-  const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, serverOptions);
+  const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths) });
+  const main = new Listener('main', config.server.listen, routerHandler(buildRouter(), services), listenerOptions(true));
+  const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, listenerOptions(false));
   const admin =
     config.server.admin_listen === 'off'
       ? null
-      : createHttpServer(
-          new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz).add('GET', '/metrics', metricsRoute),
-          services,
-          logger,
-          serverOptions,
+      : new Listener(
+          'admin',
+          config.server.admin_listen,
+          routerHandler(new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz).add('GET', '/metrics', metricsRoute), services),
+          { server, logger },
         );
+  const listeners = [main, ...(admin === null ? [] : [admin]), ...(relay === null ? [] : [relay.listener])];
 
   return {
     services,
-    server,
-    admin,
+    server: main.server,
+    admin: admin?.server ?? null,
     relay,
     createdApiKeys,
     replication,
     async listen() {
-      const main = await listenOn(server, config.server.listen);
-      const adminAddress = admin === null ? null : await listenOn(admin, config.server.admin_listen);
-      const relayAddress = relay === null ? null : await relay.listen();
+      const addresses = await listenAll(listeners);
+      const address = (listener: Listener | undefined) => (listener === undefined ? null : addresses[listeners.indexOf(listener)]!);
+      if (relay !== null) logger.info({ relay: `${address(relay.listener)!.address}:${address(relay.listener)!.port}`, upstream: config.relay!.upstream, routes: relayRoutes!.length }, 'relay listening');
       retention.start();
       if (fileSource !== null) fileSource.start();
       else if (config.state.source === 'file') logger.warn('state.source is file but no configuration file path was given: the seed will not be reloaded');
       replication?.start();
       services.health.ready = true;
-      return { main, admin: adminAddress, relay: relayAddress };
+      return { main: address(main)!, admin: address(admin ?? undefined), relay: address(relay?.listener) };
     },
     async close() {
       // Readiness fails first, so load balancers stop sending while requests drain.
       services.health.ready = false;
-      await Promise.all([
-        closeServer(server, config.server.drain_timeout),
-        admin === null ? undefined : closeServer(admin, 1000),
-        relay?.close(config.server.drain_timeout),
-      ]);
+      await Promise.all([main.close(config.server.drain_timeout), admin?.close(1000), relay?.close(config.server.drain_timeout)]);
       await retention.stop();
       await fileSource?.stop();
       await replication?.stop();
@@ -245,29 +247,4 @@ function seedDeps(master: MasterKey): SeedDeps {
     hashApiKey,
     generateApiKey,
   };
-}
-
-function listenOn(server: Server, address: string): Promise<AddressInfo> {
-  const { host, port } = parseListen(address);
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve(server.address() as AddressInfo);
-    });
-  });
-}
-
-/** Stops accepting, lets in-flight requests finish within `timeout` ms, then cuts the rest. */
-function closeServer(server: Server, timeout: number): Promise<void> {
-  if (!server.listening) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => server.closeAllConnections(), timeout);
-    timer.unref();
-    server.close(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-    server.closeIdleConnections();
-  });
 }

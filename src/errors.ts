@@ -1,7 +1,9 @@
 /**
  * The error catalogue. Every error the service answers with is a class here with a
  * stable `code`, an HTTP `status` and its exact message (DESIGN §7). Handlers throw;
- * `http/respond-error.ts` is the one place that turns them into responses.
+ * `sendError` in `http/respond.ts` is the one place that turns them into responses.
+ * The few errors that are never answered (a client that left, a listener that cannot
+ * bind) are here too, at the end, so that every error the service knows is in one file.
  *
  * This file imports nothing of ours, so every area (fields and crypto included) may use it.
  */
@@ -85,6 +87,12 @@ export class BodyTooLargeError extends SvcError {
 export class UnsupportedMediaTypeError extends SvcError {
   constructor() {
     super('SVC_ERR_UNSUPPORTED_MEDIA_TYPE', 415, 'The request body must be JSON (Content-Type: application/json).');
+  }
+}
+
+export class RequestTimeoutError extends SvcError {
+  constructor() {
+    super('SVC_ERR_REQUEST_TIMEOUT', 408, 'Request timeout.');
   }
 }
 
@@ -187,6 +195,27 @@ export class RouteUnavailableError extends SvcError {
 export class InternalError extends SvcError {
   constructor(cause?: unknown) {
     super('SVC_ERR_INTERNAL', 500, 'Server error.', { cause });
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors that are never answered
+
+/** The client went away mid-request: there is nobody left to answer. */
+export class ClientGoneError extends Error {
+  readonly code = 'SVC_ERR_CLIENT_GONE';
+  constructor() {
+    super('the client closed the connection before the exchange was complete');
+  }
+}
+
+/** A configured listener could not bind its address: the process does not start. */
+export class ListenError extends Error {
+  readonly code = 'SVC_ERR_LISTEN';
+  constructor(listener: string, address: string, cause: unknown) {
+    const reason = (cause as NodeJS.ErrnoException | null)?.code ?? (cause instanceof Error ? cause.message : String(cause));
+    super(`The ${listener} listener cannot listen on ${address} (${reason}).`, { cause });
+    this.name = 'ListenError';
   }
 }
 

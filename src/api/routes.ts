@@ -10,7 +10,7 @@ import type { Services } from '../services.ts';
 import { ManagedByControlPlaneError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Router } from '../http/router.ts';
-import type { Handler } from '../http/server.ts';
+import type { Handler } from '../http/listener.ts';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 

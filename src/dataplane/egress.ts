@@ -53,7 +53,7 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
   const route = services.egress.get(ctx.params['name'] ?? '');
   if (route === undefined) throw new NotFoundError();
   const rest = ctx.params['rest'] ?? '';
-  logRouteRequest(ctx, services, route, `/${rest}`);
+  logRouteRequest(ctx, route, `/${rest}`);
   const configuration = routeConfiguration(ctx, services, route);
   const destination = egressDestination(route, rest, ctx.rawQuery);
   ctx.destination = destination.origin;

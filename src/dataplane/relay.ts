@@ -8,18 +8,16 @@
  * Pipeline of a matched request: match the route → log it → resolve its configuration →
  * transform the body → forward to the upstream → transform or relay the answer.
  */
-import { Agent as HttpAgent, createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { Agent as HttpAgent, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { createProxyServer, type ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
-import { parseListen } from '../config/load.ts';
 import type { RelayConfig } from '../config/schema.ts';
-import { ClientGoneError } from '../http/body.ts';
 import { BadRequestError } from '../errors.ts';
 import { RequestContext } from '../http/context.ts';
+import { answerAndClose, Listener, type ListenerOptions } from '../http/listener.ts';
 import { sendError } from '../http/respond.ts';
-import { answerAndClose, answerClientError, nodeServerOptions, type ServerOptions } from '../http/server.ts';
 import type { Destination } from './destination.ts';
 import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError } from './forwarder.ts';
 import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, transformsRequest, type TransformRoute } from './route-transform.ts';
@@ -103,24 +101,20 @@ function findRoute(routes: readonly RelayRoute[], method: string, path: string):
 }
 
 export class RelayServer {
-  readonly server: Server;
+  readonly listener: Listener;
   private readonly services: Services;
   private readonly logger: Logger;
   private readonly routes: readonly RelayRoute[];
-  private readonly listenAddress: string;
   private readonly upstream: URL;
   /** The upstream as a trusted destination, for error mapping. */
   private readonly upstreamDestination: Destination;
   private readonly proxy: ProxyServer;
   private readonly agent: HttpAgent;
-  /** Upgraded (WebSocket) client sockets: the HTTP server no longer tracks them. */
-  private readonly upgraded = new Set<Socket>();
 
-  constructor(config: RelayConfig, routes: readonly RelayRoute[], services: Services, options: ServerOptions) {
+  constructor(config: RelayConfig, routes: readonly RelayRoute[], services: Services, options: ListenerOptions) {
     this.services = services;
     this.logger = services.logger;
     this.routes = routes;
-    this.listenAddress = config.listen;
     this.upstream = new URL(config.upstream);
     this.upstreamDestination = {
       url: this.upstream,
@@ -142,65 +136,40 @@ export class RelayServer {
       changeOrigin: false,
       followRedirects: false,
     });
-    this.server = createServer(nodeServerOptions(options), (req, res) => this.onRequest(req, res));
-    this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => this.onUpgrade(req, socket, head));
-    // As on the main listener: oversized headers get 431, a slow client 408, then the close.
-    this.server.on('clientError', answerClientError);
+    this.listener = new Listener('relay', config.listen, (ctx) => this.onRequest(ctx), options);
+    this.listener.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => this.onUpgrade(req, socket, head));
   }
 
-  async listen(): Promise<AddressInfo> {
-    const { host, port } = parseListen(this.listenAddress);
-    const address = await new Promise<AddressInfo>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(port, host, () => {
-        this.server.off('error', reject);
-        resolve(this.server.address() as AddressInfo);
-      });
-    });
-    this.logger.info({ relay: `${address.address}:${address.port}`, upstream: this.upstream.origin, routes: this.routes.length }, 'relay listening');
-    return address;
+  get server(): Server {
+    return this.listener.server;
   }
 
   /** Stops accepting, lets requests finish within `drainTimeout` ms, then cuts the rest and WebSockets. */
   async close(drainTimeout: number): Promise<void> {
-    for (const socket of this.upgraded) socket.destroy();
-    if (this.server.listening) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => this.server.closeAllConnections(), drainTimeout);
-        timer.unref();
-        this.server.close(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-        this.server.closeIdleConnections();
-      });
-    }
+    await this.listener.close(drainTimeout);
     this.agent.destroy();
   }
 
-  private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    const method = req.method ?? 'GET';
-    const path = normalizePath(req.url ?? '/');
+  private onRequest(ctx: RequestContext): Promise<void> | void {
+    const method = ctx.req.method ?? 'GET';
+    const path = normalizePath(ctx.req.url ?? '/');
     const route = path === null ? null : findRoute(this.routes, method, path);
     if (route === null) {
-      this.passThrough(req, res);
+      ctx.route = 'relay:passthrough';
+      this.passThrough(ctx);
       return;
     }
-    const ctx = new RequestContext(req, res);
     ctx.route = route.label;
-    this.relayRoute(ctx, route, path!).catch((err: unknown) => {
-      if (err instanceof ClientGoneError) ctx.res.destroy();
-      else sendError(ctx, err, this.logger);
-    });
+    return this.relayRoute(ctx, route, path!);
   }
 
   private async relayRoute(ctx: RequestContext, route: RelayRoute, path: string): Promise<void> {
-    logRouteRequest(ctx, this.services, route, path === '' ? '/' : path);
+    logRouteRequest(ctx, route, path === '' ? '/' : path);
     ctx.destination = this.upstream.origin;
     const configuration = routeConfiguration(ctx, this.services, route);
     // Nothing to transform either way: the bytes go through untouched, as for other paths.
     if (route.response === null && !transformsRequest(ctx, route)) {
-      this.passThrough(ctx.req, ctx.res);
+      this.passThrough(ctx);
       return;
     }
     const request = await requestBody(ctx, this.services, route, configuration);
@@ -220,30 +189,26 @@ export class RelayServer {
     return { ...this.upstreamDestination, path: `${prefix}${target}` };
   }
 
-  private passThrough(req: IncomingMessage, res: ServerResponse): void {
+  private passThrough(ctx: RequestContext): void {
     // The same rule as for transformed requests (Forwarder): control and non-ASCII bytes
     // in a header value never reach the application, whichever way the request goes.
-    const unsafe = unforwardableHeader(req.headers);
-    if (unsafe !== null || !passesUnchanged(req.url)) {
-      const ctx = new RequestContext(req, res);
+    const unsafe = unforwardableHeader(ctx.req.headers);
+    if (unsafe !== null || !passesUnchanged(ctx.req.url)) {
       ctx.closeConnection = true;
-      sendError(ctx, unsafe !== null ? unforwardableHeaderError(unsafe) : new BadRequestError(UNCHANGEABLE_TARGET), this.logger);
-      return;
+      throw unsafe !== null ? unforwardableHeaderError(unsafe) : new BadRequestError(UNCHANGEABLE_TARGET);
     }
-    this.proxy.web(req, res, (err) => {
+    this.proxy.web(ctx.req, ctx.res, (err) => {
       // Answer with a gateway status while nothing has been sent; afterwards the only
       // honest signal left is cutting the response (sendError does that).
-      const ctx = new RequestContext(req, res);
       sendError(ctx, mapUpstreamError(err, this.upstreamDestination), this.logger);
     });
   }
 
   private onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
-    this.upgraded.add(socket);
-    socket.once('close', () => this.upgraded.delete(socket));
+    this.listener.adopt(socket);
     socket.on('error', () => socket.destroy());
     if (unforwardableHeader(req.headers) !== null || !passesUnchanged(req.url)) {
-      answerAndClose(socket, 400);
+      answerAndClose(socket, new BadRequestError('Bad request.'));
       return;
     }
     this.proxy.ws(req, socket, head, (err) => {
@@ -251,13 +216,7 @@ export class RelayServer {
       // The path only: an application's query string may carry its own tokens.
       this.logger.warn({ err: error.cause ?? error, code: error.code, path: (req.url ?? '').split('?', 1)[0]!.slice(0, 1024) }, 'relay: WebSocket upgrade failed');
       // Nothing written yet means the 101 never went out: say why before the close.
-      if (socket.writable && socket.bytesWritten === 0) {
-        const body = JSON.stringify(error.body());
-        socket.write(
-          `HTTP/1.1 ${error.status} ${error.status === 504 ? 'Gateway Timeout' : 'Bad Gateway'}\r\n` +
-            `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-        );
-      }
+      if (socket.writable && socket.bytesWritten === 0) answerAndClose(socket, error);
     });
   }
 }

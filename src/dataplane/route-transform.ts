@@ -13,16 +13,16 @@ import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ConfigError } from '../config/load.ts';
 import type { RouteTransform } from '../config/schema.ts';
-import { RouteUnavailableError, InvalidFieldPathsError, UnsupportedMediaTypeError, UpstreamResponseError } from '../errors.ts';
+import { ClientGoneError, InvalidFieldPathsError, RouteUnavailableError, UnsupportedMediaTypeError, UpstreamResponseError } from '../errors.ts';
 import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
 import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
-import { bodyChunks, ClientGoneError, hasBody } from '../http/body.ts';
+import { bodyChunks, hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import type { Mode } from './encryption-routes.ts';
-import { recordApiLog, recordUsage } from '../telemetry/usage.ts';
+import { recordUsage } from '../telemetry/usage.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
 import type { Services } from '../services.ts';
@@ -94,10 +94,9 @@ export function routeConfiguration(ctx: RequestContext, services: Services, rout
   return configuration;
 }
 
-/** Writes one `api` log entry when the exchange ends, named after the route. */
-export function logRouteRequest(ctx: RequestContext, services: Services, route: TransformRoute, path: string): void {
-  const method = ctx.req.method ?? 'GET';
-  ctx.res.once('close', () => recordApiLog(ctx, services.logs, `${route.label} ${method} ${path}`));
+/** Names the request's `api` log entry after the route: `relay:patients POST /patients/7`. */
+export function logRouteRequest(ctx: RequestContext, route: TransformRoute, path: string): void {
+  ctx.logPath = `${route.label} ${ctx.req.method ?? 'GET'} ${path}`;
 }
 
 // ---------------------------------------------------------------------------------------

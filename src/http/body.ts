@@ -3,17 +3,10 @@
  * chunk is handed on at once so bodies are never held whole here. Past the limit the
  * request is refused with 413 and the rest is never read (the connection is closed).
  */
-import { BodyTooLargeError, UnsupportedMediaTypeError } from '../errors.ts';
+import { BodyTooLargeError, ClientGoneError, UnsupportedMediaTypeError } from '../errors.ts';
 import type { RequestContext } from './context.ts';
 
 /** `application/json` or any `+json` type (RFC 6839 §3.1), with or without parameters. */
-/** The client went away mid-body: there is nobody left to answer. */
-export class ClientGoneError extends Error {
-  constructor() {
-    super('the client closed the connection before the body was complete');
-  }
-}
-
 export function isJsonContentType(value: string | undefined): boolean {
   if (value === undefined) return false;
   const semi = value.indexOf(';');

@@ -26,6 +26,8 @@ export class RequestContext {
   destination: string | null;
   /** Body bytes read, for usage logs. */
   bytesIn: number;
+  /** What the api log entry names this request by (relay and egress routes), when set. */
+  logPath: string | null;
 
   constructor(req: IncomingMessage, res: ServerResponse) {
     this.req = req;
@@ -44,6 +46,7 @@ export class RequestContext {
     this.configurationId = null;
     this.destination = null;
     this.bytesIn = 0;
+    this.logPath = null;
   }
 
   /** A single-valued header; repeated headers are joined by Node or taken first. */

@@ -68,7 +68,7 @@ const EXTERNAL_BOUND = 8 * 1024 * 1024;
 const HALF_BOUND = 4 * 1024 * 1024;
 
 const OPENAPI = JSON.parse(readFileSync(new URL('../../docs/openapi.json', import.meta.url), 'utf8')) as OpenApi;
-/** Answers Node's parser sends itself before any route runs (src/http/server.ts): no request id there. */
+/** Answers Node's parser sends itself before any route runs (src/http/listener.ts): no request id there. */
 const PARSER_MESSAGES = new Set(['Bad request.', 'Request header fields too large.', 'Request timeout.']);
 const PARSER_STATUSES = new Set([400, 408, 431]);
 
