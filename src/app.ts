@@ -20,6 +20,7 @@ import { EgressRoutes, egressRoute } from './dataplane/egress.ts';
 import { compileRelayRoutes, RelayServer } from './dataplane/relay.ts';
 import type { Resolver } from './dataplane/address-policy.ts';
 import { FieldPathCache } from './dataplane/field-path-cache.ts';
+import { dataLimits } from './dataplane/limits.ts';
 import type { Services } from './services.ts';
 import type { RequestContext } from './http/context.ts';
 import { sendJson } from './http/respond.ts';
@@ -156,6 +157,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
       resolve: options.resolve,
       metrics,
     }),
+    limits: dataLimits(config.limits.max_value),
     egress,
     metrics,
     health: replication?.health ?? { ready: false },

@@ -84,6 +84,13 @@ export class BodyTooLargeError extends SvcError {
   }
 }
 
+/** One captured field value or object key is larger than `limits.max_value` (DESIGN §13). */
+export class ValueTooLargeError extends SvcError {
+  constructor(limit: number) {
+    super('SVC_ERR_VALUE_TOO_LARGE', 413, `A field value exceeds the limit of ${limit} bytes.`);
+  }
+}
+
 export class UnsupportedMediaTypeError extends SvcError {
   constructor() {
     super('SVC_ERR_UNSUPPORTED_MEDIA_TYPE', 415, 'The request body must be JSON (Content-Type: application/json).');
@@ -106,6 +113,13 @@ export class HeaderTooLargeError extends SvcError {
 export class InvalidJsonError extends SvcError {
   constructor(detail: string) {
     super('SVC_ERR_INVALID_JSON', 400, `The request body is not valid JSON: ${detail}.`);
+  }
+}
+
+/** A form body (`application/x-www-form-urlencoded`) that cannot be decoded. */
+export class InvalidFormError extends SvcError {
+  constructor(detail: string) {
+    super('SVC_ERR_INVALID_FORM', 400, `The request body is not a valid form: ${detail}.`);
   }
 }
 

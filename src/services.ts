@@ -9,6 +9,7 @@ import type { CodecCache } from './dataplane/codecs.ts';
 import type { EgressRoutes } from './dataplane/egress.ts';
 import type { FieldPathCache } from './dataplane/field-path-cache.ts';
 import type { Forwarder } from './dataplane/forwarder.ts';
+import type { DataLimits } from './dataplane/limits.ts';
 
 /** What request handlers need, built once at start. */
 export interface Services {
@@ -20,6 +21,8 @@ export interface Services {
   readonly fieldPaths: FieldPathCache;
   readonly logs: LogWriter;
   readonly forwarder: Forwarder;
+  /** What one field value may hold (`limits.max_value`), per kind of value. */
+  readonly limits: DataLimits;
   /** `egress` routes by name, compiled at start. */
   readonly egress: EgressRoutes;
   readonly metrics: Metrics;

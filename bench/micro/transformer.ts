@@ -17,7 +17,7 @@ import { DecryptHandler, EncryptHandler } from '../../src/dataplane/field-handle
 import { Keyring } from '../../src/crypto/keyring.ts';
 import { TokenCodec } from '../../src/crypto/token.ts';
 import { compileFieldPaths, type FieldMatcher } from '../../src/fields/paths.ts';
-import { JsonTransformer, transformBuffer, type MatchedValue, type ValueHandler } from '../../src/fields/transformer.ts';
+import { JsonTransformer, transformBuffer, type FieldValue, type ValueHandler } from '../../src/fields/transformer.ts';
 import { compare, sampleGroup, sink, type Comparison, type SampleOptions, type Variant, type VariantResult } from '../lib/measure.ts';
 import { chunk, generateDocument } from '../lib/records.ts';
 import type { SuiteResult } from '../lib/report.ts';
@@ -60,7 +60,7 @@ function setFive(doc: Doc, values: readonly unknown[]): void {
 class NoopHandler implements ValueHandler {
   count = 0;
 
-  replace(_value: MatchedValue): Buffer | null {
+  replace(_value: FieldValue): Buffer | null {
     this.count++;
     return null;
   }

@@ -15,6 +15,7 @@ import { rotateKey } from '../api/configurations.ts';
 import { destroyKeyVersion } from '../api/keys.ts';
 import type { Config } from '../config/load.ts';
 import { rewrapDocument } from '../dataplane/rewrap.ts';
+import { JSON_FORMAT, NDJSON_FORMAT } from '../fields/formats.ts';
 import { InvalidFieldPathsError, SvcError, ValidationError } from '../errors.ts';
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
 import type { Configuration } from '../store/configurations.ts';
@@ -147,7 +148,7 @@ function rotate(app: App, configuration: Configuration, io: KeysIo): number {
 
 async function rewrap(app: App, configuration: Configuration, args: KeysArgs, io: KeysIo, say: (line: string) => void): Promise<number> {
   const matcher = args.fields === undefined ? FieldMatcher.anyToken() : matcherOf(args.fields);
-  const result = await rewrapDocument(app.services.codecs, configuration, io.stdin, matcher, args.ndjson === true ? 'ndjson' : 'json');
+  const result = await rewrapDocument(app.services.codecs, configuration, io.stdin, matcher, args.ndjson === true ? NDJSON_FORMAT : JSON_FORMAT);
   await new Promise<void>((resolve, reject) => io.stdout.write(result.body, (err) => (err == null ? resolve() : reject(err))));
   recordActivity(app, 'configuration.rewrapped', `Rewrapped ${result.rewrapped} tokens of configuration "${configuration.name}" to key version ${result.version}`, 'rewrap');
   say(`${result.rewrapped} tokens rewrapped to key version ${result.version}, ${result.kept} already at it`);

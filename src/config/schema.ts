@@ -297,6 +297,12 @@ export const configSchema = z
         max_body: size('4gb'),
       })
       .prefault({}),
+    limits: z
+      .strictObject({
+        /** Largest field value or object key held to be transformed (DESIGN §13): 413 beyond. */
+        max_value: size('1mb'),
+      })
+      .prefault({}),
     logs: z
       .strictObject({
         /** false stops api and usage logs (activity logs are always kept). */

@@ -29,6 +29,15 @@ import {
 
 export type TokenType = 's' | 'n' | 'b' | 'j';
 
+/**
+ * The longest token a plaintext of `bytes` bytes can become: `svc:`, the longest key
+ * version, the longest meta (a classification id of 2^53 - 1), the ciphertext and tag.
+ */
+export function maxTokenLength(bytes: number): number {
+  const b64 = (n: number) => Math.ceil((n * 4) / 3);
+  return 'svc:'.length + String(MAX_KEY_VERSION).length + 1 + b64(1 + 1 + MAX_LEB128_BYTES + 1 + XAES_NONCE_SIZE) + 1 + b64(bytes + XAES_TAG_SIZE) + ':$'.length;
+}
+
 export type TokenHeader = {
   version: number;
   type: TokenType;

@@ -11,7 +11,9 @@ import type { EgressRoute as EgressConfig } from '../config/schema.ts';
 import { NotFoundError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { parseDestination, type Destination } from './destination.ts';
-import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, type TransformRoute } from './route-transform.ts';
+import { requestBody } from './route-request.ts';
+import { routeForwardOptions } from './route-response.ts';
+import { compileTransformRoute, logRouteRequest, routeConfiguration, type TransformRoute } from './transform-routes.ts';
 import type { Services } from '../services.ts';
 
 export interface EgressRoute extends TransformRoute {

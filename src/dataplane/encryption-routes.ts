@@ -9,21 +9,20 @@ import { ClassificationAccess } from '../auth/classification-access.ts';
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { requireConfigurationScope, requirePermission, type Caller } from '../auth/caller.ts';
 import { BadRequestError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
-import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
+import { detectFormat, JSON_FORMAT, NDJSON_FORMAT, type BodyFormat } from '../fields/formats.ts';
 import { FieldMatcher } from '../fields/paths.ts';
-import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
-import { bodyChunks, consumeBody, hasBody, isJsonContentType } from '../http/body.ts';
+import { hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
-import { JSON_CONTENT_TYPE, sendBody } from '../http/respond.ts';
+import { sendBody } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
-import { cachedDestination, type Destination } from './destination.ts';
-import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { Services } from '../services.ts';
 import { recordUsage } from '../telemetry/usage.ts';
+import { BodyTransform, transformStream, transformWhole, type Mode } from './body-transform.ts';
+import { cachedDestination, type Destination } from './destination.ts';
+import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 
-export type Mode = 'encrypt' | 'decrypt';
-export type Format = 'json' | 'ndjson';
+export type { Mode } from './body-transform.ts';
 
 export async function encryptRoute(ctx: RequestContext, services: Services): Promise<void> {
   await transform(ctx, services, 'encrypt');
@@ -53,23 +52,21 @@ async function transform(ctx: RequestContext, services: Services, mode: Mode): P
   }
   const format = bodyFormat(ctx);
   const handler = buildHandler(services, caller, configuration, mode, classificationId);
-  const transformer: ChunkTransformer = format === 'ndjson' ? new NdjsonTransformer(matcher, handler) : new JsonTransformer(matcher, handler);
+  const limits = mode === 'encrypt' ? services.limits.plaintext : services.limits.token;
+  const body = new BodyTransform(mode, format.create(matcher, handler, limits), handler);
 
   if (destination === null) {
-    const body = await transformWhole(ctx, services.config.server.body_limit, transformer, handler);
-    send(ctx, format, body);
+    send(ctx, format, await transformWhole(ctx, services.config.server.body_limit, body));
   } else if (mode === 'encrypt' && !isSmall(ctx)) {
     // Encrypt-and-forward streams: the destination gets a complete, correctly
     // transformed body or an aborted request, never a wrong one.
-    const stream = transformStream(ctx, services.config.forwarding.max_body, transformer, handler);
-    await services.forwarder.forward(ctx, destination, stream);
+    await services.forwarder.forward(ctx, destination, transformStream(ctx, services.config.forwarding.max_body, body));
   } else {
     // Decrypt-and-forward holds the body until every token is checked: a denied or
     // invalid token must stop the request before any plaintext leaves. Small bodies of
     // known length are sent whole too: one write with a content-length is cheaper than
     // a chunked stream.
-    const body = await transformWhole(ctx, services.config.server.body_limit, transformer, handler);
-    await services.forwarder.forward(ctx, destination, body);
+    await services.forwarder.forward(ctx, destination, await transformWhole(ctx, services.config.server.body_limit, body));
   }
   recordUsage(ctx, services, configuration, mode, handler.count, ctx.bytesIn);
   if (handler instanceof DecryptHandler) services.metrics.countKeyVersions(configuration.name, handler.versions);
@@ -129,14 +126,14 @@ export function resolveFieldPaths(ctx: RequestContext, services: Services, confi
   return defaults;
 }
 
-/** JSON or NDJSON, uncompressed (a compressed body cannot be transformed). */
-export function bodyFormat(ctx: RequestContext): Format {
-  const encoding = ctx.header('content-encoding');
-  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') throw new UnsupportedMediaTypeError();
-  const type = ctx.header('content-type');
-  if (isJsonContentType(type)) return 'json';
-  if (type !== undefined && /^application\/x-ndjson\s*(;|$)/i.test(type.trim())) return 'ndjson';
-  throw new UnsupportedMediaTypeError();
+/** The formats the encryption endpoints and `/proxy` take. */
+const API_FORMATS: readonly BodyFormat[] = [JSON_FORMAT, NDJSON_FORMAT];
+
+/** JSON or NDJSON, uncompressed and UTF-8 (a compressed body cannot be transformed). */
+export function bodyFormat(ctx: RequestContext): BodyFormat {
+  const format = detectFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding'], API_FORMATS);
+  if (typeof format === 'string') throw new UnsupportedMediaTypeError();
+  return format;
 }
 
 export function buildHandler(services: Services, caller: Caller, configuration: Configuration, mode: Mode, classificationId: number): EncryptHandler | DecryptHandler {
@@ -146,33 +143,6 @@ export function buildHandler(services: Services, caller: Caller, configuration: 
   return new DecryptHandler(codec, (id) => access.check(id), classificationId === 0 ? null : classificationId);
 }
 
-/** Transforms the body chunk by chunk as it arrives into memory; 422 if any field failed. */
-export async function transformWhole(ctx: RequestContext, limit: number, transformer: ChunkTransformer, handler: { failure(): ValidationError | null }): Promise<Buffer> {
-  const out: Buffer[] = [];
-  ctx.bytesIn = await consumeBody(ctx, limit, (chunk) => transformer.push(chunk, out));
-  transformer.end(out);
-  const failure = handler.failure();
-  if (failure !== null) throw failure;
-  return joinPieces(out);
-}
-
-/** Transforms the body as it streams to the destination, one output buffer per input chunk. */
-async function* transformStream(ctx: RequestContext, limit: number, transformer: ChunkTransformer, handler: EncryptHandler | DecryptHandler): AsyncGenerator<Buffer> {
-  const out: Buffer[] = [];
-  for await (const chunk of bodyChunks(ctx, limit)) {
-    ctx.bytesIn += chunk.length;
-    transformer.push(chunk, out);
-    const failure = handler.failure();
-    if (failure !== null) throw failure;
-    if (out.length > 0) yield joinPieces(out);
-  }
-  transformer.end(out);
-  const failure = handler.failure();
-  if (failure !== null) throw failure;
-  if (out.length > 0) yield joinPieces(out);
-}
-
-
-export function send(ctx: RequestContext, format: Format, body: Buffer): void {
-  sendBody(ctx, 200, format === 'ndjson' ? 'application/x-ndjson' : JSON_CONTENT_TYPE, body);
+export function send(ctx: RequestContext, format: BodyFormat, body: Buffer): void {
+  sendBody(ctx, 200, format.contentType, body);
 }

@@ -6,19 +6,19 @@
 import type { FieldEncryptor, TokenCodec, TokenHeader, TokenType } from '../crypto/token.ts';
 import { TokenError } from '../crypto/token.ts';
 import { ForbiddenError, InvalidTokenError, ValidationError, type ValidationErrors } from '../errors.ts';
-import type { MatchedValue, ValueHandler } from '../fields/transformer.ts';
+import type { FieldValue, ValueHandler } from '../fields/value.ts';
 
 abstract class CollectingHandler implements ValueHandler {
   /** Values replaced so far. */
   count = 0;
   errors: ValidationErrors | null = null;
 
-  abstract replace(value: MatchedValue): Buffer | null;
+  abstract replace(value: FieldValue): Buffer | null;
 
   /** The 422 to answer with when any value failed, else null. */
   abstract failure(): ValidationError | null;
 
-  protected fail(value: MatchedValue, message: string): null {
+  protected fail(value: FieldValue, message: string): null {
     this.errors ??= {};
     (this.errors[value.path()] ??= []).push(message);
     return null;
@@ -37,35 +37,14 @@ export class EncryptHandler extends CollectingHandler {
     return this.errors === null ? null : new ValidationError(this.errors);
   }
 
-  replace(value: MatchedValue): Buffer | null {
-    const raw = value.raw;
-    let plaintext: Buffer;
-    switch (value.kind) {
-      case 'z':
-        return null;
-      case 's':
-        if (!value.escaped) {
-          plaintext = raw.subarray(1, raw.length - 1);
-        } else {
-          const text = JSON.parse(raw.toString('utf8')) as string;
-          // UTF-8 cannot carry an unpaired surrogate; encrypting it would change the value.
-          if (!text.isWellFormed()) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
-          plaintext = Buffer.from(text, 'utf8');
-        }
-        break;
-      default:
-        plaintext = raw;
-    }
+  replace(value: FieldValue): Buffer | null {
+    if (value.kind === 'z') return null;
+    const plaintext = value.plaintext();
+    if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
     const token = this.encryptor.encrypt(plaintext, value.kind as TokenType);
     this.count++;
-    return Buffer.from(`"${token}"`, 'latin1');
+    return value.encodeToken(token);
   }
-}
-
-/** `"svc:` at the start and `:$"` at the end: cheap enough to run on every string. */
-function looksLikeTokenBytes(raw: Buffer): boolean {
-  const n = raw.length;
-  return n > 10 && raw[1] === 0x73 && raw[2] === 0x76 && raw[3] === 0x63 && raw[4] === 0x3a && raw[n - 3] === 0x3a && raw[n - 2] === 0x24;
 }
 
 export class DecryptHandler extends CollectingHandler {
@@ -96,12 +75,12 @@ export class DecryptHandler extends CollectingHandler {
     return this.errors === null ? null : new InvalidTokenError(this.errors);
   }
 
-  replace(value: MatchedValue): Buffer | null {
-    // Tokens are plain ASCII; a value that is not one is left as it is (DESIGN §6).
-    if (value.kind !== 's' || value.escaped || !looksLikeTokenBytes(value.raw)) return null;
-    const token = value.raw.toString('latin1', 1, value.raw.length - 1);
+  replace(value: FieldValue): Buffer | null {
+    // A value that is not spelled as a token is left as it is (DESIGN §6).
+    const token = value.token();
+    if (token === null) return null;
     let plaintext: Buffer;
-    let type: string;
+    let type: TokenType;
     try {
       // The header is checked (classification) after parsing and before any decryption.
       const decrypted = this.codec.decrypt(token, this.checkHeader);
@@ -113,7 +92,7 @@ export class DecryptHandler extends CollectingHandler {
       throw err;
     }
     this.count++;
-    return type === 's' ? jsonString(plaintext) : plaintext;
+    return value.encodePlain(plaintext, type);
   }
 }
 
@@ -147,11 +126,12 @@ export class RewrapHandler extends CollectingHandler {
     return this.errors === null ? null : new InvalidTokenError(this.errors);
   }
 
-  replace(value: MatchedValue): Buffer | null {
-    if (value.kind !== 's' || value.escaped || !looksLikeTokenBytes(value.raw)) return null;
+  replace(value: FieldValue): Buffer | null {
+    const token = value.token();
+    if (token === null) return null;
     let decrypted;
     try {
-      decrypted = this.codec.decrypt(value.raw.toString('latin1', 1, value.raw.length - 1));
+      decrypted = this.codec.decrypt(token);
     } catch (err) {
       if (err instanceof TokenError) return this.fail(value, err.message);
       throw err;
@@ -166,24 +146,10 @@ export class RewrapHandler extends CollectingHandler {
         encryptor = this.codec.encryptor(decrypted.classificationId);
         this.encryptors.set(decrypted.classificationId, encryptor);
       }
-      const token = encryptor.encrypt(decrypted.plaintext, decrypted.type);
       this.count++;
-      return Buffer.from(`"${token}"`, 'latin1');
+      return value.encodeToken(encryptor.encrypt(decrypted.plaintext, decrypted.type));
     } finally {
       decrypted.plaintext.fill(0);
     }
   }
-}
-
-/** JSON text of a UTF-8 string, spelled exactly as JSON.stringify spells it. */
-export function jsonString(utf8: Buffer): Buffer {
-  for (let i = 0; i < utf8.length; i++) {
-    const c = utf8[i]!;
-    if (c === 0x22 || c === 0x5c || c < 0x20) return Buffer.from(JSON.stringify(utf8.toString('utf8')), 'utf8');
-  }
-  const out = Buffer.allocUnsafe(utf8.length + 2);
-  out[0] = 0x22;
-  utf8.copy(out, 1);
-  out[out.length - 1] = 0x22;
-  return out;
 }

@@ -20,7 +20,9 @@ import { answerAndClose, Listener, type ListenerOptions } from '../http/listener
 import { sendError } from '../http/respond.ts';
 import type { Destination } from './destination.ts';
 import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError } from './forwarder.ts';
-import { compileTransformRoute, logRouteRequest, requestBody, routeConfiguration, routeForwardOptions, transformsRequest, type TransformRoute } from './route-transform.ts';
+import { requestBody, transformsRequest } from './route-request.ts';
+import { routeForwardOptions } from './route-response.ts';
+import { compileTransformRoute, logRouteRequest, routeConfiguration, type TransformRoute } from './transform-routes.ts';
 import type { Services } from '../services.ts';
 
 export interface RelayRoute extends TransformRoute {

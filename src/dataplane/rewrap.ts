@@ -14,13 +14,15 @@
 import { requirePermission } from '../auth/caller.ts';
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { BadRequestError } from '../errors.ts';
-import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
+import type { BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
-import { JsonTransformer } from '../fields/transformer.ts';
+import { UNLIMITED } from '../fields/value.ts';
+import { joinPieces } from '../fields/transformer.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
 import type { CodecCache } from './codecs.ts';
-import { bodyFormat, resolveConfiguration, resolveFieldPaths, send, transformWhole, type Format } from './encryption-routes.ts';
+import { BodyTransform, transformWhole } from './body-transform.ts';
+import { bodyFormat, resolveConfiguration, resolveFieldPaths, send } from './encryption-routes.ts';
 import { RewrapHandler } from './field-handlers.ts';
 import type { Services } from '../services.ts';
 import { recordUsage } from '../telemetry/usage.ts';
@@ -34,7 +36,8 @@ export async function rewrapRoute(ctx: RequestContext, services: Services): Prom
   const matcher = resolveFieldPaths(ctx, services, configuration, 'decrypt');
   const format = bodyFormat(ctx);
   const handler = new RewrapHandler(services.codecs.get(configuration));
-  const body = await transformWhole(ctx, services.config.server.body_limit, newTransformer(format, matcher, handler), handler);
+  const transform = new BodyTransform('encrypt', format.create(matcher, handler, services.limits.token), handler);
+  const body = await transformWhole(ctx, services.config.server.body_limit, transform);
   ctx.res.setHeader('x-svc-key-version', String(handler.version));
   send(ctx, format, body);
   // The usage log's mode is encrypt or decrypt (a fixed schema other tools read): a
@@ -50,10 +53,6 @@ function refuseInapplicableHeaders(ctx: RequestContext): void {
   if ((ctx.header('x-svc-classification')?.trim() ?? '') !== '') {
     throw new BadRequestError("Rewrap keeps each token's classification: remove the x-svc-classification header.");
   }
-}
-
-function newTransformer(format: Format, matcher: FieldMatcher, handler: RewrapHandler): ChunkTransformer {
-  return format === 'ndjson' ? new NdjsonTransformer(matcher, handler) : new JsonTransformer(matcher, handler);
 }
 
 export interface RewrapResult {
@@ -75,14 +74,12 @@ export async function rewrapDocument(
   configuration: Configuration,
   chunks: AsyncIterable<Buffer>,
   matcher: FieldMatcher,
-  format: Format,
+  format: BodyFormat,
 ): Promise<RewrapResult> {
   const handler = new RewrapHandler(codecs.get(configuration));
-  const transformer = newTransformer(format, matcher, handler);
+  const transform = new BodyTransform('encrypt', format.create(matcher, handler, UNLIMITED), handler);
   const out: Buffer[] = [];
-  for await (const chunk of chunks) transformer.push(chunk, out);
-  transformer.end(out);
-  const failure = handler.failure();
-  if (failure !== null) throw failure;
-  return { body: Buffer.concat(out), rewrapped: handler.count, kept: handler.kept, version: handler.version };
+  for await (const chunk of chunks) transform.push(chunk, out);
+  transform.end(out);
+  return { body: out.length === 0 ? Buffer.alloc(0) : joinPieces(out), rewrapped: handler.count, kept: handler.kept, version: handler.version };
 }

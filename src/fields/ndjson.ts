@@ -4,23 +4,21 @@
  * constant memory. Blank lines pass through; `\r\n` line ends are kept as they are.
  */
 import type { FieldMatcher } from './paths.ts';
-import { JsonTransformer, type ValueHandler } from './transformer.ts';
+import { JsonTransformer } from './transformer.ts';
+import { UNLIMITED, type CaptureLimits, type ChunkTransformer, type ValueHandler } from './value.ts';
 
-export interface ChunkTransformer {
-  push(chunk: Buffer, out: Buffer[]): void;
-  end(out: Buffer[]): void;
-}
+export type { ChunkTransformer } from './value.ts';
 
 export class NdjsonTransformer implements ChunkTransformer {
   private readonly matcher: FieldMatcher;
   private readonly handler: ValueHandler;
+  private readonly limits: CaptureLimits;
   private line: JsonTransformer | null = null;
-  /** Whitespace seen at the start of a line before its first value byte. */
-  private pendingBlank: Buffer[] = [];
 
-  constructor(matcher: FieldMatcher, handler: ValueHandler) {
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED) {
     this.matcher = matcher;
     this.handler = handler;
+    this.limits = limits;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
@@ -44,13 +42,12 @@ export class NdjsonTransformer implements ChunkTransformer {
     if (part.length === 0) return;
     if (this.line === null) {
       // Until the line shows a non-blank byte it may be a blank line, which is no document.
+      // Its whitespace goes out at once: held, a line of spaces could grow without bound.
       if (isBlank(part)) {
-        this.pendingBlank.push(part);
+        out.push(part);
         return;
       }
-      this.line = new JsonTransformer(this.matcher, this.handler);
-      for (const blank of this.pendingBlank) this.line.push(blank, out);
-      this.pendingBlank = [];
+      this.line = new JsonTransformer(this.matcher, this.handler, this.limits);
     }
     this.line.push(part, out);
   }
@@ -59,10 +56,7 @@ export class NdjsonTransformer implements ChunkTransformer {
     if (this.line !== null) {
       this.line.end(out);
       this.line = null;
-    } else {
-      for (const blank of this.pendingBlank) out.push(blank);
     }
-    this.pendingBlank = [];
   }
 }
 

@@ -12,30 +12,15 @@
  * not reuse an input buffer after pushing it.
  */
 import { isUtf8 } from 'node:buffer';
-import { DepthExceededError, InvalidJsonError } from '../errors.ts';
+import { DepthExceededError, InvalidJsonError, ValueTooLargeError } from '../errors.ts';
 import { escapeSegment, type FieldMatcher, type PathState } from './paths.ts';
+import { hasTokenShape, UNLIMITED, type CaptureLimits, type ChunkTransformer, type FieldValue, type PlainType, type ValueHandler, type ValueKind } from './value.ts';
+
+export type { FieldValue, ValueHandler, ValueKind } from './value.ts';
 
 export const MAX_DEPTH = 32;
 /** Levels a transformer starts with; deeper documents grow its stacks, up to MAX_DEPTH. */
 const INITIAL_STACK = 8;
-
-/** `s` string, `n` number, `b` boolean, `j` object or array, `z` null. */
-export type ValueKind = 's' | 'n' | 'b' | 'j' | 'z';
-
-export interface MatchedValue {
-  /** The value's exact bytes; a string keeps its quotes. */
-  readonly raw: Buffer;
-  readonly kind: ValueKind;
-  /** Whether a string value contains a backslash escape (its bytes are not its text). */
-  readonly escaped: boolean;
-  /** The concrete path of the value, e.g. `items.0.email` (built on demand). */
-  path(): string;
-}
-
-export interface ValueHandler {
-  /** Returns the bytes to emit in place of the value, or null to keep it unchanged. */
-  replace(value: MatchedValue): Buffer | null;
-}
 
 // Lexer modes.
 const M_VALUE = 0; // a value is required (root, after `:` or `,` in an array)
@@ -72,10 +57,11 @@ function isHex(c: number): boolean {
   return (c >= 0x30 && c <= 0x39) || ((c | 0x20) >= 0x61 && (c | 0x20) <= 0x66);
 }
 
-export class JsonTransformer implements MatchedValue {
+export class JsonTransformer implements FieldValue, ChunkTransformer {
   private readonly handler: ValueHandler;
   private readonly rootState: PathState;
   private readonly maxDepth: number;
+  private readonly limits: CaptureLimits;
 
   private mode = M_VALUE;
   private depth = 0;
@@ -102,6 +88,7 @@ export class JsonTransformer implements MatchedValue {
   /** 0: plain, 1: after `\`, 2..5: inside `\u` with 4..1 hex digits left. */
   private esc = 0;
   private keyParts: Buffer[] = [];
+  private keyBytes = 0;
 
   private numState = N_MINUS;
   private literal: Buffer = LITERALS.t;
@@ -112,6 +99,10 @@ export class JsonTransformer implements MatchedValue {
   private capDepth = 0;
   private capKind: ValueKind = 's';
   private capParts: Buffer[] = [];
+  /** Bytes held in capParts. */
+  private capBytes = 0;
+  /** Captured only as a token candidate (decrypt without paths): given up, not refused, when too long. */
+  private capOptional = false;
 
   // MatchedValue fields, reused for every handler call.
   raw: Buffer = EMPTY;
@@ -120,10 +111,11 @@ export class JsonTransformer implements MatchedValue {
 
   private utf8Carry: Buffer | null = null;
 
-  constructor(matcher: FieldMatcher, handler: ValueHandler, maxDepth = MAX_DEPTH) {
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, maxDepth = MAX_DEPTH) {
     this.handler = handler;
     this.rootState = matcher.root;
     this.maxDepth = maxDepth;
+    this.limits = limits;
     const size = Math.min(INITIAL_STACK, maxDepth + 1);
     this.stackType = new Uint8Array(size);
     this.stackState = new Array<PathState | null>(size).fill(null);
@@ -154,6 +146,30 @@ export class JsonTransformer implements MatchedValue {
   /** Valid during a handler call: the levels above the captured value are still on the stack. */
   path(): string {
     return this.currentPath();
+  }
+
+  plaintext(): Buffer | null {
+    const raw = this.raw;
+    if (this.kind !== 's') return raw;
+    if (!this.escaped) return raw.subarray(1, raw.length - 1);
+    const text = JSON.parse(raw.toString('utf8')) as string;
+    // UTF-8 cannot carry an unpaired surrogate; encrypting it would change the value.
+    return text.isWellFormed() ? Buffer.from(text, 'utf8') : null;
+  }
+
+  /** Tokens are plain ASCII: a string written with escapes is never taken for one. */
+  token(): string | null {
+    const raw = this.raw;
+    if (this.kind !== 's' || this.escaped || !hasTokenShape(raw, 1, raw.length - 1)) return null;
+    return raw.toString('latin1', 1, raw.length - 1);
+  }
+
+  encodeToken(token: string): Buffer {
+    return Buffer.from(`"${token}"`, 'latin1');
+  }
+
+  encodePlain(plaintext: Buffer, type: PlainType): Buffer {
+    return type === 's' ? jsonString(plaintext) : plaintext;
   }
 
   /** Feeds one chunk; appends the output pieces to `out`. */
@@ -241,7 +257,7 @@ export class JsonTransformer implements MatchedValue {
             }
             if (state !== null && (state.terminal || (state.anyToken && c === 0x22))) {
               if (i > passStart) out.push(chunk.subarray(passStart, i));
-              this.beginCapture(c);
+              this.beginCapture(c, !state.terminal);
               capStart = i;
             }
           }
@@ -332,16 +348,35 @@ export class JsonTransformer implements MatchedValue {
       }
     }
 
-    // Carry what straddles the chunk boundary.
+    // Carry what straddles the chunk boundary, within the limits: a value or key that
+    // would be held whole is refused (413) once it passes them.
     if (this.capturing) {
-      if (capStart < n) this.capParts.push(chunk.subarray(capStart, n));
+      if (capStart < n) {
+        this.capParts.push(chunk.subarray(capStart, n));
+        this.capBytes += n - capStart;
+        if (this.capBytes > this.limits.capture) this.captureTooLarge(out);
+      }
     } else if (passStart < n) {
       out.push(chunk.subarray(passStart, n));
     }
     if (this.mode === M_STRING && this.strIsKey && this.strNeedKey && keyStart >= 0 && keyStart < n) {
       this.keyParts.push(chunk.subarray(keyStart, n));
+      this.keyBytes += n - keyStart;
+      if (this.keyBytes > this.limits.capture) throw new ValueTooLargeError(this.limits.value);
     }
     this.offset += n;
+  }
+
+  /**
+   * A token candidate this long cannot be a token: it is let through as it is. A value a
+   * path names must be transformed whole, so holding on would grow without bound: 413.
+   */
+  private captureTooLarge(out: Buffer[]): void {
+    if (!this.capOptional) throw new ValueTooLargeError(this.limits.value);
+    for (const part of this.capParts) out.push(part);
+    this.capParts = [];
+    this.capBytes = 0;
+    this.capturing = false;
   }
 
   /** Signals the end of the body; throws if the document is incomplete. */
@@ -400,8 +435,10 @@ export class JsonTransformer implements MatchedValue {
       if (start < end) this.keyParts.push(chunk.subarray(start < 0 ? 0 : start, end));
       buf = Buffer.concat(this.keyParts);
       this.keyParts = [];
+      this.keyBytes = 0;
       start = 0;
       end = buf.length;
+      if (end > this.limits.capture) throw new ValueTooLargeError(this.limits.value);
     }
     const d = this.depth - 1;
     if (this.strEscaped) {
@@ -456,8 +493,9 @@ export class JsonTransformer implements MatchedValue {
     }
   }
 
-  private beginCapture(c: number): void {
+  private beginCapture(c: number, optional: boolean): void {
     this.capturing = true;
+    this.capOptional = optional;
     this.capDepth = this.depth;
     this.capKind = c === 0x22 ? 's' : c === 0x7b || c === 0x5b ? 'j' : c === 0x74 || c === 0x66 ? 'b' : c === 0x6e ? 'z' : 'n';
   }
@@ -470,8 +508,10 @@ export class JsonTransformer implements MatchedValue {
       if (end > 0) this.capParts.push(chunk.subarray(0, end));
       raw = Buffer.concat(this.capParts);
       this.capParts = [];
+      this.capBytes = 0;
     }
     this.capturing = false;
+    if (raw.length > this.limits.capture && !this.capOptional) throw new ValueTooLargeError(this.limits.value);
     this.raw = raw;
     this.kind = this.capKind;
     this.escaped = this.capKind === 's' && this.strEscaped;
@@ -544,6 +584,19 @@ function sequenceLength(lead: number): number {
 
 function decodeEscaped(inner: Buffer): string {
   return JSON.parse(`"${inner.toString('utf8')}"`) as string;
+}
+
+/** JSON text of a UTF-8 string, spelled exactly as JSON.stringify spells it. */
+export function jsonString(utf8: Buffer): Buffer {
+  for (let i = 0; i < utf8.length; i++) {
+    const c = utf8[i]!;
+    if (c === 0x22 || c === 0x5c || c < 0x20) return Buffer.from(JSON.stringify(utf8.toString('utf8')), 'utf8');
+  }
+  const out = Buffer.allocUnsafe(utf8.length + 2);
+  out[0] = 0x22;
+  utf8.copy(out, 1);
+  out[out.length - 1] = 0x22;
+  return out;
 }
 
 /** Joins the output pieces collected so far into one buffer and empties the list. */

@@ -304,17 +304,27 @@ test('a path no route matches passes through byte for byte, both ways', async (t
   assert.equal(app.seen[1]!.method, 'GET');
 });
 
-test('a non-JSON body on a matching route passes through untouched; compressed JSON is refused, never passed', async (t) => {
+test('a form body on a matching route is transformed like JSON; a text body passes untouched; compressed JSON is refused, never passed', async (t) => {
   const app = await startUpstream(t, (_req, body, res) => {
     res.writeHead(200, { 'content-type': 'text/plain' });
     res.end(body);
   });
   const { relay } = await startRelay(t, app.url);
-  const form = 'ssn=123-45-6789&dob=1990-01-01';
+  const form = 'name=Ada+L&ssn=123-45-6789&dob=1990-01-01&note=a%26b';
   const res = await fetch(`${relay}/patients/7`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: form });
   assert.equal(res.status, 200);
-  assert.equal(await res.text(), form);
-  assert.equal(app.seen[0]!.body.toString(), form);
+  const sent = new URLSearchParams(app.seen[0]!.body.toString());
+  assert.equal(sent.get('name'), 'Ada L');
+  assert.equal(sent.get('note'), 'a&b');
+  assert.match(sent.get('ssn')!, TOKEN);
+  assert.match(sent.get('dob')!, TOKEN);
+  assert.ok(!app.seen[0]!.body.toString().includes('123-45-6789'));
+  assert.match(app.seen[0]!.body.toString(), /^name=Ada\+L&ssn=svc:1:[^&]+&dob=svc:1:[^&]+&note=a%26b$/, 'only the values change');
+
+  const text = 'ssn is not a field here';
+  const plain = await fetch(`${relay}/patients/7`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: text });
+  assert.equal(plain.status, 200);
+  assert.equal(app.seen[1]!.body.toString(), text);
 
   const gz = await fetch(`${relay}/patients/7`, {
     method: 'POST',
@@ -322,7 +332,7 @@ test('a non-JSON body on a matching route passes through untouched; compressed J
     body: gzipSync('{"ssn":"123"}'),
   });
   assert.equal(gz.status, 415);
-  assert.equal(app.seen.length, 1, 'nothing reached the application');
+  assert.equal(app.seen.length, 2, 'nothing reached the application');
 });
 
 test('WebSocket upgrades pass through, on any path', async (t) => {

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { compileFieldPaths, FieldMatcher } from '../../src/fields/paths.ts';
-import { JsonTransformer, transformBuffer, type MatchedValue, type ValueHandler } from '../../src/fields/transformer.ts';
+import { JsonTransformer, transformBuffer, type FieldValue, type ValueHandler } from '../../src/fields/transformer.ts';
 import { DepthExceededError, InvalidJsonError } from '../../src/errors.ts';
 import { rng, spell, split, type Json } from '../support/json-gen.ts';
 
@@ -12,7 +12,7 @@ const container = fc.oneof(fc.array(json, { maxLength: 6 }), fc.dictionary(fc.st
 /** A handler that records what it saw and replaces each value by a label. */
 class Labeller implements ValueHandler {
   seen: Array<{ path: string; kind: string; value: unknown }> = [];
-  replace(v: MatchedValue): Buffer | null {
+  replace(v: FieldValue): Buffer | null {
     this.seen.push({ path: v.path(), kind: v.kind, value: JSON.parse(v.raw.toString('utf8')) });
     if (v.kind === 'z') return null;
     return Buffer.from(JSON.stringify(`#${v.kind}`));

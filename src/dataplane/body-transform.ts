@@ -1,0 +1,109 @@
+/**
+ * One body's transform, whatever the endpoint: a format's transformer driven chunk by
+ * chunk, the handlers' failures checked after every chunk so a bad value stops the stream
+ * at once, and the two ways of feeding it from a request — whole (decrypt: nothing leaves
+ * before every token is checked) or streamed (encrypt and forward).
+ */
+import type { SvcError, ValidationError } from '../errors.ts';
+import type { ChunkTransformer, ValueHandler } from '../fields/value.ts';
+import { joinPieces } from '../fields/transformer.ts';
+import { bodyChunks, consumeBody } from '../http/body.ts';
+import type { RequestContext } from '../http/context.ts';
+
+export type Mode = 'encrypt' | 'decrypt';
+
+/** A value handler that counts its replacements and collects per-field failures. */
+export interface CollectingHandler extends ValueHandler {
+  readonly count: number;
+  /** The error to answer with when any value failed, else null. */
+  failure(): ValidationError | SvcError | null;
+}
+
+export class BodyTransform {
+  readonly mode: Mode;
+  /** The handler whose count is the number of fields transformed. */
+  readonly handler: CollectingHandler;
+  private readonly transformer: ChunkTransformer;
+  /** Every handler whose failures stop the body (the guard's, after a route's). */
+  private readonly checked: readonly CollectingHandler[];
+  /** Body bytes pushed so far. */
+  bytes = 0;
+
+  constructor(mode: Mode, transformer: ChunkTransformer, handler: CollectingHandler, others: readonly CollectingHandler[] = []) {
+    this.mode = mode;
+    this.transformer = transformer;
+    this.handler = handler;
+    this.checked = others.length === 0 ? [handler] : [handler, ...others];
+  }
+
+  push(chunk: Buffer, out: Buffer[]): void {
+    this.bytes += chunk.length;
+    this.transformer.push(chunk, out);
+    this.check();
+  }
+
+  end(out: Buffer[]): void {
+    this.transformer.end(out);
+    this.check();
+  }
+
+  private check(): void {
+    for (const handler of this.checked) {
+      const failure = handler.failure();
+      if (failure !== null) throw failure;
+    }
+  }
+}
+
+/**
+ * Feeds the output of one transformer into another: a route's transform, then the relay
+ * guard over what it wrote.
+ */
+export class ChainedTransformer implements ChunkTransformer {
+  private readonly first: ChunkTransformer;
+  private readonly second: ChunkTransformer;
+  private readonly between: Buffer[] = [];
+
+  constructor(first: ChunkTransformer, second: ChunkTransformer) {
+    this.first = first;
+    this.second = second;
+  }
+
+  push(chunk: Buffer, out: Buffer[]): void {
+    this.first.push(chunk, this.between);
+    this.drain(out);
+  }
+
+  end(out: Buffer[]): void {
+    this.first.end(this.between);
+    this.drain(out);
+    this.second.end(out);
+  }
+
+  private drain(out: Buffer[]): void {
+    for (const piece of this.between) this.second.push(piece, out);
+    this.between.length = 0;
+  }
+}
+
+/** Transforms the request body as it arrives, into memory; throws the first failure. */
+export async function transformWhole(ctx: RequestContext, limit: number, transform: BodyTransform): Promise<Buffer> {
+  const out: Buffer[] = [];
+  ctx.bytesIn = await consumeBody(ctx, limit, (chunk) => transform.push(chunk, out));
+  transform.end(out);
+  return out.length === 0 ? EMPTY : joinPieces(out);
+}
+
+/** Transforms the request body as it streams on, one output buffer per input chunk. */
+export async function* transformStream(ctx: RequestContext, limit: number, transform: BodyTransform): AsyncGenerator<Buffer> {
+  const out: Buffer[] = [];
+  for await (const chunk of bodyChunks(ctx, limit)) {
+    ctx.bytesIn += chunk.length;
+    transform.push(chunk, out);
+    if (out.length > 0) yield joinPieces(out);
+  }
+  transform.end(out);
+  if (out.length > 0) yield joinPieces(out);
+}
+
+const EMPTY = Buffer.alloc(0);

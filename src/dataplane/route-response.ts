@@ -1,0 +1,144 @@
+/**
+ * The response side of a relay or egress route: the upstream's answer relayed as it is,
+ * or transformed per the route's `response` (decrypted whole, or encrypted as it streams).
+ */
+import type { ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { ClientGoneError, UpstreamResponseError } from '../errors.ts';
+import { detectFormat } from '../fields/formats.ts';
+import { joinPieces } from '../fields/transformer.ts';
+import type { RequestContext } from '../http/context.ts';
+import type { Services } from '../services.ts';
+import type { Configuration } from '../store/configurations.ts';
+import { recordUsage } from '../telemetry/usage.ts';
+import type { BodyTransform } from './body-transform.ts';
+import { copyResponseHeaders, relay, type ForwardOptions } from './forwarder.ts';
+import { routeBodyTransform, type TransformRoute, type TransformSpec } from './transform-routes.ts';
+
+/**
+ * Forwarding options for a route. With a response transform the upstream is asked for an
+ * uncompressed and whole answer, the only kind that can be transformed: a part of a JSON
+ * document is not JSON, and a byte range of the upstream's representation means nothing
+ * once its fields have been rewritten. `Range` is dropped, so the client gets the whole
+ * transformed answer with a 200, which RFC 9110 §14.2 allows any server to send.
+ */
+export function routeForwardOptions(services: Services, route: TransformRoute, configuration: Configuration, keepHost: boolean): ForwardOptions {
+  const spec = route.response;
+  if (spec === null) return { keepAuthorization: true, keepHost };
+  return {
+    keepAuthorization: true,
+    keepHost,
+    setHeaders: { 'accept-encoding': 'identity' },
+    dropHeaders: WHOLE_ANSWER,
+    respond: (ctx, response, method) => respondTransformed(ctx, services, configuration, spec, response, method),
+  };
+}
+
+/** Request headers that would ask the upstream for less than the whole answer. */
+const WHOLE_ANSWER: ReadonlySet<string> = new Set(['range', 'if-range']);
+
+/** Response headers that describe the upstream's bytes, wrong once the body is rewritten. */
+const REWRITTEN = new Set(['content-length', 'content-md5', 'digest', 'content-digest', 'repr-digest', 'accept-ranges']);
+
+async function respondTransformed(
+  ctx: RequestContext,
+  services: Services,
+  configuration: Configuration,
+  spec: TransformSpec,
+  response: Dispatcher.ResponseData,
+  method: string,
+): Promise<void> {
+  const bodiless = method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304 || response.headers['content-length'] === '0';
+  const format = detectFormat(response.headers['content-type'], response.headers['content-encoding']);
+  if (bodiless || format === 'other') return relay(ctx, response, method);
+  if (format === 'unreadable') {
+    discard(response.body);
+    throw new UpstreamResponseError(new Error(`the upstream answered ${String(response.headers['content-type'])} that cannot be transformed`));
+  }
+  let transform: BodyTransform;
+  try {
+    transform = routeBodyTransform(services, configuration, spec, format);
+  } catch (err) {
+    discard(response.body);
+    throw err;
+  }
+  if (spec.mode === 'decrypt') await respondWhole(ctx, response, transform, services.config.server.body_limit);
+  else await respondStreamed(ctx, response, transform);
+  recordUsage(ctx, services, configuration, transform.mode, transform.handler.count, transform.bytes);
+}
+
+/** Decrypted answers go out whole or not at all: never partial plaintext. */
+async function respondWhole(ctx: RequestContext, response: Dispatcher.ResponseData, transform: BodyTransform, limit: number): Promise<void> {
+  const out: Buffer[] = [];
+  try {
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      if (transform.bytes + chunk.length > limit) throw new Error(`the upstream answer is larger than ${limit} bytes`);
+      transform.push(chunk, out);
+    }
+    transform.end(out);
+  } catch (err) {
+    discard(response.body);
+    if (ctx.res.destroyed) throw new ClientGoneError();
+    throw new UpstreamResponseError(err);
+  }
+  const body = out.length === 0 ? Buffer.alloc(0) : joinPieces(out);
+  copyHeaders(ctx, response);
+  ctx.res.setHeader('content-length', body.length);
+  ctx.res.end(body);
+}
+
+/**
+ * Encrypted answers stream, as encrypt-and-forward requests do. A failure before the
+ * first byte is a clean 502; after it the response is cut (the error mapper destroys it).
+ */
+async function respondStreamed(ctx: RequestContext, response: Dispatcher.ResponseData, transform: BodyTransform): Promise<void> {
+  copyHeaders(ctx, response);
+  const out: Buffer[] = [];
+  try {
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      transform.push(chunk, out);
+      if (out.length > 0) await write(ctx.res, joinPieces(out));
+    }
+    transform.end(out);
+  } catch (err) {
+    discard(response.body);
+    if (err instanceof ClientGoneError || ctx.res.destroyed) throw new ClientGoneError();
+    throw new UpstreamResponseError(err);
+  }
+  ctx.res.end(out.length > 0 ? joinPieces(out) : undefined);
+}
+
+function copyHeaders(ctx: RequestContext, response: Dispatcher.ResponseData): void {
+  copyResponseHeaders(ctx, response.statusCode, response.headers, REWRITTEN);
+}
+
+/** Writes with backpressure; rejects if the client goes away while we wait. */
+function write(res: ServerResponse, chunk: Buffer): Promise<void> {
+  if (res.destroyed) return Promise.reject(new ClientGoneError());
+  if (res.write(chunk)) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const cleanup = () => {
+      res.off('drain', onDrain);
+      res.off('close', onClose);
+    };
+    const onDrain = () => {
+      cleanup();
+      resolve();
+    };
+    const onClose = () => {
+      cleanup();
+      reject(new ClientGoneError());
+    };
+    res.on('drain', onDrain);
+    res.on('close', onClose);
+  });
+}
+
+/**
+ * Stops reading an answer that will not be relayed. Destroying undici's body stream can
+ * emit 'error' (an aborted body), which with no listener would end the process.
+ */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => {});
+  body.destroy();
+}

@@ -1,0 +1,131 @@
+/**
+ * What relay and egress routes (DESIGN §12) share: a route names a configuration and a
+ * fixed transform for the request body and for the response body, instead of the
+ * `x-svc-*` headers of `/proxy`. This file compiles routes and resolves what they name
+ * per request; `route-request.ts` and `route-response.ts` run the two sides. The engine
+ * and limits are those of `/proxy`: encrypting streams, decrypting holds the whole body
+ * until every token has been checked.
+ *
+ * Routes authenticate with the configuration, not a per-request API key: the pod
+ * boundary is the trust boundary, so decryption applies no per-user classification
+ * access. A `classification` on a decrypt transform still requires every token to carry
+ * it (403 on a request, 502 on a response).
+ */
+import { ConfigError } from '../config/load.ts';
+import type { RouteTransform } from '../config/schema.ts';
+import { InvalidFieldPathsError, RouteUnavailableError } from '../errors.ts';
+import { SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
+import type { RequestContext } from '../http/context.ts';
+import type { Services } from '../services.ts';
+import type { Configuration } from '../store/configurations.ts';
+import { classificationIdOf } from '../store/stamped-cache.ts';
+import { BodyTransform, type Mode } from './body-transform.ts';
+import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
+
+/** One direction's transform, compiled once at start. */
+export interface TransformSpec {
+  readonly mode: Mode;
+  /** Null: the configuration's `fields` (encrypt), or every token anywhere (decrypt). */
+  readonly matcher: FieldMatcher | null;
+  /** Classification id or slug, looked up per request (classifications change at runtime). */
+  readonly classification: string | null;
+}
+
+export interface TransformRoute {
+  /** `relay:patients`, `egress:stripe`: how the route is named in the `api` log. */
+  readonly label: string;
+  /** The encryption configuration's name. */
+  readonly configuration: string;
+  readonly request: TransformSpec | null;
+  readonly response: TransformSpec | null;
+}
+
+export interface RouteSettings {
+  readonly configuration: string;
+  readonly request?: RouteTransform | undefined;
+  readonly response?: RouteTransform | undefined;
+}
+
+/** Compiles a route's field paths; a bad route stops the start with a ConfigError naming it. */
+export function compileTransformRoute(label: string, where: string, settings: RouteSettings): TransformRoute {
+  return {
+    label,
+    configuration: settings.configuration,
+    request: compileTransform(settings.request, `${where}.request`),
+    response: compileTransform(settings.response, `${where}.response`),
+  };
+}
+
+function compileTransform(spec: RouteTransform | undefined, where: string): TransformSpec | null {
+  if (spec === undefined) return null;
+  if (spec.encrypt !== undefined && spec.decrypt !== undefined) throw new ConfigError([`${where}: give encrypt or decrypt, not both`]);
+  const paths = spec.encrypt ?? spec.decrypt;
+  if (paths === undefined) {
+    if (spec.classification !== undefined) throw new ConfigError([`${where}.classification: applies only with encrypt or decrypt`]);
+    return null;
+  }
+  const mode: Mode = spec.encrypt !== undefined ? 'encrypt' : 'decrypt';
+  let matcher: FieldMatcher | null;
+  try {
+    matcher = compileFieldPaths(paths);
+  } catch (err) {
+    if (!(err instanceof InvalidFieldPathsError)) throw err;
+    const detail = err.message.replace(/^The x-svc-fields header is invalid: /, '').replace(/\.$/, '');
+    throw new ConfigError([`${where}.${mode}: ${detail}`]);
+  }
+  return { mode, matcher, classification: spec.classification ?? null };
+}
+
+/**
+ * The route's configuration, looked up per request (it may be created, rotated or
+ * renamed through the API). A route naming none is a deployment mistake: 500.
+ */
+export function routeConfiguration(ctx: RequestContext, services: Services, route: TransformRoute): Configuration {
+  const configuration = services.store.configurations.findByName(route.configuration);
+  if (configuration === undefined || configuration.type !== 'encryption') {
+    throw new RouteUnavailableError(new Error(`${route.label}: there is no encryption configuration named "${route.configuration}"`));
+  }
+  ctx.configurationId = configuration.id;
+  return configuration;
+}
+
+/** Names the request's `api` log entry after the route: `relay:patients POST /patients/7`. */
+export function logRouteRequest(ctx: RequestContext, route: TransformRoute, path: string): void {
+  ctx.logPath = `${route.label} ${ctx.req.method ?? 'GET'} ${path}`;
+}
+
+/**
+ * The transform of one body on a route: the route's handler over the body's format, which
+ * is decided from the body itself (`SniffingTransformer`): a body that is none of the
+ * formats passes unchanged.
+ */
+export function routeBodyTransform(services: Services, configuration: Configuration, spec: TransformSpec, declared: BodyFormat | null): BodyTransform {
+  const codec = services.codecs.get(configuration);
+  const classificationId = resolveClassification(services, spec);
+  const handler =
+    spec.mode === 'encrypt'
+      ? new EncryptHandler(codec.encryptor(classificationId))
+      : new DecryptHandler(codec, trusted, classificationId === 0 ? null : classificationId);
+  const matcher = resolveMatcher(services, configuration, spec);
+  const limits = spec.mode === 'encrypt' ? services.limits.plaintext : services.limits.token;
+  return new BodyTransform(spec.mode, new SniffingTransformer(declared, (format) => format.create(matcher, handler, limits)), handler);
+}
+
+/** Relay and egress decrypt for the pod: no per-user classification access (DESIGN §12). */
+function trusted(): void {}
+
+function resolveClassification(services: Services, spec: TransformSpec): number {
+  if (spec.classification === null) return 0;
+  const id = classificationIdOf(services.store, spec.classification);
+  if (id === undefined) throw new RouteUnavailableError(new Error(`a relay or egress route names the classification "${spec.classification}", which does not exist`));
+  return id;
+}
+
+function resolveMatcher(services: Services, configuration: Configuration, spec: TransformSpec): FieldMatcher {
+  if (spec.matcher !== null) return spec.matcher;
+  if (spec.mode === 'decrypt') return FieldMatcher.anyToken();
+  const defaults = configuration.fields.length === 0 ? null : services.fieldPaths.get(configuration.fields.join(','));
+  if (defaults === null) throw new RouteUnavailableError(new Error(`a route encrypts the fields of "${configuration.name}", which lists none`));
+  return defaults;
+}

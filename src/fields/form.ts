@@ -1,0 +1,237 @@
+/**
+ * `application/x-www-form-urlencoded` bodies (WHATWG URL §5): `name=value&name=value`,
+ * transformed in one streaming pass like JSON. A parameter name is decoded and read as a
+ * field path, brackets as segments (`card[number]` is `card.number`, `items[0][sku]` is
+ * `items.0.sku`, `tags[]` is `tags.` + an empty segment that a `*` matches); a parameter
+ * is matched when its path, or any leading part of it, is matched — so `ssn` also names
+ * `ssn[]` and `ssn[0]`. Matched values are decoded, handed to the handler and written
+ * back with the form's encoding; everything else is copied byte for byte.
+ *
+ * Only the name being read and the value being replaced are held, each within the
+ * capture limit.
+ */
+import { isUtf8 } from 'node:buffer';
+import { InvalidFormError, ValueTooLargeError } from '../errors.ts';
+import type { FieldMatcher, PathState } from './paths.ts';
+import { hasTokenShape, UNLIMITED, type CaptureLimits, type ChunkTransformer, type FieldValue, type PlainType, type ValueHandler } from './value.ts';
+
+const AMP = 0x26;
+const EQ = 0x3d;
+
+const IN_NAME = 0;
+const IN_VALUE = 1;
+const IN_MATCHED_VALUE = 2;
+
+export class FormTransformer implements ChunkTransformer, FieldValue {
+  private readonly matcher: FieldMatcher;
+  private readonly handler: ValueHandler;
+  private readonly limits: CaptureLimits;
+  private mode = IN_NAME;
+  private parts: Buffer[] = [];
+  private held = 0;
+  private name = '';
+
+  // FieldValue of the value being replaced: a form value is always a string.
+  readonly kind = 's' as const;
+  raw: Buffer = EMPTY;
+  escaped = false;
+
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED) {
+    this.matcher = matcher;
+    this.handler = handler;
+    this.limits = limits;
+  }
+
+  push(chunk: Buffer, out: Buffer[]): void {
+    const n = chunk.length;
+    let start = 0;
+    while (start < n) {
+      if (this.mode === IN_VALUE) {
+        // A value nobody asked for streams through untouched, up to and with its `&`.
+        const amp = chunk.indexOf(AMP, start);
+        const stop = amp === -1 ? n : amp + 1;
+        out.push(chunk.subarray(start, stop));
+        if (amp !== -1) this.mode = IN_NAME;
+        start = stop;
+        continue;
+      }
+      const stop = this.mode === IN_NAME ? nameEnd(chunk, start) : chunk.indexOf(AMP, start);
+      if (stop === -1) {
+        this.hold(chunk.subarray(start, n));
+        return;
+      }
+      this.finishPart(chunk.subarray(start, stop), out);
+      const delimiter = chunk[stop]!;
+      out.push(delimiter === AMP ? AMP_BYTE : EQ_BYTE);
+      this.mode = this.mode === IN_NAME && delimiter === EQ ? (this.nameMatched() ? IN_MATCHED_VALUE : IN_VALUE) : IN_NAME;
+      start = stop + 1;
+    }
+  }
+
+  end(out: Buffer[]): void {
+    if (this.mode !== IN_VALUE) this.finishPart(EMPTY, out);
+    this.mode = IN_NAME;
+  }
+
+  /** Keeps the part of a name or matched value that runs past the chunk, within the limit. */
+  private hold(part: Buffer): void {
+    if (part.length === 0) return;
+    this.parts.push(part);
+    this.held += part.length;
+    if (this.held > this.limits.capture) throw new ValueTooLargeError(this.limits.value);
+  }
+
+  /** A name or matched value is complete: a name is decoded (and kept), a value replaced. */
+  private finishPart(last: Buffer, out: Buffer[]): void {
+    let raw = last;
+    if (this.parts.length > 0) {
+      if (last.length > 0) this.parts.push(last);
+      raw = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts);
+      this.parts = [];
+      this.held = 0;
+    }
+    if (raw.length > this.limits.capture) throw new ValueTooLargeError(this.limits.value);
+    if (this.mode === IN_NAME) {
+      this.name = decodeFormBytes(raw).toString('utf8');
+      // The name's bytes go out as they came; only values change.
+      if (raw.length > 0) out.push(raw);
+      return;
+    }
+    this.raw = raw;
+    this.escaped = raw.includes(0x25) || raw.includes(0x2b);
+    const replacement = this.handler.replace(this);
+    out.push(replacement ?? raw);
+    this.raw = EMPTY;
+  }
+
+  /** Whether the name just read, or a leading part of it, is one the paths name. */
+  private nameMatched(): boolean {
+    let state: PathState = this.matcher.root;
+    for (const segment of nameSegments(this.name)) {
+      state = state.next(segment);
+      if (state.terminal) return true;
+      if (state.dead) return false;
+    }
+    return state.terminal;
+  }
+
+  path(): string {
+    return this.name;
+  }
+
+  plaintext(): Buffer {
+    return decodeFormBytes(this.raw);
+  }
+
+  /** Tokens are URL-safe, but a form encoder may still percent-encode their `:` and `$`. */
+  token(): string | null {
+    const raw = this.raw;
+    if (!this.escaped) return hasTokenShape(raw, 0, raw.length) ? raw.toString('latin1') : null;
+    const text = decodeFormBytes(raw);
+    return hasTokenShape(text, 0, text.length) && /^[\x21-\x7e]+$/.test(text.toString('latin1')) ? text.toString('latin1') : null;
+  }
+
+  encodeToken(token: string): Buffer {
+    return Buffer.from(token, 'latin1');
+  }
+
+  encodePlain(plaintext: Buffer, _type: PlainType): Buffer {
+    return encodeFormBytes(plaintext);
+  }
+}
+
+const EMPTY = Buffer.alloc(0);
+const AMP_BYTE = Buffer.from('&');
+const EQ_BYTE = Buffer.from('=');
+
+/**
+ * `card[number]` → card, number; `items[0][sku]` → items, 0, sku; `tags[]` → tags, ''.
+ * A name that does not follow the bracket form is one segment, as it is.
+ */
+export function nameSegments(name: string): string[] {
+  const open = name.indexOf('[');
+  if (open <= 0 || !name.endsWith(']')) return [name];
+  const segments = [name.slice(0, open)];
+  let at = open;
+  while (at < name.length) {
+    if (name[at] !== '[') return [name];
+    const close = name.indexOf(']', at);
+    if (close === -1) return [name];
+    segments.push(name.slice(at + 1, close));
+    at = close + 1;
+  }
+  return segments;
+}
+
+/** The index of the `=` or `&` that ends the name starting at `from`, or -1. */
+function nameEnd(chunk: Buffer, from: number): number {
+  for (let i = from; i < chunk.length; i++) {
+    const c = chunk[i]!;
+    if (c === EQ || c === AMP) return i;
+  }
+  return -1;
+}
+
+function hexValue(c: number): number {
+  if (c >= 0x30 && c <= 0x39) return c - 0x30;
+  const l = c | 0x20;
+  if (l >= 0x61 && l <= 0x66) return l - 0x61 + 10;
+  return -1;
+}
+
+/** Percent-decoding with `+` as a space (the form serialiser's rules); 400 when malformed or not UTF-8. */
+export function decodeFormBytes(raw: Buffer): Buffer {
+  if (!raw.includes(0x25) && !raw.includes(0x2b)) {
+    if (!isUtf8(raw)) throw new InvalidFormError('a name or value is not UTF-8');
+    return raw;
+  }
+  const out = Buffer.allocUnsafe(raw.length);
+  let o = 0;
+  for (let i = 0; i < raw.length; i++) {
+    const c = raw[i]!;
+    if (c === 0x2b) {
+      out[o++] = 0x20;
+    } else if (c === 0x25) {
+      const hi = i + 2 < raw.length ? hexValue(raw[i + 1]!) : -1;
+      const lo = hi === -1 ? -1 : hexValue(raw[i + 2]!);
+      if (lo === -1) throw new InvalidFormError('a "%" is not followed by two hexadecimal digits');
+      out[o++] = (hi << 4) | lo;
+      i += 2;
+    } else {
+      out[o++] = c;
+    }
+  }
+  const decoded = out.subarray(0, o);
+  if (!isUtf8(decoded)) throw new InvalidFormError('a name or value is not UTF-8');
+  return decoded;
+}
+
+/** The form serialiser's encoding: `*-._` and alphanumerics kept, space as `+`, the rest `%XX`. */
+export function encodeFormBytes(bytes: Buffer): Buffer {
+  let plain = true;
+  for (const c of bytes) {
+    if (!isFormSafe(c)) {
+      plain = false;
+      break;
+    }
+  }
+  if (plain) return bytes;
+  const out = Buffer.allocUnsafe(bytes.length * 3);
+  let o = 0;
+  for (const c of bytes) {
+    if (isFormSafe(c)) out[o++] = c;
+    else if (c === 0x20) out[o++] = 0x2b;
+    else {
+      out[o++] = 0x25;
+      out[o++] = HEX[c >> 4]!;
+      out[o++] = HEX[c & 15]!;
+    }
+  }
+  return out.subarray(0, o);
+}
+
+const HEX = Buffer.from('0123456789ABCDEF');
+
+function isFormSafe(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x2a || c === 0x2d || c === 0x2e || c === 0x5f;
+}
