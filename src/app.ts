@@ -200,6 +200,9 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     async listen() {
       const addresses = await listenAll(listeners);
       const address = (listener: Listener | undefined) => (listener === undefined ? null : addresses[listeners.indexOf(listener)]!);
+      if (relay !== null && config.relay?.protect === undefined) {
+        logger.warn('relay.protect is not set: request bodies that match no route, or a route in another spelling, reach the application untransformed (docs/relay.md)');
+      }
       if (relay !== null) logger.info({ relay: `${address(relay.listener)!.address}:${address(relay.listener)!.port}`, upstream: config.relay!.upstream, routes: relayRoutes!.length }, 'relay listening');
       retention.start();
       if (fileSource !== null) fileSource.start();

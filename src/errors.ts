@@ -103,6 +103,13 @@ export class RequestTimeoutError extends SvcError {
   }
 }
 
+/** The relay guard (DESIGN §13) cannot read a request body, so cannot vouch for it. */
+export class UninspectableBodyError extends SvcError {
+  constructor(detail: string) {
+    super('SVC_ERR_UNINSPECTABLE_BODY', 415, `The request body cannot be inspected for protected fields: ${detail}.`);
+  }
+}
+
 export class HeaderTooLargeError extends SvcError {
   constructor() {
     super('SVC_ERR_HEADER_TOO_LARGE', 431, 'Request header fields too large.');
@@ -161,6 +168,17 @@ export class InvalidTokenError extends ValidationError {
   constructor(errors: ValidationErrors) {
     super(errors, 'SVC_ERR_INVALID_TOKEN');
   }
+}
+
+/** The relay guard found a protected key with a plaintext value (`on_plaintext: refuse`). */
+export class ProtectedFieldError extends ValidationError {
+  constructor(errors: ValidationErrors) {
+    super(errors, 'SVC_ERR_PROTECTED_FIELD');
+  }
+}
+
+export function protectedFieldMessage(key: string): string {
+  return `The request carries a protected field in plaintext: ${key}.`;
 }
 
 export class TooManyRequestsError extends SvcError {

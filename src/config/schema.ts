@@ -258,9 +258,21 @@ const relayRouteSchema = z.strictObject({
   response: transformSchema.optional(),
 });
 
+const protectSchema = z.strictObject({
+  /** Object keys never to reach the application in plaintext, at any depth, in any spelling. */
+  keys: z.array(text.max(256, 'must be at most 256 characters')).min(1, 'list at least one key'),
+  /** The encryption configuration that encrypts what the guard catches. */
+  configuration: text,
+  /** Classification id or slug bound into those tokens. */
+  classification: text.optional(),
+  on_plaintext: z.enum(['encrypt', 'refuse']).default('encrypt'),
+  uninspectable: z.enum(['refuse', 'pass']).default('refuse'),
+});
+
 const relaySchema = z.strictObject({
   listen,
   upstream: httpUrl,
+  protect: protectSchema.optional(),
   routes: z.array(relayRouteSchema).default([]),
 });
 
@@ -347,6 +359,7 @@ export type SeedConfiguration = SeedConfig['configurations'][number];
 export type SeedClassification = SeedConfig['classifications'][number];
 export type RelayConfig = NonNullable<Config['relay']>;
 export type RelayRoute = RelayConfig['routes'][number];
+export type ProtectConfig = NonNullable<RelayConfig['protect']>;
 export type EgressRoute = Config['egress'][number];
 export type RouteTransform = NonNullable<RelayRoute['request']>;
 export type Role = (typeof BUILT_IN_ROLES)[number];

@@ -59,7 +59,7 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
   const configuration = routeConfiguration(ctx, services, route);
   const destination = egressDestination(route, rest, ctx.rawQuery);
   ctx.destination = destination.origin;
-  const request = await requestBody(ctx, services, route, configuration);
+  const request = await requestBody(ctx, services, route, configuration, null);
   await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false));
   request.recordUsage();
 }

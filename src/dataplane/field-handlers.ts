@@ -27,10 +27,13 @@ abstract class CollectingHandler implements ValueHandler {
 
 export class EncryptHandler extends CollectingHandler {
   private readonly encryptor: FieldEncryptor;
+  /** The tokens written, when a later pass (the relay guard) must recognise them. */
+  readonly minted: Set<string> | null;
 
-  constructor(encryptor: FieldEncryptor) {
+  constructor(encryptor: FieldEncryptor, recordMinted = false) {
     super();
     this.encryptor = encryptor;
+    this.minted = recordMinted ? new Set() : null;
   }
 
   failure(): ValidationError | null {
@@ -42,6 +45,7 @@ export class EncryptHandler extends CollectingHandler {
     const plaintext = value.plaintext();
     if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
     const token = this.encryptor.encrypt(plaintext, value.kind as TokenType);
+    this.minted?.add(token);
     this.count++;
     return value.encodeToken(token);
   }

@@ -19,8 +19,10 @@ import { RequestContext } from '../http/context.ts';
 import { answerAndClose, Listener, type ListenerOptions } from '../http/listener.ts';
 import { sendError } from '../http/respond.ts';
 import type { Destination } from './destination.ts';
-import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError } from './forwarder.ts';
-import { requestBody, transformsRequest } from './route-request.ts';
+import { hasBody } from '../http/body.ts';
+import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError, type ForwardOptions } from './forwarder.ts';
+import { RelayGuard } from './relay-guard.ts';
+import { requestBody } from './route-request.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { compileTransformRoute, logRouteRequest, routeConfiguration, type TransformRoute } from './transform-routes.ts';
 import type { Services } from '../services.ts';
@@ -65,28 +67,35 @@ export function compileGlob(pattern: string): RegExp {
 
 /**
  * The path the application's router most likely sees, so a route cannot be dodged by
- * spelling: percent-decoded segments, no empty segments (`//`, trailing `/`), `.` and
- * `..` resolved, no query. The root is the empty string. Null for `*` (OPTIONS).
+ * spelling: `;parameters` dropped from each segment (`/patients;x=1/7` is `/patients/7`),
+ * percent-escapes decoded once, no empty segments (`//`, trailing `/`), `.` and `..`
+ * resolved, no query. The root is the empty string. Null for a target that cannot be
+ * read the same way by every router — `%3B`, control bytes, spaces, a stray `%` — or
+ * that is no path at all (`*`): such a request is refused.
  */
 export function normalizePath(url: string): string | null {
   let path = url;
   if (!path.startsWith('/')) {
     // absolute-form (RFC 9112 §3.2.2): the application would route on its path.
     const parsed = URL.parse(url);
-    if (parsed === null) return null;
+    if (parsed === null || parsed.pathname === '') return null;
     path = parsed.pathname;
   }
   const q = path.indexOf('?');
   if (q !== -1) path = path.slice(0, q);
+  if (UNREADABLE_RAW.test(path)) return null;
   const out: string[] = [];
   for (const raw of path.split('/')) {
-    let segment = raw;
+    const semi = raw.indexOf(';');
+    let segment = semi === -1 ? raw : raw.slice(0, semi);
     if (segment.includes('%')) {
       try {
         segment = decodeURIComponent(segment);
       } catch {
-        // Not valid percent-encoding: the application cannot decode it either.
+        // Not valid percent-encoding: routers disagree on what it means.
+        return null;
       }
+      if (CONTROL.test(segment)) return null;
     }
     if (segment === '' || segment === '.') continue;
     if (segment === '..') out.pop();
@@ -94,6 +103,10 @@ export function normalizePath(url: string): string | null {
   }
   return out.length === 0 ? '' : `/${out.join('/')}`;
 }
+
+/** Raw bytes no router reads alike: controls, spaces, an escaped `;`. */
+const UNREADABLE_RAW = /[\x00-\x20\x7f]|%3b/i;
+const CONTROL = /[\x00-\x1f\x7f]/;
 
 function findRoute(routes: readonly RelayRoute[], method: string, path: string): RelayRoute | null {
   for (const route of routes) {
@@ -112,11 +125,13 @@ export class RelayServer {
   private readonly upstreamDestination: Destination;
   private readonly proxy: ProxyServer;
   private readonly agent: HttpAgent;
+  private readonly guard: RelayGuard | null;
 
   constructor(config: RelayConfig, routes: readonly RelayRoute[], services: Services, options: ListenerOptions) {
     this.services = services;
     this.logger = services.logger;
     this.routes = routes;
+    this.guard = config.protect === undefined ? null : new RelayGuard(config.protect);
     this.upstream = new URL(config.upstream);
     this.upstreamDestination = {
       url: this.upstream,
@@ -155,28 +170,39 @@ export class RelayServer {
   private onRequest(ctx: RequestContext): Promise<void> | void {
     const method = ctx.req.method ?? 'GET';
     const path = normalizePath(ctx.req.url ?? '/');
-    const route = path === null ? null : findRoute(this.routes, method, path);
+    if (path === null) {
+      ctx.route = 'relay:refused';
+      ctx.closeConnection = true;
+      throw new BadRequestError(UNMATCHABLE_TARGET);
+    }
+    stripOwnHeaders(ctx);
+    const route = findRoute(this.routes, method, path);
     if (route === null) {
       ctx.route = 'relay:passthrough';
+      this.services.metrics.countPassthrough();
+      // A body still passes the guard: only bodiless requests go straight through.
+      if (this.guard !== null && hasBody(ctx)) return this.forwardGuarded(ctx);
       this.passThrough(ctx);
       return;
     }
     ctx.route = route.label;
-    return this.relayRoute(ctx, route, path!);
+    return this.relayRoute(ctx, route, path);
   }
 
   private async relayRoute(ctx: RequestContext, route: RelayRoute, path: string): Promise<void> {
     logRouteRequest(ctx, route, path === '' ? '/' : path);
     ctx.destination = this.upstream.origin;
     const configuration = routeConfiguration(ctx, this.services, route);
-    // Nothing to transform either way: the bytes go through untouched, as for other paths.
-    if (route.response === null && !transformsRequest(ctx, route)) {
-      this.passThrough(ctx);
-      return;
-    }
-    const request = await requestBody(ctx, this.services, route, configuration);
+    const request = await requestBody(ctx, this.services, route, configuration, this.guard);
     await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, routeForwardOptions(this.services, route, configuration, true));
     request.recordUsage();
+  }
+
+  /** A request that matched no route but has a body: on to the application through the guard. */
+  private async forwardGuarded(ctx: RequestContext): Promise<void> {
+    ctx.destination = this.upstream.origin;
+    const request = await requestBody(ctx, this.services, null, null, this.guard);
+    await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, PASS_THROUGH);
   }
 
   /** The upstream plus the request's own path and query, as sent (never normalized). */
@@ -192,6 +218,7 @@ export class RelayServer {
   }
 
   private passThrough(ctx: RequestContext): void {
+    ctx.res.setHeader('x-svc-request-id', ctx.id);
     // The same rule as for transformed requests (Forwarder): control and non-ASCII bytes
     // in a header value never reach the application, whichever way the request goes.
     const unsafe = unforwardableHeader(ctx.req.headers);
@@ -209,7 +236,8 @@ export class RelayServer {
   private onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     this.listener.adopt(socket);
     socket.on('error', () => socket.destroy());
-    if (unforwardableHeader(req.headers) !== null || !passesUnchanged(req.url)) {
+    stripOwn(req.headers);
+    if (unforwardableHeader(req.headers) !== null || !passesUnchanged(req.url) || normalizePath(req.url ?? '/') === null) {
       answerAndClose(socket, new BadRequestError('Bad request.'));
       return;
     }
@@ -224,6 +252,19 @@ export class RelayServer {
 }
 
 const UNCHANGEABLE_TARGET = 'The request target cannot be passed on unchanged.';
+const UNMATCHABLE_TARGET = 'The request path cannot be read the same way by every router: it holds an escaped ";", a control byte, a space or a stray "%".';
+
+/** Requests that matched no route keep the application's own credentials and host. */
+const PASS_THROUGH: ForwardOptions = { keepAuthorization: true, keepHost: true };
+
+/** `x-svc-*` headers are svc-sidecar's own: none reaches the application, on any path. */
+function stripOwnHeaders(ctx: RequestContext): void {
+  stripOwn(ctx.req.headers);
+}
+
+function stripOwn(headers: IncomingMessage['headers']): void {
+  for (const name of Object.keys(headers)) if (name.startsWith('x-svc-')) delete headers[name];
+}
 
 /**
  * Whether the pass-through (http-proxy-3, which re-parses the target as a URL) would send

@@ -10,9 +10,11 @@ import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
-import { transformStream, transformWhole } from './body-transform.ts';
+import { BodyTransform, ChainedTransformer, transformStream, transformWhole } from './body-transform.ts';
+import { EncryptHandler } from './field-handlers.ts';
 import type { ForwardBody } from './forwarder.ts';
-import { routeBodyTransform, type TransformRoute } from './transform-routes.ts';
+import type { RelayGuard } from './relay-guard.ts';
+import { routeTransformer, type TransformRoute } from './transform-routes.ts';
 
 export interface RequestBody {
   readonly body: ForwardBody;
@@ -26,22 +28,36 @@ export interface RequestBody {
  * format that cannot be read (compressed, another charset) is refused: passing it on
  * untransformed would let plaintext by unnoticed.
  */
-export function transformsRequest(ctx: RequestContext, route: TransformRoute): boolean {
-  if (route.request === null || !hasBody(ctx)) return false;
+export function transformsRequest(ctx: RequestContext, route: TransformRoute | null): boolean {
+  if (route?.request == null || !hasBody(ctx)) return false;
   if (detectFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding']) === 'unreadable') throw new UnsupportedMediaTypeError();
   return true;
 }
 
-export async function requestBody(ctx: RequestContext, services: Services, route: TransformRoute, configuration: Configuration): Promise<RequestBody> {
+/**
+ * The body to forward for a route's request (`route` null: a relay request that matched
+ * none), transformed per the route and then, on the relay, by the guard over what the
+ * route wrote.
+ */
+export async function requestBody(ctx: RequestContext, services: Services, route: TransformRoute | null, configuration: Configuration | null, guard: RelayGuard | null): Promise<RequestBody> {
   if (!hasBody(ctx)) return { body: null, recordUsage: noop };
-  if (!transformsRequest(ctx, route)) return { body: untouched(ctx, services.config.forwarding.max_body), recordUsage: noop };
-  const spec = route.request!;
-  const declared = detectFormat(ctx.req.headers['content-type'], undefined);
-  const transform = routeBodyTransform(services, configuration, spec, typeof declared === 'string' ? null : declared);
-  const usage = () => recordUsage(ctx, services, configuration, transform.mode, transform.handler.count, transform.bytes);
-  if (spec.mode === 'encrypt') return { body: transformStream(ctx, services.config.forwarding.max_body, transform), recordUsage: usage };
+  const spec = transformsRequest(ctx, route) ? route!.request! : null;
+  if (spec === null && guard === null) return { body: untouched(ctx, services.config.forwarding.max_body), recordUsage: noop };
+  let transform: BodyTransform;
+  let usage = noop;
+  if (spec === null) {
+    const pass = guard!.begin(ctx, services, null, null);
+    transform = new BodyTransform('encrypt', pass, pass.handler);
+  } else {
+    const declared = detectFormat(ctx.req.headers['content-type'], undefined);
+    const own = routeTransformer(services, configuration!, spec, typeof declared === 'string' ? null : declared, guard !== null);
+    const pass = guard?.begin(ctx, services, own.codec, own.handler instanceof EncryptHandler ? own.handler.minted : null) ?? null;
+    transform = new BodyTransform(spec.mode, pass === null ? own.transformer : new ChainedTransformer(own.transformer, pass), own.handler, pass === null ? [] : [pass.handler]);
+    usage = () => recordUsage(ctx, services, configuration!, spec.mode, own.handler.count, transform.bytes);
+  }
   // A denied or invalid token must stop the request before any plaintext leaves.
-  return { body: await transformWhole(ctx, services.config.server.body_limit, transform), recordUsage: usage };
+  if (spec?.mode === 'decrypt') return { body: await transformWhole(ctx, services.config.server.body_limit, transform), recordUsage: usage };
+  return { body: transformStream(ctx, services.config.forwarding.max_body, transform), recordUsage: usage };
 }
 
 function noop(): void {}

@@ -14,8 +14,10 @@
 import { ConfigError } from '../config/load.ts';
 import type { RouteTransform } from '../config/schema.ts';
 import { InvalidFieldPathsError, RouteUnavailableError } from '../errors.ts';
+import type { TokenCodec } from '../crypto/token.ts';
 import { SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
+import type { ChunkTransformer } from '../fields/value.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
@@ -95,21 +97,34 @@ export function logRouteRequest(ctx: RequestContext, route: TransformRoute, path
   ctx.logPath = `${route.label} ${ctx.req.method ?? 'GET'} ${path}`;
 }
 
+/** A route's transform of one body, before it is driven (and, on the relay, chained to the guard). */
+export interface RouteTransformer {
+  readonly transformer: ChunkTransformer;
+  readonly handler: EncryptHandler | DecryptHandler;
+  readonly codec: TokenCodec;
+}
+
 /**
- * The transform of one body on a route: the route's handler over the body's format, which
- * is decided from the body itself (`SniffingTransformer`): a body that is none of the
- * formats passes unchanged.
+ * The route's handler over the body's format, which is decided from the body itself
+ * (`SniffingTransformer`): a body that is none of the formats passes unchanged.
+ * `recordMinted` keeps the tokens an encryption writes, for a guard that follows.
  */
-export function routeBodyTransform(services: Services, configuration: Configuration, spec: TransformSpec, declared: BodyFormat | null): BodyTransform {
+export function routeTransformer(services: Services, configuration: Configuration, spec: TransformSpec, declared: BodyFormat | null, recordMinted = false): RouteTransformer {
   const codec = services.codecs.get(configuration);
   const classificationId = resolveClassification(services, spec);
   const handler =
     spec.mode === 'encrypt'
-      ? new EncryptHandler(codec.encryptor(classificationId))
+      ? new EncryptHandler(codec.encryptor(classificationId), recordMinted)
       : new DecryptHandler(codec, trusted, classificationId === 0 ? null : classificationId);
   const matcher = resolveMatcher(services, configuration, spec);
   const limits = spec.mode === 'encrypt' ? services.limits.plaintext : services.limits.token;
-  return new BodyTransform(spec.mode, new SniffingTransformer(declared, (format) => format.create(matcher, handler, limits)), handler);
+  return { transformer: new SniffingTransformer(declared, (format) => format.create(matcher, handler, limits)), handler, codec };
+}
+
+/** The transform of one body on a route, alone. */
+export function routeBodyTransform(services: Services, configuration: Configuration, spec: TransformSpec, declared: BodyFormat | null): BodyTransform {
+  const { transformer, handler } = routeTransformer(services, configuration, spec, declared);
+  return new BodyTransform(spec.mode, transformer, handler);
 }
 
 /** Relay and egress decrypt for the pod: no per-user classification access (DESIGN §12). */

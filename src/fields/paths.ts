@@ -30,7 +30,20 @@ class TrieNode {
  * `dead`: nothing at or below this position can match.
  * `anyToken`: decrypt-without-fields mode; every string value below is a token candidate.
  */
-export class PathState {
+export interface PathState {
+  readonly terminal: boolean;
+  readonly dead: boolean;
+  readonly anyToken: boolean;
+  /** The state of the value under object key `key`. */
+  next(key: string): PathState;
+  /** `next` for a key given as its raw, unescaped UTF-8 bytes `buf[start..end)`. */
+  nextBytes(buf: Buffer, start: number, end: number): PathState;
+  /** The state of the array element at `index`. */
+  index(index: number): PathState;
+}
+
+/** A set of trie nodes reachable at one position: the states of compiled paths. */
+class TrieState implements PathState {
   readonly terminal: boolean;
   readonly dead: boolean;
   readonly anyToken: boolean;
@@ -114,15 +127,20 @@ export class FieldMatcher {
   private readonly nodeIds = new Map<TrieNode, number>();
   private readonly dead: PathState;
 
-  private constructor(paths: readonly string[], trie: TrieNode | null) {
+  private constructor(paths: readonly string[], trie: TrieNode | null, root?: PathState) {
     this.paths = paths;
-    this.dead = new PathState(this, [], false);
-    this.root = trie === null ? new PathState(this, [], true) : this.stateFor([trie]);
+    this.dead = new TrieState(this, [], false);
+    this.root = root ?? (trie === null ? new TrieState(this, [], true) : this.stateFor([trie]));
   }
 
   /** Matches every string value that looks like a token (decrypt without x-svc-fields). */
   static anyToken(): FieldMatcher {
     return new FieldMatcher([], null);
+  }
+
+  /** A matcher walking states of its own (the relay guard's keys at any depth). */
+  static fromRoot(names: readonly string[], root: PathState): FieldMatcher {
+    return new FieldMatcher(names, null, root);
   }
 
   static compile(paths: readonly (readonly Segment[])[], names: readonly string[]): FieldMatcher {
@@ -155,7 +173,7 @@ export class FieldMatcher {
     let state = this.states.get(key);
     if (state === undefined) {
       if (this.states.size >= MAX_STATES) throw new InvalidFieldPathsError('the paths are too complex');
-      state = new PathState(this, [...new Set(nodes)], false);
+      state = new TrieState(this, [...new Set(nodes)], false);
       this.states.set(key, state);
     }
     return state;

@@ -24,6 +24,8 @@ export class Metrics {
   private readonly forwardErrors: Counter<'destination' | 'kind'>;
   readonly stateVersion: Gauge;
   readonly reloadFailures: Counter;
+  private readonly relayGuard: Counter<'outcome'>;
+  private readonly relayPassthrough: Counter;
   /** Children by label key, so a request does not re-hash its labels. */
   private readonly requestChildren = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<'route' | 'method' | 'status'> }>();
 
@@ -41,6 +43,8 @@ export class Metrics {
     });
     this.forwardLatency = new Histogram({ name: 'svc_forward_duration_seconds', help: 'Time to the destination\'s response headers, by allowlist entry and status.', labelNames: ['destination', 'status'], buckets: LATENCY_BUCKETS, registers });
     this.forwardErrors = new Counter({ name: 'svc_forward_errors_total', help: 'Forwards that failed, by allowlist entry and kind.', labelNames: ['destination', 'kind'], registers });
+    this.relayGuard = new Counter({ name: 'svc_relay_guard_total', help: 'Request bodies the relay guard inspected, by outcome: encrypted (it encrypted protected fields), refused (415 or 422), passed.', labelNames: ['outcome'], registers });
+    this.relayPassthrough = new Counter({ name: 'svc_relay_passthrough_total', help: 'Relay requests that matched no route.', registers });
     this.stateVersion = new Gauge({ name: 'svc_state_version', help: 'Version of the applied state (seed or control-plane snapshot).', registers });
     this.reloadFailures = new Counter({ name: 'svc_state_reload_failures_total', help: 'State reloads that failed and kept the last good state.', registers });
     new Gauge({
@@ -92,6 +96,14 @@ export class Metrics {
 
   observeForward(destination: string, status: number, seconds: number): void {
     this.forwardLatency.observe({ destination, status: String(status) }, seconds);
+  }
+
+  countGuard(outcome: 'encrypted' | 'refused' | 'passed'): void {
+    this.relayGuard.inc({ outcome });
+  }
+
+  countPassthrough(): void {
+    this.relayPassthrough.inc();
   }
 
   countForwardError(destination: string, kind: 'unreachable' | 'timeout' | 'refused'): void {

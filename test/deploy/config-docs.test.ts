@@ -95,12 +95,6 @@ function documentedDefault(row: Row): { value: unknown } | undefined {
   return match === null ? undefined : { value: parse(match[1] ?? '') as unknown };
 }
 
-function withValue(path: readonly string[], value: unknown): Record<string, unknown> {
-  const [head, ...rest] = path;
-  assert.ok(head !== undefined);
-  return { [head]: rest.length === 0 ? value : withValue(rest, value) };
-}
-
 function lookup(tree: unknown, path: readonly string[]): unknown {
   let node = tree;
   for (const key of path) {
@@ -119,7 +113,20 @@ function setIn(tree: Record<string, unknown>, path: readonly string[], value: un
 /** Sections that cannot be present without some keys. */
 const REQUIRED_SIBLINGS: Readonly<Record<string, Record<string, unknown>>> = {
   relay: { listen: '127.0.0.1:0', upstream: 'http://127.0.0.1:3000' },
+  'relay.protect': { keys: ['ssn'], configuration: 'payments' },
 };
+
+/** The sections on `path`, each with only what it requires. */
+function requiredSections(path: readonly string[]): Record<string, unknown> {
+  const root: Record<string, unknown> = {};
+  let node = root;
+  for (let i = 0; i < path.length; i++) {
+    const child = { ...REQUIRED_SIBLINGS[path.slice(0, i + 1).join('.')] };
+    node[path[i]!] = child;
+    node = child;
+  }
+  return root;
+}
 
 const DEFAULTS = loadConfig({ text: '', env: {} });
 
@@ -183,7 +190,7 @@ describe('docs/configuration.md', () => {
       // The parent sections present (with only what they require), so that only the key
       // itself differs between the two.
       const parent = path.slice(0, -1);
-      const base = parent.length === 0 ? {} : withValue(parent, { ...REQUIRED_SIBLINGS[parent.join('.')] });
+      const base = requiredSections(parent);
       const explicit = structuredClone(base);
       setIn(explicit, path, documented.value);
       assert.deepEqual(
