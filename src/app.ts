@@ -9,7 +9,8 @@ import { Authenticator } from './auth/caller.ts';
 import { generateApiKey, hashApiKey } from './auth/api-keys.ts';
 import { hashPassword, verifyPassword } from './auth/passwords.ts';
 import type { Config } from './config/load.ts';
-import { wrapDataKey } from './crypto/data-keys.ts';
+import { timingSafeEqual } from 'node:crypto';
+import { unwrapDataKey, wrapDataKey } from './crypto/data-keys.ts';
 import { Keyring } from './crypto/keyring.ts';
 import { loadMasterKey, type MasterKey } from './crypto/master-key.ts';
 import { CodecCache } from './dataplane/codecs.ts';
@@ -32,7 +33,7 @@ import { recordApiLog } from './telemetry/usage.ts';
 import { FileSource, logSeedResult } from './sync/file-source.ts';
 import { createReplication, type Replication } from './sync/replica.ts';
 import { createLogger } from './telemetry/logger.ts';
-import { NotReadyError } from './errors.ts';
+import { MasterKeyMismatchError, NotReadyError } from './errors.ts';
 import { apiRoutes } from './api/index.ts';
 import { mount } from './api/routes.ts';
 import { openApiRoute } from './api/openapi.ts';
@@ -115,12 +116,18 @@ function readyz(ctx: RequestContext, services: Services): void {
 
 export function createApp(config: Config, options: AppOptions = {}): App {
   const logger = options.logger ?? createLogger(config.logging.level);
-  const master = openMasterKey(config, logger, options.env ?? process.env);
   // Routes are compiled before the store opens: a bad one stops the start with nothing to undo.
   const egress = new EgressRoutes(config.egress);
   const relayRoutes = config.relay === undefined ? null : compileRelayRoutes(config.relay);
   const store = openStore(config.store.path);
   let createdApiKeys: Array<{ name: string; key: string }> = [];
+  let master: MasterKey;
+  try {
+    master = openMasterKey(config, logger, options.env ?? process.env, store);
+  } catch (err) {
+    store.close();
+    throw err;
+  }
   try {
     // A replica's state is the control plane's snapshot: its seed only bootstraps one that
     // has never received a snapshot, and the first snapshot replaces it.
@@ -225,17 +232,42 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   };
 }
 
-function openMasterKey(config: Config, logger: Logger, env: NodeJS.ProcessEnv): MasterKey {
+/**
+ * The master key, checked against the store (DESIGN §13): a store keeps the check value of
+ * the key its data keys are wrapped under, and a start with another key stops here rather
+ * than answering 500 to every request. A store that holds wrapped keys never gets a fresh
+ * development key generated beside it.
+ */
+function openMasterKey(config: Config, logger: Logger, env: NodeJS.ProcessEnv, store: Store): MasterKey {
+  const recorded = store.meta.get(MASTER_KEY_CHECK);
+  const sample = store.configurations.sampleWrappedKey();
   const master = loadMasterKey({
     env,
     file: config.keys.master_key_file,
+    generate: recorded === undefined && sample === undefined,
     onGenerated: (path) =>
       logger.warn({ path }, 'no master key was configured: generated a development key file; set SVC_MASTER_KEY or keys.master_key_file in production'),
   });
+  const check = master.checkValue();
+  if (recorded !== undefined) {
+    if (recorded.length !== check.length || !timingSafeEqual(Buffer.from(recorded), Buffer.from(check))) throw new MasterKeyMismatchError(store.path);
+  } else {
+    // A store from before check values: the key must open what the store holds.
+    if (sample !== undefined) {
+      try {
+        unwrapDataKey(master, sample.configurationId, sample.version, sample.wrapped).fill(0);
+      } catch {
+        throw new MasterKeyMismatchError(store.path);
+      }
+    }
+    store.meta.set(MASTER_KEY_CHECK, check);
+  }
   if (master.insecurePermissions) logger.warn({ path: config.keys.master_key_file }, 'the master key file is readable by other users; chmod 600 it');
   logger.info({ fingerprint: master.fingerprint() }, 'master key loaded');
   return master;
 }
+
+const MASTER_KEY_CHECK = 'master_key_check';
 
 /** With `state.source: file` the file is followed: what it no longer declares is removed. */
 function seedStore(store: Store, master: MasterKey, config: Config) {

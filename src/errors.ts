@@ -251,6 +251,27 @@ export class ListenError extends Error {
   }
 }
 
+/** The master key is not the one the store's keys are wrapped under: the process does not start. */
+export class MasterKeyMismatchError extends Error {
+  readonly code = 'SVC_ERR_MASTER_KEY_MISMATCH';
+  constructor(storePath: string) {
+    super(`The master key does not match the one this store was created with (store: ${storePath}).`);
+    this.name = 'MasterKeyMismatchError';
+  }
+}
+
+/** No master key is configured next to a store that holds keys wrapped under one. */
+export class MasterKeyMissingError extends Error {
+  readonly code = 'SVC_ERR_MASTER_KEY_MISSING';
+  constructor(file: string) {
+    super(
+      `No master key was found (SVC_MASTER_KEY is not set and ${file} does not exist), but the store holds keys wrapped under one: ` +
+        'restore the key file or set SVC_MASTER_KEY. A new key would not open them, so none is generated.',
+    );
+    this.name = 'MasterKeyMissingError';
+  }
+}
+
 function summarize(errors: ValidationErrors): string {
   const messages = Object.values(errors).flat();
   const first = messages[0] ?? 'The given data was invalid.';

@@ -73,7 +73,15 @@ async function serve(config: Config, configPath: string): Promise<number> {
     // Shown once: only the hash is stored.
     process.stderr.write(`created API key "${created.name}": ${created.key}\n(store it now; it will not be shown again)\n`);
   }
-  const { main: address, admin } = await app.listen();
+  let listening;
+  try {
+    listening = await app.listen();
+  } catch (err) {
+    // All listeners or none: nothing may keep running half-started.
+    await app.close();
+    throw err;
+  }
+  const { main: address, admin } = listening;
   logger.info({ listen: `${address.address}:${address.port}`, admin: admin === null ? 'off' : `${admin.address}:${admin.port}` }, 'svc-sidecar listening');
 
   await new Promise<void>((resolve) => {

@@ -17,6 +17,7 @@ import {
 } from 'node:crypto';
 import { closeSync, fstatSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { MasterKeyMissingError } from '../errors.ts';
 
 const MASTER_KEY_SIZE = 32;
 const WRAP_VERSION = 0x01;
@@ -25,6 +26,8 @@ const WRAP_TAG_SIZE = 16;
 const WRAP_OVERHEAD = 1 + WRAP_NONCE_SIZE + WRAP_TAG_SIZE;
 const FINGERPRINT_LABEL = 'svc-sidecar fingerprint';
 const REDACTED = 'MasterKey <redacted>';
+const CHECK_LABEL = 'svc master key check v1';
+const CHECK_CONSTANT = 'svc-sidecar master key check';
 
 export type MasterKeySource = 'env' | 'file' | 'generated' | 'memory';
 
@@ -97,6 +100,14 @@ export class MasterKey {
   fingerprint(): string {
     this.#fingerprint ??= createHmac('sha256', this.#key).update(FINGERPRINT_LABEL).digest().subarray(0, 8).toString('hex');
     return this.#fingerprint;
+  }
+
+  /**
+   * A value that identifies this key to a store that keeps it (DESIGN §13): an HMAC of a
+   * constant under a key of its own, so it says nothing about the key or anything it wraps.
+   */
+  checkValue(): string {
+    return createHmac('sha256', this.deriveSecret(CHECK_LABEL)).update(CHECK_CONSTANT).digest('hex');
   }
 
   /** An independent secret for one purpose (e.g. the JWT signing key), HKDF-SHA256 with info = label. */
@@ -191,7 +202,11 @@ function generateKeyFile(file: string): MasterKey | null {
   }
 }
 
-export function loadMasterKey(opts: { env: NodeJS.ProcessEnv; file: string; onGenerated?: (path: string) => void }): MasterKey {
+/**
+ * `generate: false` (a store that already holds wrapped keys): a missing key file is an
+ * error, never a fresh development key that could not open them.
+ */
+export function loadMasterKey(opts: { env: NodeJS.ProcessEnv; file: string; onGenerated?: (path: string) => void; generate?: boolean }): MasterKey {
   const fromEnv = opts.env['SVC_MASTER_KEY'];
   if (fromEnv !== undefined) {
     // Set-but-empty is refused, not ignored: silently falling back to a key file would
@@ -212,6 +227,7 @@ export function loadMasterKey(opts: { env: NodeJS.ProcessEnv; file: string; onGe
     return readKeyFile(opts.file);
   } catch (err) {
     if (!isNotFound(err)) throw err;
+    if (opts.generate === false) throw new MasterKeyMissingError(opts.file);
   }
   const generated = generateKeyFile(opts.file);
   if (generated === null) return readKeyFile(opts.file);

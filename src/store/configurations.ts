@@ -136,6 +136,7 @@ export class ConfigurationsRepository {
   readonly #insertKey: StatementSync;
   readonly #keyState: StatementSync;
   readonly #shredKey: StatementSync;
+  readonly #sampleKey: StatementSync;
   readonly #touchLater: StatementSync;
   readonly #secureDelete: StatementSync;
   readonly #checkpoint: StatementSync;
@@ -169,6 +170,7 @@ export class ConfigurationsRepository {
       SELECT k.destroyed_at,
         (SELECT max(n.version) FROM data_keys n WHERE n.configuration_id = k.configuration_id AND n.destroyed_at IS NULL) AS newest
         FROM data_keys k WHERE k.configuration_id = ? AND k.version = ?`);
+    this.#sampleKey = db.prepare("SELECT configuration_id, version, wrapped FROM data_keys WHERE length(wrapped) > 0 ORDER BY configuration_id, version LIMIT 1");
     this.#shredKey = db.prepare("UPDATE data_keys SET wrapped = x'', destroyed_at = ? WHERE configuration_id = ? AND version = ?");
     // Strictly later than before, even within the same millisecond: the codec caches of
     // every process on this store rebuild only when the row's stamp changes.
@@ -268,6 +270,12 @@ export class ConfigurationsRepository {
   }
 
   /** Every key version of the configuration, oldest first. */
+  /** One wrapped key of the store, to check a master key against; undefined when it holds none. */
+  sampleWrappedKey(): { configurationId: string; version: number; wrapped: Buffer } | undefined {
+    const row = this.#sampleKey.get() as { configuration_id: string; version: number; wrapped: Uint8Array } | undefined;
+    return row === undefined ? undefined : { configurationId: row.configuration_id, version: row.version, wrapped: Buffer.from(row.wrapped) };
+  }
+
   keys(configurationId: string): DataKey[] {
     return (this.#keys.all(configurationId) as unknown as DataKeyRecord[]).map((record) => ({
       version: record.version,

@@ -5,6 +5,7 @@ import { ApiKeysRepository } from './api-keys.ts';
 import { ClassificationsRepository } from './classifications.ts';
 import { ConfigurationsRepository } from './configurations.ts';
 import { LogsRepository } from './logs.ts';
+import { MetaRepository } from './meta.ts';
 import { migrate } from './migrations.ts';
 import { ReplicationRepository } from './replication.ts';
 import { ShippedLogsRepository } from './shipped-logs.ts';
@@ -29,6 +30,8 @@ export interface Store {
   readonly replication: ReplicationRepository;
   /** Logs a replica ships and a control plane receives (docs/replication.md). */
   readonly shippedLogs: ShippedLogsRepository;
+  /** Facts about this store itself (the master key's check value). */
+  readonly meta: MetaRepository;
   /** Runs `fn` atomically; nests (as a savepoint) inside another transaction. `fn` must be synchronous. */
   transaction<T>(fn: () => T): T;
   /**
@@ -111,6 +114,7 @@ export function openStore(path: string): Store {
     tokenRevocations: new TokenRevocationsRepository(db),
     replication: new ReplicationRepository(db),
     shippedLogs: new ShippedLogsRepository(db),
+    meta: new MetaRepository(db),
     transaction: (fn) => runInTransaction(db, fn),
     changeStamp() {
       // Another connection's commit cannot be ordered against this process's requests

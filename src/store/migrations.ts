@@ -275,11 +275,23 @@ ALTER TABLE usage_logs ADD COLUMN replica_log_id INTEGER;
 CREATE UNIQUE INDEX usage_logs_replica_row ON usage_logs(replica, replica_log_id, request_id) WHERE replica IS NOT NULL;
 `;
 
+/**
+ * Facts about the store itself, never replicated: the check value of the master key the
+ * store's keys are wrapped under (DESIGN §13), so a start with another key stops at once.
+ */
+const schemaV5 = /* sql */ `
+CREATE TABLE store_meta (
+  name TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+`;
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
   { version: 3, sql: schemaV3 },
   { version: 4, sql: schemaV4 },
+  { version: 5, sql: schemaV5 },
 ]);
 
 export function schemaVersion(db: DatabaseSync): number {
