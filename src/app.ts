@@ -26,7 +26,8 @@ import type { Services } from './services.ts';
 import type { RequestContext } from './http/context.ts';
 import { sendJson } from './http/respond.ts';
 import { Router } from './http/router.ts';
-import { Listener, listenAll, routerHandler, type Handler, type ListenerOptions } from './http/listener.ts';
+import { Listener, listenAll, routerHandler, type Handler, type ListenerOptions, type RequestHandler } from './http/listener.ts';
+import { refuseUnknownSvcHeaders } from './http/svc-headers.ts';
 import { openStore, type Store } from './store/db.ts';
 import { applySeed, type SeedDeps } from './store/seed.ts';
 import { recordApiLog } from './telemetry/usage.ts';
@@ -90,6 +91,14 @@ function finishRequest(services: Services, logsApiPaths: boolean): (ctx: Request
     services.metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', ctx.res.statusCode, (performance.now() - ctx.startedAt) / 1000);
     const path = ctx.logPath ?? (logsApiPaths && (ctx.path.startsWith('/api/') || ctx.path.startsWith('/proxy/')) ? ctx.path : null);
     if (path !== null) recordApiLog(ctx, services.logs, path);
+  };
+}
+
+/** On /api and /proxy, an `x-svc-` header svc-sidecar does not know is refused first (DESIGN §13). */
+function mainHandler(route: RequestHandler): RequestHandler {
+  return (ctx) => {
+    if (ctx.path.startsWith('/api/') || ctx.path.startsWith('/proxy/')) refuseUnknownSvcHeaders(ctx.req.headers);
+    return route(ctx);
   };
 }
 
@@ -184,7 +193,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     keepAliveTimeout: config.server.keep_alive_timeout,
   };
   const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths) });
-  const main = new Listener('main', config.server.listen, routerHandler(buildRouter(), services), listenerOptions(true));
+  const main = new Listener('main', config.server.listen, mainHandler(routerHandler(buildRouter(), services)), listenerOptions(true));
   const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, listenerOptions(false));
   const admin =
     config.server.admin_listen === 'off'

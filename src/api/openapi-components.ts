@@ -345,6 +345,15 @@ export const components: JsonObject = {
     RetryAfter: { description: 'Seconds until another attempt may succeed.', required: true, schema: { type: 'string', pattern: '^[1-9][0-9]*$' } },
     ETag: { description: "The snapshot's digest, quoted.", required: true, schema: { type: 'string', pattern: '^"[0-9a-f]{64}"$' } },
     KeyVersion: { description: 'The key version every returned token carries.', required: true, schema: { type: 'string', pattern: '^[1-9][0-9]*$' } },
+    FieldsTransformed: {
+      description: "How many field values the request's transform replaced (encrypted, decrypted or rewrapped); 0 when none matched.",
+      required: true,
+      schema: { type: 'string', pattern: '^(0|[1-9][0-9]*)$' },
+    },
+    FieldsTransformedForwarded: {
+      description: "How many field values the request's transform replaced, when the body was transformed whole before the destination answered (always, unless the destination answers before reading the whole body).",
+      schema: { type: 'string', pattern: '^(0|[1-9][0-9]*)$' },
+    },
   },
   parameters: {
     ClassificationId: { name: 'id', in: 'path', required: true, schema: id },

@@ -30,7 +30,10 @@ const DATA_BODY: JsonObject = {
   },
 };
 
-const dataResult = (description: string, headers: JsonObject = REQUEST_ID_HEADERS): JsonObject => ({
+/** The headers of every transform's answer. */
+const TRANSFORM_HEADERS: JsonObject = { ...REQUEST_ID_HEADERS, 'x-svc-fields-transformed': { $ref: '#/components/headers/FieldsTransformed' } };
+
+const dataResult = (description: string, headers: JsonObject = TRANSFORM_HEADERS): JsonObject => ({
   description,
   headers,
   content: {
@@ -42,7 +45,7 @@ const dataResult = (description: string, headers: JsonObject = REQUEST_ID_HEADER
 /** With `x-svc-destination` the destination's answer comes back whatever it is. */
 const RELAYED: JsonObject = {
   description: "With `x-svc-destination`: the destination's status, headers (minus hop-by-hop) and body, relayed as-is.",
-  headers: REQUEST_ID_HEADERS,
+  headers: { ...REQUEST_ID_HEADERS, 'x-svc-fields-transformed': { $ref: '#/components/headers/FieldsTransformedForwarded' } },
   content: { '*/*': { schema: {} } },
 };
 
@@ -89,7 +92,7 @@ const encryptionPaths: Record<string, JsonObject> = {
       parameters: [parameterRef('Fields')],
       requestBody: DATA_BODY,
       responses: {
-        '200': dataResult('The body with every token at the newest key version.', { ...REQUEST_ID_HEADERS, 'x-svc-key-version': { $ref: '#/components/headers/KeyVersion' } }),
+        '200': dataResult('The body with every token at the newest key version.', { ...TRANSFORM_HEADERS, 'x-svc-key-version': { $ref: '#/components/headers/KeyVersion' } }),
         ...DATA_ERRORS,
       },
     }),

@@ -28,6 +28,8 @@ export class BodyTransform {
   private readonly checked: readonly CollectingHandler[];
   /** Body bytes pushed so far. */
   bytes = 0;
+  /** Told the count when the body is done, for `x-svc-fields-transformed`. */
+  private reportTo: RequestContext | null = null;
 
   constructor(mode: Mode, transformer: ChunkTransformer, handler: CollectingHandler, others: readonly CollectingHandler[] = []) {
     this.mode = mode;
@@ -45,6 +47,13 @@ export class BodyTransform {
   end(out: Buffer[]): void {
     this.transformer.end(out);
     this.check();
+    if (this.reportTo !== null) this.reportTo.fieldsTransformed = this.handler.count;
+  }
+
+  /** Sets `ctx.fieldsTransformed` when the body has been transformed whole (DESIGN §13). */
+  reportCountTo(ctx: RequestContext): this {
+    this.reportTo = ctx;
+    return this;
   }
 
   private check(): void {

@@ -59,7 +59,8 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
   const configuration = routeConfiguration(ctx, services, route);
   const destination = egressDestination(route, rest, ctx.rawQuery);
   ctx.destination = destination.origin;
-  const request = await requestBody(ctx, services, route, configuration, null);
+  // The application is told how many fields were transformed; a relay's clients are not.
+  const request = await requestBody(ctx, services, route, configuration, null, true);
   await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false));
   request.recordUsage();
 }

@@ -21,6 +21,7 @@ import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, transformStream, transformWhole, type Mode } from './body-transform.ts';
 import { cachedDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
+import { FIELDS_TRANSFORMED } from './forwarder.ts';
 
 export type { Mode } from './body-transform.ts';
 
@@ -53,7 +54,7 @@ async function transform(ctx: RequestContext, services: Services, mode: Mode): P
   const format = bodyFormat(ctx);
   const handler = buildHandler(services, caller, configuration, mode, classificationId);
   const limits = mode === 'encrypt' ? services.limits.plaintext : services.limits.token;
-  const body = new BodyTransform(mode, format.create(matcher, handler, limits), handler);
+  const body = new BodyTransform(mode, format.create(matcher, handler, limits), handler).reportCountTo(ctx);
 
   if (destination === null) {
     send(ctx, format, await transformWhole(ctx, services.config.server.body_limit, body));
@@ -143,6 +144,8 @@ export function buildHandler(services: Services, caller: Caller, configuration: 
   return new DecryptHandler(codec, (id) => access.check(id), classificationId === 0 ? null : classificationId);
 }
 
+/** A transform's answer, with the number of fields it replaced. */
 export function send(ctx: RequestContext, format: BodyFormat, body: Buffer): void {
+  if (ctx.fieldsTransformed !== null) ctx.res.setHeader(FIELDS_TRANSFORMED, ctx.fieldsTransformed);
   sendBody(ctx, 200, format.contentType, body);
 }

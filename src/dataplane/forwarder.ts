@@ -252,7 +252,11 @@ export function copyResponseHeaders(ctx: RequestContext, statusCode: number, hea
     res.setHeader(name, value);
   }
   res.setHeader('x-svc-request-id', ctx.id);
+  if (ctx.fieldsTransformed !== null) res.setHeader(FIELDS_TRANSFORMED, ctx.fieldsTransformed);
 }
+
+/** How many fields the request's transform replaced (DESIGN §13), on every transform's answer. */
+export const FIELDS_TRANSFORMED = 'x-svc-fields-transformed';
 
 /** Relays the destination's answer as-is, streamed (DESIGN §8). */
 export async function relay(ctx: RequestContext, response: Dispatcher.ResponseData, method: string): Promise<void> {

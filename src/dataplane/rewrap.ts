@@ -36,7 +36,7 @@ export async function rewrapRoute(ctx: RequestContext, services: Services): Prom
   const matcher = resolveFieldPaths(ctx, services, configuration, 'decrypt');
   const format = bodyFormat(ctx);
   const handler = new RewrapHandler(services.codecs.get(configuration));
-  const transform = new BodyTransform('encrypt', format.create(matcher, handler, services.limits.token), handler);
+  const transform = new BodyTransform('encrypt', format.create(matcher, handler, services.limits.token), handler).reportCountTo(ctx);
   const body = await transformWhole(ctx, services.config.server.body_limit, transform);
   ctx.res.setHeader('x-svc-key-version', String(handler.version));
   send(ctx, format, body);

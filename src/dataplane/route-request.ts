@@ -39,7 +39,14 @@ export function transformsRequest(ctx: RequestContext, route: TransformRoute | n
  * none), transformed per the route and then, on the relay, by the guard over what the
  * route wrote.
  */
-export async function requestBody(ctx: RequestContext, services: Services, route: TransformRoute | null, configuration: Configuration | null, guard: RelayGuard | null): Promise<RequestBody> {
+export async function requestBody(
+  ctx: RequestContext,
+  services: Services,
+  route: TransformRoute | null,
+  configuration: Configuration | null,
+  guard: RelayGuard | null,
+  reportCount = false,
+): Promise<RequestBody> {
   if (!hasBody(ctx)) return { body: null, recordUsage: noop };
   const spec = transformsRequest(ctx, route) ? route!.request! : null;
   if (spec === null && guard === null) return { body: untouched(ctx, services.config.forwarding.max_body), recordUsage: noop };
@@ -54,6 +61,7 @@ export async function requestBody(ctx: RequestContext, services: Services, route
     const pass = guard?.begin(ctx, services, own.codec, own.handler instanceof EncryptHandler ? own.handler.minted : null) ?? null;
     transform = new BodyTransform(spec.mode, pass === null ? own.transformer : new ChainedTransformer(own.transformer, pass), own.handler, pass === null ? [] : [pass.handler]);
     usage = () => recordUsage(ctx, services, configuration!, spec.mode, own.handler.count, transform.bytes);
+    if (reportCount) transform.reportCountTo(ctx);
   }
   // A denied or invalid token must stop the request before any plaintext leaves.
   if (spec?.mode === 'decrypt') return { body: await transformWhole(ctx, services.config.server.body_limit, transform), recordUsage: usage };

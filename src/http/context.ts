@@ -28,6 +28,8 @@ export class RequestContext {
   bytesIn: number;
   /** What the api log entry names this request by (relay and egress routes), when set. */
   logPath: string | null;
+  /** Fields the request's transform replaced, once it has run: `x-svc-fields-transformed`. */
+  fieldsTransformed: number | null;
 
   constructor(req: IncomingMessage, res: ServerResponse) {
     this.req = req;
@@ -47,6 +49,7 @@ export class RequestContext {
     this.destination = null;
     this.bytesIn = 0;
     this.logPath = null;
+    this.fieldsTransformed = null;
   }
 
   /** A single-valued header; repeated headers are joined by Node or taken first. */
