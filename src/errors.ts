@@ -60,6 +60,13 @@ export class DestinationNotAllowedError extends SvcError {
   }
 }
 
+/** An egress `{rest}` that could leave the route's destination path (DESIGN §13). */
+export class EgressPathRefusedError extends SvcError {
+  constructor() {
+    super('SVC_ERR_EGRESS_PATH', 403, 'The egress path is not allowed: it may not contain an encoded "/" or "\\", or a dot segment.');
+  }
+}
+
 export class NotFoundError extends SvcError {
   constructor() {
     super('SVC_ERR_NOT_FOUND', 404, 'Not found.');

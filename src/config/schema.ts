@@ -281,7 +281,11 @@ const egressSchema = z.strictObject({
   destination: httpUrl,
   configuration: text,
   request: transformSchema.optional(),
-  response: transformSchema.optional(),
+  /**
+   * Absent: when the request decrypts, the answer's values at the paths it decrypted are
+   * encrypted again (DESIGN §13); `passthrough` relays the answer as it is.
+   */
+  response: z.union([z.literal('passthrough'), transformSchema]).optional(),
 });
 
 // ---------------------------------------------------------------------------------------
@@ -362,6 +366,7 @@ export type RelayRoute = RelayConfig['routes'][number];
 export type ProtectConfig = NonNullable<RelayConfig['protect']>;
 export type EgressRoute = Config['egress'][number];
 export type RouteTransform = NonNullable<RelayRoute['request']>;
+export type EgressResponse = EgressRoute['response'];
 export type Role = (typeof BUILT_IN_ROLES)[number];
 export type Permission = (typeof PERMISSIONS)[number];
 export type LogLevel = (typeof LOG_LEVELS)[number];

@@ -8,7 +8,7 @@
  * → transform the body → forward and relay.
  */
 import type { EgressRoute as EgressConfig } from '../config/schema.ts';
-import { NotFoundError } from '../errors.ts';
+import { DestinationNotAllowedError, EgressPathRefusedError, NotFoundError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { parseDestination, type Destination } from './destination.ts';
 import { requestBody } from './route-request.ts';
@@ -24,6 +24,8 @@ export interface EgressRoute extends TransformRoute {
    * so it may be a private address, and a path that climbs out of it (`../`) is refused.
    */
   readonly allow: string;
+  /** The request decrypts and the answer is not configured: what it decrypted is encrypted again in the answer (DESIGN §13). */
+  readonly echoes: boolean;
 }
 
 /** The configured egress routes by name, compiled once at start. */
@@ -36,8 +38,10 @@ export class EgressRoutes {
       const url = new URL(entry.destination);
       const prefix = url.pathname.endsWith('/') ? url.pathname.slice(0, -1) : url.pathname;
       const userinfo = url.username === '' && url.password === '' ? '' : `${url.username}:${url.password}@`;
+      const compiled = compileTransformRoute(`egress:${entry.name}`, `egress[${i}]`, entry);
       routes.set(entry.name, {
-        ...compileTransformRoute(`egress:${entry.name}`, `egress[${i}]`, entry),
+        ...compiled,
+        echoes: compiled.request?.mode === 'decrypt' && entry.response === undefined,
         base: `${url.protocol}//${userinfo}${url.host}${prefix}`,
         allow: `${url.protocol}//${url.host}${prefix}/`,
       });
@@ -59,12 +63,30 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
   const configuration = routeConfiguration(ctx, services, route);
   const destination = egressDestination(route, rest, ctx.rawQuery);
   ctx.destination = destination.origin;
-  // The application is told how many fields were transformed; a relay's clients are not.
-  const request = await requestBody(ctx, services, route, configuration, null, true);
-  await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false));
+  // The application is told how many fields were transformed (a relay's clients are not),
+  // and never gets back the plaintext a vendor echoes.
+  const request = await requestBody(ctx, services, route, configuration, { reportCount: true, recordPaths: route.echoes });
+  await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false, request.decryptedAt));
   request.recordUsage();
 }
 
+/**
+ * The vendor URL for `{rest}`. A `{rest}` that could leave the destination's path once the
+ * vendor decodes it — an encoded `/` or `\`, a dot segment in any spelling — is refused,
+ * as is one that climbs out of it; the answer never names the vendor's host.
+ */
 function egressDestination(route: EgressRoute, rest: string, query: string): Destination {
-  return parseDestination(`${route.base}/${rest}${query === '' ? '' : `?${query}`}`, [route.allow]);
+  if (/%2f|%5c|\\/i.test(rest) || rest.split('/').some(isDotSegment)) throw new EgressPathRefusedError();
+  try {
+    return parseDestination(`${route.base}/${rest}${query === '' ? '' : `?${query}`}`, [route.allow]);
+  } catch (err) {
+    if (err instanceof DestinationNotAllowedError) throw new EgressPathRefusedError();
+    throw err;
+  }
+}
+
+/** `.` or `..`, however escaped (`%2e`, `.%2E`, ...). */
+function isDotSegment(segment: string): boolean {
+  const plain = segment.split(';', 1)[0]!.replace(/%2e/gi, '.');
+  return plain === '.' || plain === '..';
 }

@@ -57,16 +57,19 @@ export class DecryptHandler extends CollectingHandler {
   private readonly codec: TokenCodec;
   private readonly checkAccess: (classificationId: number) => void;
   private readonly required: number | null;
+  /** Where each token was decrypted, and its classification, when an answer must re-encrypt them. */
+  readonly decryptedAt: Map<string, number> | null;
 
   /**
    * `checkAccess` throws 403 when the caller may not read a classification; `required`
    * is the classification every token must carry (x-svc-classification), if given.
    */
-  constructor(codec: TokenCodec, checkAccess: (classificationId: number) => void, required: number | null) {
+  constructor(codec: TokenCodec, checkAccess: (classificationId: number) => void, required: number | null, recordPaths = false) {
     super();
     this.codec = codec;
     this.checkAccess = checkAccess;
     this.required = required;
+    this.decryptedAt = recordPaths ? new Map() : null;
   }
 
   /** Throws 403 for a token this request may not read: the whole request is refused. */
@@ -91,12 +94,47 @@ export class DecryptHandler extends CollectingHandler {
       plaintext = decrypted.plaintext;
       type = decrypted.type;
       this.versions.set(decrypted.version, (this.versions.get(decrypted.version) ?? 0) + 1);
+      this.decryptedAt?.set(value.path(), decrypted.classificationId);
     } catch (err) {
       if (err instanceof TokenError) return this.fail(value, err.message);
       throw err;
     }
     this.count++;
     return value.encodePlain(plaintext, type);
+  }
+}
+
+/**
+ * Encrypts the values of an answer found where the request's tokens were decrypted (an
+ * egress vendor echoing them, DESIGN §13), each under the classification its token had.
+ */
+export class EchoHandler extends CollectingHandler {
+  private readonly codec: TokenCodec;
+  private readonly decryptedAt: ReadonlyMap<string, number>;
+  private readonly encryptors = new Map<number, FieldEncryptor>();
+
+  constructor(codec: TokenCodec, decryptedAt: ReadonlyMap<string, number>) {
+    super();
+    this.codec = codec;
+    this.decryptedAt = decryptedAt;
+  }
+
+  failure(): ValidationError | null {
+    return this.errors === null ? null : new ValidationError(this.errors);
+  }
+
+  replace(value: FieldValue): Buffer | null {
+    if (value.kind === 'z') return null;
+    const plaintext = value.plaintext();
+    if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
+    const classificationId = this.decryptedAt.get(value.path()) ?? 0;
+    let encryptor = this.encryptors.get(classificationId);
+    if (encryptor === undefined) {
+      encryptor = this.codec.encryptor(classificationId);
+      this.encryptors.set(classificationId, encryptor);
+    }
+    this.count++;
+    return value.encodeToken(encryptor.encrypt(plaintext, value.kind as TokenType));
   }
 }
 

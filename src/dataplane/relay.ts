@@ -193,7 +193,7 @@ export class RelayServer {
     logRouteRequest(ctx, route, path === '' ? '/' : path);
     ctx.destination = this.upstream.origin;
     const configuration = routeConfiguration(ctx, this.services, route);
-    const request = await requestBody(ctx, this.services, route, configuration, this.guard);
+    const request = await requestBody(ctx, this.services, route, configuration, { guard: this.guard });
     await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, routeForwardOptions(this.services, route, configuration, true));
     request.recordUsage();
   }
@@ -201,7 +201,7 @@ export class RelayServer {
   /** A request that matched no route but has a body: on to the application through the guard. */
   private async forwardGuarded(ctx: RequestContext): Promise<void> {
     ctx.destination = this.upstream.origin;
-    const request = await requestBody(ctx, this.services, null, null, this.guard);
+    const request = await requestBody(ctx, this.services, null, null, { guard: this.guard });
     await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, PASS_THROUGH);
   }
 

@@ -11,7 +11,7 @@ import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, ChainedTransformer, transformStream, transformWhole } from './body-transform.ts';
-import { EncryptHandler } from './field-handlers.ts';
+import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { ForwardBody } from './forwarder.ts';
 import type { RelayGuard } from './relay-guard.ts';
 import { routeTransformer, type TransformRoute } from './transform-routes.ts';
@@ -20,6 +20,17 @@ export interface RequestBody {
   readonly body: ForwardBody;
   /** Records the usage log of the request's transform, once it has run. */
   recordUsage(): void;
+  /** Where tokens were decrypted (path → classification), with `recordPaths`; filled as the body is read. */
+  readonly decryptedAt: ReadonlyMap<string, number> | null;
+}
+
+export interface RequestBodyOptions {
+  /** The relay guard, run over what the route's transform wrote. */
+  readonly guard?: RelayGuard | null;
+  /** Set `x-svc-fields-transformed` (egress: the application is told; a relay's clients are not). */
+  readonly reportCount?: boolean;
+  /** Remember where tokens were decrypted, for an answer that must not echo the plaintext. */
+  readonly recordPaths?: boolean;
 }
 
 /**
@@ -44,28 +55,29 @@ export async function requestBody(
   services: Services,
   route: TransformRoute | null,
   configuration: Configuration | null,
-  guard: RelayGuard | null,
-  reportCount = false,
+  { guard = null, reportCount = false, recordPaths = false }: RequestBodyOptions = {},
 ): Promise<RequestBody> {
-  if (!hasBody(ctx)) return { body: null, recordUsage: noop };
+  if (!hasBody(ctx)) return { body: null, recordUsage: noop, decryptedAt: null };
   const spec = transformsRequest(ctx, route) ? route!.request! : null;
-  if (spec === null && guard === null) return { body: untouched(ctx, services.config.forwarding.max_body), recordUsage: noop };
+  if (spec === null && guard === null) return { body: untouched(ctx, services.config.forwarding.max_body), recordUsage: noop, decryptedAt: null };
   let transform: BodyTransform;
   let usage = noop;
+  let decryptedAt: ReadonlyMap<string, number> | null = null;
   if (spec === null) {
     const pass = guard!.begin(ctx, services, null, null);
     transform = new BodyTransform('encrypt', pass, pass.handler);
   } else {
     const declared = detectFormat(ctx.req.headers['content-type'], undefined);
-    const own = routeTransformer(services, configuration!, spec, typeof declared === 'string' ? null : declared, guard !== null);
+    const own = routeTransformer(services, configuration!, spec, typeof declared === 'string' ? null : declared, { minted: guard !== null, paths: recordPaths });
+    if (own.handler instanceof DecryptHandler) decryptedAt = own.handler.decryptedAt;
     const pass = guard?.begin(ctx, services, own.codec, own.handler instanceof EncryptHandler ? own.handler.minted : null) ?? null;
     transform = new BodyTransform(spec.mode, pass === null ? own.transformer : new ChainedTransformer(own.transformer, pass), own.handler, pass === null ? [] : [pass.handler]);
     usage = () => recordUsage(ctx, services, configuration!, spec.mode, own.handler.count, transform.bytes);
     if (reportCount) transform.reportCountTo(ctx);
   }
   // A denied or invalid token must stop the request before any plaintext leaves.
-  if (spec?.mode === 'decrypt') return { body: await transformWhole(ctx, services.config.server.body_limit, transform), recordUsage: usage };
-  return { body: transformStream(ctx, services.config.forwarding.max_body, transform), recordUsage: usage };
+  if (spec?.mode === 'decrypt') return { body: await transformWhole(ctx, services.config.server.body_limit, transform), recordUsage: usage, decryptedAt };
+  return { body: transformStream(ctx, services.config.forwarding.max_body, transform), recordUsage: usage, decryptedAt };
 }
 
 function noop(): void {}

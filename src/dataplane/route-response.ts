@@ -5,13 +5,15 @@
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ClientGoneError, UpstreamResponseError } from '../errors.ts';
-import { detectFormat } from '../fields/formats.ts';
+import { detectFormat, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { FieldMatcher, splitPath } from '../fields/paths.ts';
 import { joinPieces } from '../fields/transformer.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
-import type { BodyTransform } from './body-transform.ts';
+import { BodyTransform, type Mode } from './body-transform.ts';
+import { EchoHandler } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardOptions } from './forwarder.ts';
 import { routeBodyTransform, type TransformRoute, type TransformSpec } from './transform-routes.ts';
 
@@ -22,16 +24,43 @@ import { routeBodyTransform, type TransformRoute, type TransformSpec } from './t
  * once its fields have been rewritten. `Range` is dropped, so the client gets the whole
  * transformed answer with a 200, which RFC 9110 §14.2 allows any server to send.
  */
-export function routeForwardOptions(services: Services, route: TransformRoute, configuration: Configuration, keepHost: boolean): ForwardOptions {
+export function routeForwardOptions(
+  services: Services,
+  route: TransformRoute,
+  configuration: Configuration,
+  keepHost: boolean,
+  decryptedAt: ReadonlyMap<string, number> | null = null,
+): ForwardOptions {
   const spec = route.response;
-  if (spec === null) return { keepAuthorization: true, keepHost };
+  if (spec === null && decryptedAt === null) return { keepAuthorization: true, keepHost };
   return {
     keepAuthorization: true,
     keepHost,
     setHeaders: { 'accept-encoding': 'identity' },
     dropHeaders: WHOLE_ANSWER,
-    respond: (ctx, response, method) => respondTransformed(ctx, services, configuration, spec, response, method),
+    respond: (ctx, response, method) =>
+      spec !== null ? respondTransformed(ctx, services, configuration, spec, response, method) : respondEchoed(ctx, services, configuration, decryptedAt!, response, method),
   };
+}
+
+/**
+ * An egress answer after a decrypting request (DESIGN §13): the values at the paths where
+ * the request's tokens were decrypted are encrypted again, each under its token's
+ * classification, so a vendor that echoes them never hands the plaintext to the application.
+ */
+async function respondEchoed(
+  ctx: RequestContext,
+  services: Services,
+  configuration: Configuration,
+  decryptedAt: ReadonlyMap<string, number>,
+  response: Dispatcher.ResponseData,
+  method: string,
+): Promise<void> {
+  if (decryptedAt.size === 0) return relay(ctx, response, method);
+  const handler = new EchoHandler(services.codecs.get(configuration), decryptedAt);
+  const matcher = FieldMatcher.exact([...decryptedAt.keys()].map(splitPath));
+  const build = (format: BodyFormat) => format.create(matcher, handler, services.limits.plaintext);
+  await respondWith(ctx, services, configuration, response, method, 'encrypt', (declared) => new BodyTransform('encrypt', new SniffingTransformer(declared, build), handler));
 }
 
 /** Request headers that would ask the upstream for less than the whole answer. */
@@ -40,13 +69,26 @@ const WHOLE_ANSWER: ReadonlySet<string> = new Set(['range', 'if-range']);
 /** Response headers that describe the upstream's bytes, wrong once the body is rewritten. */
 const REWRITTEN = new Set(['content-length', 'content-md5', 'digest', 'content-digest', 'repr-digest', 'accept-ranges']);
 
-async function respondTransformed(
+function respondTransformed(
   ctx: RequestContext,
   services: Services,
   configuration: Configuration,
   spec: TransformSpec,
   response: Dispatcher.ResponseData,
   method: string,
+): Promise<void> {
+  return respondWith(ctx, services, configuration, response, method, spec.mode, (declared) => routeBodyTransform(services, configuration, spec, declared));
+}
+
+/** Relays an answer through `build`'s transform when it is in a format we read; as it is otherwise. */
+async function respondWith(
+  ctx: RequestContext,
+  services: Services,
+  configuration: Configuration,
+  response: Dispatcher.ResponseData,
+  method: string,
+  mode: Mode,
+  build: (declared: BodyFormat) => BodyTransform,
 ): Promise<void> {
   const bodiless = method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304 || response.headers['content-length'] === '0';
   const format = detectFormat(response.headers['content-type'], response.headers['content-encoding']);
@@ -57,12 +99,12 @@ async function respondTransformed(
   }
   let transform: BodyTransform;
   try {
-    transform = routeBodyTransform(services, configuration, spec, format);
+    transform = build(format);
   } catch (err) {
     discard(response.body);
     throw err;
   }
-  if (spec.mode === 'decrypt') await respondWhole(ctx, response, transform, services.config.server.body_limit);
+  if (mode === 'decrypt') await respondWhole(ctx, response, transform, services.config.server.body_limit);
   else await respondStreamed(ctx, response, transform);
   recordUsage(ctx, services, configuration, transform.mode, transform.handler.count, transform.bytes);
 }

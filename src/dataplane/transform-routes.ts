@@ -46,7 +46,8 @@ export interface TransformRoute {
 export interface RouteSettings {
   readonly configuration: string;
   readonly request?: RouteTransform | undefined;
-  readonly response?: RouteTransform | undefined;
+  /** `passthrough` (egress): relay the answer as it is. */
+  readonly response?: RouteTransform | 'passthrough' | undefined;
 }
 
 /** Compiles a route's field paths; a bad route stops the start with a ConfigError naming it. */
@@ -55,7 +56,7 @@ export function compileTransformRoute(label: string, where: string, settings: Ro
     label,
     configuration: settings.configuration,
     request: compileTransform(settings.request, `${where}.request`),
-    response: compileTransform(settings.response, `${where}.response`),
+    response: settings.response === 'passthrough' ? null : compileTransform(settings.response, `${where}.response`),
   };
 }
 
@@ -107,15 +108,22 @@ export interface RouteTransformer {
 /**
  * The route's handler over the body's format, which is decided from the body itself
  * (`SniffingTransformer`): a body that is none of the formats passes unchanged.
- * `recordMinted` keeps the tokens an encryption writes, for a guard that follows.
+ * `record.minted` keeps the tokens an encryption writes, for a guard that follows;
+ * `record.paths` where a decryption wrote plaintext, for an answer that must not echo it.
  */
-export function routeTransformer(services: Services, configuration: Configuration, spec: TransformSpec, declared: BodyFormat | null, recordMinted = false): RouteTransformer {
+export function routeTransformer(
+  services: Services,
+  configuration: Configuration,
+  spec: TransformSpec,
+  declared: BodyFormat | null,
+  record: { readonly minted?: boolean; readonly paths?: boolean } = {},
+): RouteTransformer {
   const codec = services.codecs.get(configuration);
   const classificationId = resolveClassification(services, spec);
   const handler =
     spec.mode === 'encrypt'
-      ? new EncryptHandler(codec.encryptor(classificationId), recordMinted)
-      : new DecryptHandler(codec, trusted, classificationId === 0 ? null : classificationId);
+      ? new EncryptHandler(codec.encryptor(classificationId), record.minted === true)
+      : new DecryptHandler(codec, trusted, classificationId === 0 ? null : classificationId, record.paths === true);
   const matcher = resolveMatcher(services, configuration, spec);
   const limits = spec.mode === 'encrypt' ? services.limits.plaintext : services.limits.token;
   return { transformer: new SniffingTransformer(declared, (format) => format.create(matcher, handler, limits)), handler, codec };

@@ -12,7 +12,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { InvalidFormError, ValueTooLargeError } from '../errors.ts';
-import type { FieldMatcher, PathState } from './paths.ts';
+import { escapeSegment, type FieldMatcher, type PathState } from './paths.ts';
 import { hasTokenShape, UNLIMITED, type CaptureLimits, type ChunkTransformer, type FieldValue, type PlainType, type ValueHandler } from './value.ts';
 
 const AMP = 0x26;
@@ -115,8 +115,9 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
     return state.terminal;
   }
 
+  /** The parameter as a field path: `card[number]` is `card.number` (DESIGN §15's one path language). */
   path(): string {
-    return this.name;
+    return nameSegments(this.name).map(escapeSegment).join('.');
   }
 
   plaintext(): Buffer {

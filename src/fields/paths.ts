@@ -138,6 +138,11 @@ export class FieldMatcher {
     return new FieldMatcher([], null);
   }
 
+  /** Exactly these concrete paths, each a list of literal segments (`*` is a key like any other). */
+  static exact(paths: readonly (readonly string[])[]): FieldMatcher {
+    return FieldMatcher.compile(paths, paths.map((segments) => segments.map(escapeSegment).join('.')));
+  }
+
   /** A matcher walking states of its own (the relay guard's keys at any depth). */
   static fromRoot(names: readonly string[], root: PathState): FieldMatcher {
     return new FieldMatcher(names, null, root);
@@ -260,6 +265,22 @@ function parsePath(path: string): Segment[] {
   }
   if (escaped) throw new InvalidFieldPathsError(`the path "${clip(path)}" ends with a lone "\\"`);
   close();
+  return segments;
+}
+
+/** The segments of a concrete path written by `escapeSegment` and `.` (`a\\.b.0` → `a.b`, `0`). */
+export function splitPath(path: string): string[] {
+  const segments: string[] = [];
+  let current = '';
+  for (let i = 0; i < path.length; i++) {
+    const c = path[i]!;
+    if (c === '\\' && i + 1 < path.length) current += path[++i];
+    else if (c === '.') {
+      segments.push(current);
+      current = '';
+    } else current += c;
+  }
+  segments.push(current);
   return segments;
 }
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import type { TestContext } from 'node:test';
 import { Router } from '../../src/http/router.ts';
-import { call, startApp, type Running } from '../support/app.ts';
+import { call, KEYS, startApp, type Running } from '../support/app.ts';
 import { closedPort, startEcho, type Echo } from '../support/destinations.ts';
 
 const TOKEN = /^svc:1:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+:\$$/;
@@ -57,7 +57,62 @@ test('an egress route decrypts on the way out: the vendor gets plaintext and the
   assert.equal(got.headers['host'], `127.0.0.1:${echo.port}`, 'the vendor sees its own host');
   for (const name of Object.keys(got.headers)) assert.ok(!name.startsWith('x-svc-'), `${name} was forwarded`);
   assert.equal(got.body.toString(), '{"amount": 1000, "card": {"number": "4111 1111 1111 1111", "exp": "12/28"}}');
-  assert.equal(text, got.body.toString(), 'the vendor’s answer is relayed');
+  // The vendor echoes the card number: the application gets it back encrypted, the rest as sent.
+  const answered = JSON.parse(text);
+  assert.match(answered.card.number, TOKEN);
+  assert.equal(text, got.body.toString().replace('4111 1111 1111 1111', answered.card.number), 'the vendor’s answer is relayed, the echoed field re-encrypted');
+  const back = await call(url, '/proxy/payments', { body: text, headers: { 'x-svc-mode': 'decrypt' } });
+  assert.equal(back.json.card.number, '4111 1111 1111 1111');
+});
+
+test('an echoed value keeps its token\'s classification; response: passthrough opts out; a form request decrypts by the same path', async (t) => {
+  const echo = await startEcho(t);
+  const { url } = await startApp(
+    t,
+    egressYaml(
+      `${echo.url}/v1`,
+      `  - { name: raw, destination: "${echo.url}/v1", configuration: payments, request: { decrypt: [card.number] }, response: passthrough }
+  - { name: form, destination: "${echo.url}/v1", configuration: payments, request: { decrypt: [card.number] } }`,
+    ),
+  );
+  const phi = await call(url, '/proxy/payments', { body: '{"card":{"number":"4111"}}', headers: { 'x-svc-classification': 'phi' } });
+  const token = phi.json.card.number as string;
+  const echoed = await fetch(`${url}/egress/vendor/x`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
+  const again = JSON.parse(await echoed.text()).card.number as string;
+  assert.match(again, TOKEN);
+  // Decrypting it needs PHI, as the original did: the outsider key may not.
+  assert.equal((await call(url, '/proxy/payments', { key: KEYS.outsider, body: JSON.stringify({ v: again }), headers: { 'x-svc-mode': 'decrypt' } })).status, 403);
+  assert.equal((await call(url, '/proxy/payments', { body: JSON.stringify({ v: again }), headers: { 'x-svc-mode': 'decrypt', 'x-svc-classification': 'phi' } })).json.v, '4111');
+
+  const raw = await fetch(`${url}/egress/raw/x`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
+  assert.equal(JSON.parse(await raw.text()).card.number, '4111', 'passthrough relays the answer as it is');
+
+  const plain = await call(url, '/proxy/payments', { body: '{"card":{"number":"4242 4242"}}' });
+  const form = await fetch(`${url}/egress/form/x`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `card[number]=${plain.json.card.number}&amount=5` });
+  const sent = new URLSearchParams(echo.received.at(-1)!.body.toString());
+  assert.equal(sent.get('card[number]'), '4242 4242', 'the vendor gets the plaintext');
+  // The echo server answers with the form's bytes but calls them JSON: they cannot be read
+  // as what they claim, so nothing of them reaches the application.
+  assert.equal(form.status, 502);
+  assert.ok(!(await form.text()).includes('4242'));
+});
+
+test('egress {rest} that could leave the destination path once decoded is refused with 403, without naming the vendor', async (t) => {
+  const echo = await startEcho(t);
+  const { url, port } = await start(t, echo);
+  for (const rest of ['a%2Fb', 'a%2fb', '..%2F..%2Fadmin', 'a%5Cb', 'a\\b', '%2e%2e/admin', '.%2E/admin', '%2E/x', 'x/..;/admin', 'x/./y']) {
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1', () => socket.write(`GET /egress/vendor/${rest} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`));
+      let got = '';
+      socket.on('data', (d: Buffer) => (got += d.toString()));
+      socket.on('end', () => resolve(got));
+      socket.on('error', reject);
+    });
+    assert.match(answer, /^HTTP\/1\.1 (403|400) /, rest);
+    assert.ok(!answer.includes('127.0.0.1'), `${rest}: ${answer}`);
+  }
+  assert.equal(echo.received.length, 0);
+  assert.equal((await fetch(`${url}/egress/vendor/a.b/c..d/%41`)).status, 201, 'dots inside names are fine');
 });
 
 test('a token that fails stops the egress request before anything leaves (422)', async (t) => {
