@@ -24,12 +24,13 @@ import { FieldPathCache } from './dataplane/field-path-cache.ts';
 import { dataLimits } from './dataplane/limits.ts';
 import type { Services } from './services.ts';
 import type { RequestContext } from './http/context.ts';
-import { sendJson } from './http/respond.ts';
+import { sendBody, sendJson } from './http/respond.ts';
 import { Router } from './http/router.ts';
 import { Listener, listenAll, routerHandler, type Handler, type ListenerOptions, type RequestHandler } from './http/listener.ts';
 import { refuseUnknownSvcHeaders } from './http/svc-headers.ts';
 import { openStore, type Store } from './store/db.ts';
 import { applySeed, type SeedDeps } from './store/seed.ts';
+import { LogSampler } from './telemetry/log-sampler.ts';
 import { recordApiLog } from './telemetry/usage.ts';
 import { FileSource, logSeedResult } from './sync/file-source.ts';
 import { createReplication, type Replication } from './sync/replica.ts';
@@ -82,15 +83,22 @@ export function buildRouter(): Router<Handler<Services>> {
 }
 
 /**
- * The end of every exchange on a listener: metrics for all, and an api log entry for
- * what DESIGN §10 logs — every /api and /proxy request on the main listener, and every
- * relay or egress route's request (named by the route, `ctx.logPath`).
+ * The end of every exchange on a listener: metrics for all, and an api log entry for what
+ * DESIGN §10 logs — every authenticated /api and /proxy request on the main listener, and
+ * every relay or egress route's request (named by the route, `ctx.logPath`). Requests that
+ * fail authentication or match no route write nothing to the store (DESIGN §13): they are
+ * counted, and sampled in the process log.
  */
-function finishRequest(services: Services, logsApiPaths: boolean): (ctx: RequestContext) => void {
+function finishRequest(services: Services, logsApiPaths: boolean, sampler: LogSampler): (ctx: RequestContext) => void {
   return (ctx) => {
-    services.metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', ctx.res.statusCode, (performance.now() - ctx.startedAt) / 1000);
-    const path = ctx.logPath ?? (logsApiPaths && (ctx.path.startsWith('/api/') || ctx.path.startsWith('/proxy/')) ? ctx.path : null);
-    if (path !== null) recordApiLog(ctx, services.logs, path);
+    const status = ctx.res.statusCode;
+    services.metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', status, (performance.now() - ctx.startedAt) / 1000);
+    if (ctx.logPath !== null) {
+      recordApiLog(ctx, services.logs, ctx.logPath);
+    } else if (logsApiPaths && (ctx.path.startsWith('/api/') || ctx.path.startsWith('/proxy/'))) {
+      if (ctx.apiKeyId !== null) recordApiLog(ctx, services.logs, ctx.path);
+      else if (status === 401 || ctx.route === 'unmatched') sampler.note(status === 401 ? 'unauthenticated' : 'unmatched', { status, method: ctx.req.method, route: ctx.route });
+    }
   };
 }
 
@@ -104,9 +112,7 @@ function mainHandler(route: RequestHandler): RequestHandler {
 
 async function metricsRoute(ctx: RequestContext, services: Services): Promise<void> {
   const { contentType, body } = await services.metrics.render();
-  ctx.res.statusCode = 200;
-  ctx.res.setHeader('content-type', contentType);
-  ctx.res.end(body);
+  sendBody(ctx, 200, contentType, Buffer.from(body));
 }
 
 function healthz(ctx: RequestContext): void {
@@ -192,7 +198,8 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     requestTimeout: config.server.request_timeout,
     keepAliveTimeout: config.server.keep_alive_timeout,
   };
-  const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths) });
+  const sampler = new LogSampler(logger, 'requests refused before authentication or routing (not stored; counted in svc_http_requests_total)');
+  const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths, sampler) });
   const main = new Listener('main', config.server.listen, mainHandler(routerHandler(buildRouter(), services)), listenerOptions(true));
   const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, listenerOptions(false));
   const admin =

@@ -97,6 +97,8 @@ export class Forwarder {
       response = await dispatcher.request({ ...request, signal: abort.signal });
     } catch (err) {
       ctx.res.off('close', onClientGone);
+      // The client left while the destination was still to answer: nobody to answer, no upstream fault.
+      if (abort.signal.aborted) throw new ClientGoneError();
       throw this.failed(err, destination);
     }
     this.options.metrics?.observeForward(destination.entry, response.statusCode, (performance.now() - started) / 1000);

@@ -64,6 +64,9 @@ export function sendError(ctx: RequestContext, err: unknown, logger: Logger): vo
     res.destroy();
     return;
   }
+  // An error answers with its own headers only: none set for the answer it replaces (an
+  // upstream's, on a response that failed before its first byte) may go out with it.
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
   if (error.headers !== undefined) for (const [k, v] of Object.entries(error.headers)) res.setHeader(k, v);
   sendJson(ctx, error.status, error.body());
 }

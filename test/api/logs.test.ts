@@ -170,22 +170,31 @@ test('an encrypt request appears as an api entry and a usage entry, in every vie
   assert.equal(u.user.email, 'ada@example.com');
 });
 
-test('a refused request is an api entry with its status and no key or user', async (t) => {
-  const running = await startApp(t, MANUAL_FLUSH);
-  const refused = await call(running.url, ENC, { key: null, body: '{}', headers: { 'x-svc-request-id': 'nokey' } });
-  assert.equal(refused.status, 401);
+test('unauthenticated traffic writes nothing: 401s, 404s and unmatched paths leave no api entry, and are counted instead', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH, undefined, { admin: true });
+  const before = running.app.services.store.db.prepare('SELECT count(*) AS n FROM api_logs').get() as { n: number };
+  for (let i = 0; i < 50; i++) {
+    assert.equal((await call(running.url, ENC, { key: null, body: '{}', headers: { 'x-svc-request-id': `nokey-${i}` } })).status, 401);
+    assert.equal((await call(running.url, ENC, { key: 'svc_Wrong000000000000000000000000000000000', body: '{}' })).status, 401);
+    assert.equal((await call(running.url, `/api/v3/nothing/${'x'.repeat(900)}`, { key: null, method: 'GET' })).status, 404);
+    assert.equal((await call(running.url, `/proxy/${'y'.repeat(900)}/z`, { key: null, method: 'GET' })).status, 404);
+  }
   running.app.services.logs.flush();
-  const res = await get(running, '/api/v3/logs/api?request_id=nokey');
+  const after = running.app.services.store.db.prepare('SELECT count(*) AS n FROM api_logs').get() as { n: number };
+  assert.equal(after.n, before.n, 'not one row');
+  const metrics = await (await fetch(`${running.adminUrl}/metrics`)).text();
+  assert.match(metrics, /svc_http_requests_total\{route="\/api\/v3\/encryption\/:slug\/encrypt",method="POST",status="401"\} 100/);
+  assert.match(metrics, /svc_http_requests_total\{route="unmatched",method="GET",status="404"\} 100/);
+  // Sampled in the process log: one line per kind per interval, not one per request.
+  const lines = running.logs().split('\n').filter((line) => line.includes('requests refused before authentication or routing'));
+  assert.ok(lines.length >= 1 && lines.length <= 4, `${lines.length} lines`);
+  // An authenticated request is still logged, 4xx or not.
+  assert.equal((await call(running.url, ENC, { body: 'nope', headers: { 'x-svc-request-id': 'authed' } })).status, 400);
+  running.app.services.logs.flush();
+  const res = await get(running, '/api/v3/logs/api?request_id=authed');
   assert.equal(res.json.total, 1);
-  const [entry] = res.json.data;
-  assert.equal(entry.status_code, 401);
-  assert.equal(entry.api_key, null);
-  assert.equal(entry.user, null);
-  const unified = await get(running, '/api/v3/logs/unified?request_id=nokey');
-  assert.equal(unified.json.data[0].description, 'POST /api/v3/encryption/payments/encrypt → 401');
-  assert.equal(unified.json.data[0].causer_email, null);
-  assert.equal(unified.json.data[0].user, null);
-  const usage = await get(running, '/api/v3/logs/usage?request_id=nokey');
+  assert.equal(res.json.data[0].status_code, 400);
+  const usage = await get(running, '/api/v3/logs/usage?request_id=authed');
   assert.equal(usage.json.total, 0, 'no usage for a refused request');
 });
 

@@ -495,9 +495,10 @@ test('pass-through refuses a target it could not pass on unchanged (400), and th
 
 test('an application answer a response route cannot read gets 502, and the service keeps running', async (t) => {
   let headers: Record<string, string> = {};
+  let answer = '{"ssn":"x"}';
   const app = await startUpstream(t, (_req, _body, res) => {
     res.writeHead(200, headers);
-    res.end('{"ssn":"x"}');
+    res.end(answer);
   });
   const { url, relay } = await startRelay(t, app.url);
   const unreadable: Array<Record<string, string>> = [{ 'content-type': 'application/json', 'content-encoding': 'gzip' }, { 'content-type': 'application/json; charset=iso-8859-1' }];
@@ -509,4 +510,32 @@ test('an application answer a response route cannot read gets 502, and the servi
     await new Promise((r) => setTimeout(r, 50));
     assert.equal((await fetch(`${url}/healthz`)).status, 200);
   }
+  // A streamed (encrypting) answer that fails on its first bytes: the 502 carries none of
+  // the application's headers, which were set for an answer that never went out.
+  headers = { 'content-type': 'application/json', 'set-cookie': 'session=app', 'x-app': 'yes', etag: '"v1"' };
+  answer = 'not JSON at all';
+  const streamed = await fetch(`${relay}/export`);
+  assert.equal(streamed.status, 502);
+  for (const name of ['set-cookie', 'x-app', 'etag']) assert.equal(streamed.headers.get(name), null, name);
+  assert.match(streamed.headers.get('x-svc-request-id') ?? '', /./);
+  assert.equal(streamed.headers.get('content-type'), 'application/json; charset=utf-8');
+});
+
+test('a client that leaves while a response route waits for the application is not an upstream error', async (t) => {
+  const app = await startUpstream(t, (_req, _body, res) => {
+    setTimeout(() => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"ssn":"x"}');
+    }, 400);
+  });
+  const running = await startRelay(t, app.url);
+  const controller = new AbortController();
+  const pending = fetch(`${running.relay}/records/1`, { signal: controller.signal }).catch(() => null);
+  await new Promise((r) => setTimeout(r, 100));
+  controller.abort();
+  await pending;
+  await new Promise((r) => setTimeout(r, 600));
+  assert.equal(app.seen.length, 1, 'the request reached the application');
+  assert.ok(!running.logs().includes('"level":50'), 'nothing logged at error');
+  assert.ok(!running.logs().includes('SVC_ERR_UPSTREAM'), running.logs().slice(-500));
 });

@@ -25,7 +25,8 @@ test('metrics after traffic: requests by route template, fields, key versions, f
   await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `http://127.0.0.1:${dead}/` } });
   await call(url, '/some/random/path/zqx4711zqx', { method: 'GET' });
 
-  const res = await fetch(`${running.adminUrl}/metrics`);
+  const res = await fetch(`${running.adminUrl}/metrics`, { headers: { 'x-svc-request-id': 'scrape-1' } });
+  assert.equal(res.headers.get('x-svc-request-id'), 'scrape-1', 'the admin listener answers with the request id too');
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type')!, /^text\/plain/);
   const text = await res.text();
