@@ -471,7 +471,14 @@ export const components: JsonObject = {
     KeyDestroy: {
       type: 'object',
       required: ['confirm'],
-      properties: { confirm: { type: 'string', description: 'Exactly `<configuration name>/v<version>`.' } },
+      properties: {
+        confirm: { type: 'string', description: 'Exactly `<configuration name>/v<version>`.' },
+        force: {
+          type: 'boolean',
+          default: false,
+          description: '`true` destroys a version that was current less than `keys.destroy_after` ago (409 otherwise). A JSON boolean only.',
+        },
+      },
     },
     ApiKeyCreate: {
       type: 'object',
@@ -521,6 +528,29 @@ export const components: JsonObject = {
     ),
     NotFound: errorResponse('No such resource.', schemaRef('NotFoundError')),
     ManagedByControlPlane: errorResponse('State comes from a control plane: management writes are refused.', errorSaying('Managed by the control plane.')),
+    KeyDestroyConflict: errorResponse(
+      'A replica refuses management writes; or the version was current less than `keys.destroy_after` ago and the request did not say `force: true`.',
+      {
+        allOf: [
+          schemaRef('Error'),
+          {
+            type: 'object',
+            properties: {
+              message: {
+                anyOf: [
+                  { const: 'Managed by the control plane.' },
+                  { type: 'string', pattern: '^Key version [1-9][0-9]* was current less than keys\\.destroy_after ago and may still be in use: it can be destroyed from .+, or now with force: true\\.$' },
+                ],
+              },
+            },
+          },
+        ],
+      },
+    ),
+    KeyDestroyed: errorResponse(
+      'The key version the request encrypted with was destroyed before it finished: no token is returned, and a streamed body is aborted instead.',
+      errorSaying('The key version was destroyed during the request.'),
+    ),
     PayloadTooLarge: errorResponse('The body is larger than the limit.', schemaRef('Error')),
     UnsupportedMediaType: errorResponse('The body is not JSON.', errorSaying('The request body must be JSON (Content-Type: application/json).')),
     ValidationFailed: errorResponse('Validation failed.', schemaRef('ValidationError')),

@@ -12,7 +12,7 @@
 import { userInfo } from 'node:os';
 import { createApp, type App } from '../app.ts';
 import { rotateKey } from '../api/configurations.ts';
-import { destroyKeyVersion } from '../api/keys.ts';
+import { destroyKeyVersion, FORCED } from '../api/keys.ts';
 import type { Config } from '../config/load.ts';
 import { rewrapDocument } from '../dataplane/rewrap.ts';
 import { InvalidFieldPathsError, SvcError, ValidationError } from '../errors.ts';
@@ -26,6 +26,7 @@ export const KEYS_OPTIONS = {
   fields: { type: 'string' },
   version: { type: 'string' },
   confirm: { type: 'string' },
+  force: { type: 'boolean' },
   ndjson: { type: 'boolean' },
 } as const;
 
@@ -33,8 +34,9 @@ export const KEYS_USAGE = `  keys rotate  --configuration <name|slug>
             add the next key version and print it
   keys rewrap  --configuration <name|slug> [--fields a,b] [--ndjson] < in.json > out.json
             re-encrypt the tokens of a JSON (or NDJSON) document under the newest version
-  keys destroy --configuration <name|slug> --version <N> --confirm <name>/v<N>
-            erase key version N for good: its tokens can never be decrypted again
+  keys destroy --configuration <name|slug> --version <N> --confirm <name>/v<N> [--force]
+            erase key version N for good: its tokens can never be decrypted again;
+            --force: even if it was current less than keys.destroy_after ago
 `;
 
 export interface KeysArgs {
@@ -42,6 +44,7 @@ export interface KeysArgs {
   readonly fields?: string;
   readonly version?: string;
   readonly confirm?: string;
+  readonly force?: boolean;
   readonly ndjson?: boolean;
 }
 
@@ -118,6 +121,7 @@ function checkArgs(config: Config, sub: string | undefined, positionals: readonl
   if (command !== 'destroy' && (args.version !== undefined || args.confirm !== undefined)) {
     throw new KeysCommandError('--version and --confirm apply to destroy only', 2);
   }
+  if (command !== 'destroy' && args.force !== undefined) throw new KeysCommandError('--force applies to destroy only', 2);
   if (command === 'destroy') {
     if (args.version === undefined || !/^[1-9][0-9]{0,9}$/.test(args.version)) throw new KeysCommandError('--version <N> (a key version, 1 or more) is required', 2);
     if (args.confirm === undefined) throw new KeysCommandError(`--confirm <configuration name>/v${args.version} is required: destroying a key version cannot be undone`, 2);
@@ -147,7 +151,7 @@ function rotate(app: App, configuration: Configuration, io: KeysIo): number {
 
 async function rewrap(app: App, configuration: Configuration, args: KeysArgs, io: KeysIo, say: (line: string) => void): Promise<number> {
   const matcher = args.fields === undefined ? FieldMatcher.anyToken() : matcherOf(args.fields);
-  const result = await rewrapDocument(app.services.codecs, configuration, io.stdin, matcher, args.ndjson === true ? 'ndjson' : 'json');
+  const result = await rewrapDocument(app.services, configuration, io.stdin, matcher, args.ndjson === true ? 'ndjson' : 'json');
   await new Promise<void>((resolve, reject) => io.stdout.write(result.body, (err) => (err == null ? resolve() : reject(err))));
   recordActivity(app, 'configuration.rewrapped', `Rewrapped ${result.rewrapped} tokens of configuration "${configuration.name}" to key version ${result.version}`, 'rewrap');
   say(`${result.rewrapped} tokens rewrapped to key version ${result.version}, ${result.kept} already at it`);
@@ -156,8 +160,8 @@ async function rewrap(app: App, configuration: Configuration, args: KeysArgs, io
 
 function destroy(app: App, configuration: Configuration, args: KeysArgs, io: KeysIo): number {
   const version = Number(args.version);
-  destroyKeyVersion(app.services, configuration, version, args.confirm);
-  recordActivity(app, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}"`, 'destroy');
+  const { forced } = destroyKeyVersion(app.services, configuration, version, args.confirm, args.force === true);
+  recordActivity(app, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}"${forced ? FORCED : ''}`, 'destroy');
   io.stdout.write(`destroyed key version ${version} of "${configuration.name}"\n`);
   return 0;
 }

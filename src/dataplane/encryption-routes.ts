@@ -8,7 +8,7 @@
 import { ClassificationAccess } from '../auth/classification-access.ts';
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { requireConfigurationScope, requirePermission, type Caller } from '../auth/caller.ts';
-import { BadRequestError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
+import { BadRequestError, NotFoundError, UnsupportedMediaTypeError, ValidationError, type SvcError } from '../errors.ts';
 import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
 import { FieldMatcher } from '../fields/paths.ts';
 import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
@@ -19,7 +19,7 @@ import type { Configuration } from '../store/configurations.ts';
 import { nowIso } from '../store/sql.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { cachedDestination, type Destination } from './destination.ts';
-import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
+import { DecryptHandler, EncryptHandler, KeyInUse } from './field-handlers.ts';
 import type { Services } from './services.ts';
 
 export type Mode = 'encrypt' | 'decrypt';
@@ -141,13 +141,13 @@ export function bodyFormat(ctx: RequestContext): Format {
 
 export function buildHandler(services: Services, caller: Caller, configuration: Configuration, mode: Mode, classificationId: number): EncryptHandler | DecryptHandler {
   const codec = services.codecs.get(configuration);
-  if (mode === 'encrypt') return new EncryptHandler(codec.encryptor(classificationId));
+  if (mode === 'encrypt') return new EncryptHandler(codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec));
   const access = new ClassificationAccess(services.store, caller);
   return new DecryptHandler(codec, (id) => access.check(id), classificationId === 0 ? null : classificationId);
 }
 
 /** Transforms the body chunk by chunk as it arrives into memory; 422 if any field failed. */
-export async function transformWhole(ctx: RequestContext, limit: number, transformer: ChunkTransformer, handler: { failure(): ValidationError | null }): Promise<Buffer> {
+export async function transformWhole(ctx: RequestContext, limit: number, transformer: ChunkTransformer, handler: { failure(): SvcError | null }): Promise<Buffer> {
   const out: Buffer[] = [];
   ctx.bytesIn = await consumeBody(ctx, limit, (chunk) => transformer.push(chunk, out));
   transformer.end(out);

@@ -19,9 +19,8 @@ import type { FieldMatcher } from '../fields/paths.ts';
 import { JsonTransformer } from '../fields/transformer.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
-import type { CodecCache } from './codecs.ts';
 import { bodyFormat, recordUsage, resolveConfiguration, resolveFieldPaths, send, transformWhole, type Format } from './encryption-routes.ts';
-import { RewrapHandler } from './field-handlers.ts';
+import { KeyInUse, RewrapHandler } from './field-handlers.ts';
 import type { Services } from './services.ts';
 
 export async function rewrapRoute(ctx: RequestContext, services: Services): Promise<void> {
@@ -32,7 +31,8 @@ export async function rewrapRoute(ctx: RequestContext, services: Services): Prom
   // As on decrypt: without x-svc-fields every string that is a token is rewrapped.
   const matcher = resolveFieldPaths(ctx, services, configuration, 'decrypt');
   const format = bodyFormat(ctx);
-  const handler = new RewrapHandler(services.codecs.get(configuration));
+  const codec = services.codecs.get(configuration);
+  const handler = new RewrapHandler(codec, new KeyInUse(services.store, configuration.id, codec));
   const body = await transformWhole(ctx, services.config.server.body_limit, newTransformer(format, matcher, handler), handler);
   ctx.res.setHeader('x-svc-key-version', String(handler.version));
   send(ctx, format, body);
@@ -70,13 +70,14 @@ export interface RewrapResult {
  * failed tokens, if any, before returning any output.
  */
 export async function rewrapDocument(
-  codecs: CodecCache,
+  services: Pick<Services, 'codecs' | 'store'>,
   configuration: Configuration,
   chunks: AsyncIterable<Buffer>,
   matcher: FieldMatcher,
   format: Format,
 ): Promise<RewrapResult> {
-  const handler = new RewrapHandler(codecs.get(configuration));
+  const codec = services.codecs.get(configuration);
+  const handler = new RewrapHandler(codec, new KeyInUse(services.store, configuration.id, codec));
   const transformer = newTransformer(format, matcher, handler);
   const out: Buffer[] = [];
   for await (const chunk of chunks) transformer.push(chunk, out);

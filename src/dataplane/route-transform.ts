@@ -23,7 +23,7 @@ import type { Configuration } from '../store/configurations.ts';
 import { nowIso } from '../store/sql.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { recordUsage, type Mode } from './encryption-routes.ts';
-import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
+import { DecryptHandler, EncryptHandler, KeyInUse } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardBody, type ForwardOptions } from './forwarder.ts';
 import type { Services } from './services.ts';
 
@@ -171,7 +171,7 @@ class BodyTransform {
     const classificationId = resolveClassification(services, spec);
     this.handler =
       spec.mode === 'encrypt'
-        ? new EncryptHandler(codec.encryptor(classificationId))
+        ? new EncryptHandler(codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec))
         : new DecryptHandler(codec, trusted, classificationId === 0 ? null : classificationId);
     const matcher = resolveMatcher(services, configuration, spec);
     this.transformer = format === 'ndjson' ? new NdjsonTransformer(matcher, this.handler) : new JsonTransformer(matcher, this.handler);
