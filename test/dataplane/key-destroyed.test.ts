@@ -158,3 +158,25 @@ test('a streamed encrypt-and-forward whose key version is destroyed mid-stream i
   assert.equal(res.status, 409, res.body);
   assert.deepEqual(JSON.parse(res.body), DESTROYED);
 });
+
+test('an egress route encrypting on the way out aborts the stream when its key version is destroyed meanwhile', async (t) => {
+  const destination = await startDestination(t);
+  const egress = `
+egress:
+  - name: outbox
+    destination: ${destination.url}
+    configuration: payments
+    request: { encrypt: ["*.card.number"] }
+`;
+  const running = await startApp(t, egress);
+  const record = (i: number) => `{"id":${i},"card":{"number":"4111 1111 1111 ${String(i).padStart(4, '0')}"}}`;
+  const pending = await startRequest(running, '/egress/outbox/import', { 'transfer-encoding': 'chunked' }, `[${record(0)}`);
+  assert.match(await destination.first, /"number":"svc:1:/);
+  await rotateAndDestroy(running, 1);
+  pending.finish(`,${record(1)}]`);
+  const res = await pending.response;
+  await destination.closed;
+  assert.equal(destination.seen.completed, false, 'the vendor got a complete body of tokens nobody can decrypt');
+  assert.equal(res.status, 409, res.body);
+  assert.deepEqual(JSON.parse(res.body), DESTROYED);
+});
