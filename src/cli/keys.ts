@@ -1,10 +1,11 @@
 /**
  * `svc-sidecar keys rotate|rewrap|destroy`: key rotation without going through HTTP,
  * against the store and master key named by the configuration file. The store is opened
- * the way `serve` opens it (createApp, never listening), so the seed, migrations and
- * master-key checks are the same; the operations are the API's own functions. A running
- * service on the same store picks the change up at its next request (its codec cache
- * follows the configuration row's updated_at).
+ * the way `serve` opens it (createApp, never listening), so migrations and master-key
+ * checks are the same, except that the seed is applied only to a store that does not
+ * exist yet: on a live one it would undo changes made through the API. The operations
+ * are the API's own functions. A running service on the same store picks the change up
+ * at its next request (its codec cache follows the configuration row's updated_at).
  *
  * stdout carries only the result (the new version, the rewrapped document); everything
  * else goes to stderr. Exit codes: 0 done, 1 refused or failed, 2 bad usage.
@@ -72,7 +73,7 @@ export async function keys(config: Config, positionals: readonly string[], args:
   const say = (line: string) => io.stderr.write(`svc-sidecar keys${sub === undefined ? '' : ` ${sub}`}: ${line}\n`);
   try {
     const command = checkArgs(config, sub, positionals, args);
-    const app = createApp(config, { logger: createLogger(config.logging.level, io.stderr) });
+    const app = createApp(config, { logger: createLogger(config.logging.level, io.stderr), seed: 'new-store' });
     try {
       // A seed-generated key is shown only by the run that creates it; this command's
       // stdout is reserved for its result, so name them and point to rotation instead.

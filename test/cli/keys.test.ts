@@ -275,3 +275,44 @@ test('keys destroy follows keys.destroy_after from the configuration file: 0s le
   assert.equal((await decrypt(f, v1.text)).status, 422);
   assert.match(activity(f, 'configuration.key_destroyed')[0]!, /^Destroyed key version 1 of configuration "payments", by svc-sidecar keys destroy/, 'not a forced destruction');
 });
+
+test('the CLI never re-applies the seed to a live store: an API key rotated through the API stays rotated', async (t) => {
+  const f = await fixture(t);
+  const ops = f.app.services.store.apiKeys.findByName('ops')!;
+  const rotated = await call(f.url, `/api/v3/api-keys/${ops.id}/rotate`, { key: KEY });
+  assert.equal(rotated.status, 200);
+  const newKey: string = rotated.json.key;
+  const seededKeyRefused = async () => (await call(f.url, '/api/v3/roles', { method: 'GET', key: KEY })).status;
+  assert.equal(await seededKeyRefused(), 401);
+
+  // Every CLI command that opens the store: none may put the seed's key value back.
+  for (const args of [
+    f.keys('rotate', '--configuration', 'payments'),
+    f.keys('rewrap', '--configuration', 'payments'),
+    ['init', '--config', f.path, '--email', 'breakglass@example.com'],
+  ]) {
+    const res = await runCli(args, args[1] === 'rewrap' ? '{}' : '');
+    assert.equal(res.code, 0, `${args.join(' ')}: ${res.stderr}`);
+    assert.doesNotMatch(res.stderr + res.stdout, /seed created/, args.join(' '));
+    assert.equal(await seededKeyRefused(), 401, `${args[0]} ${args[1]} brought the seeded key value back`);
+    assert.equal((await call(f.url, '/api/v3/roles', { method: 'GET', key: newKey })).status, 200, `${args[0]} ${args[1]} undid the rotation`);
+  }
+});
+
+test('the CLI still seeds a store it creates: keys rotate on a new store finds the seeded configuration', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-keys-new-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.yaml');
+  writeFileSync(
+    path,
+    `store: { path: ${join(dir, 'data', 'svc.db')} }
+keys: { master_key_file: ${join(dir, 'data', 'master.key')} }
+logging: { level: warn }
+seed:
+  configurations: [{ name: payments }]
+`,
+  );
+  const res = await runCli(['keys', 'rotate', '--configuration', 'payments', '--config', path]);
+  assert.equal(res.code, 0, res.stderr);
+  assert.equal(res.stdout, '2\n');
+});
