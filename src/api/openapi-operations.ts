@@ -85,7 +85,7 @@ export function op(spec: OperationSpec): JsonObject {
 // Management API
 
 const PAGE = [parameterRef('Page'), parameterRef('PerPage')];
-const LOG_FILTERS = [parameterRef('LogUser'), parameterRef('LogUserId'), parameterRef('LogRequestId'), ...PAGE];
+const LOG_FILTERS = [parameterRef('LogUser'), parameterRef('LogUserId'), parameterRef('LogRequestId'), ...PAGE, parameterRef('LogCursor')];
 
 const classificationPaths: Record<string, JsonObject> = {
   '/api/v3/classifications': {
