@@ -64,6 +64,13 @@ export interface AppOptions {
   readonly resolve?: Resolver;
   /** The file `config` was loaded from: with `state.source: file` its seed is reloaded when it changes. */
   readonly configPath?: string;
+  /**
+   * `new-store`: apply the seed only to a store this start creates. CLI commands use it: a
+   * live store's state is the API's too, and re-applying the seed there would undo what
+   * the API changed since the service started (a rotated seeded API key, for one).
+   * Default `always`, as `serve` does at every start.
+   */
+  readonly seed?: 'always' | 'new-store';
 }
 
 const PROXY_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
@@ -146,7 +153,8 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   try {
     // A replica's state is the control plane's snapshot: its seed only bootstraps one that
     // has never received a snapshot, and the first snapshot replaces it.
-    if (config.state.source !== 'control-plane' || store.replication.getSync('applied') === undefined) {
+    const seedIt = options.seed !== 'new-store' || store.created;
+    if (seedIt && (config.state.source !== 'control-plane' || store.replication.getSync('applied') === undefined)) {
       const seeded = seedStore(store, master, config);
       logSeedResult(logger, seeded);
       createdApiKeys = seeded.createdApiKeys;

@@ -85,6 +85,27 @@ export class ManagedByControlPlaneError extends SvcError {
   }
 }
 
+/**
+ * Destroying a key version that stopped being current less than `keys.destroy_after` ago:
+ * requests in flight and replicas that have not polled yet may still be encrypting with it.
+ */
+export class KeyDestroyTooSoonError extends SvcError {
+  constructor(version: number, destroyableAt: string) {
+    super(
+      'SVC_ERR_KEY_DESTROY_TOO_SOON',
+      409,
+      `Key version ${version} was current less than keys.destroy_after ago and may still be in use: it can be destroyed from ${destroyableAt}, or now with force: true.`,
+    );
+  }
+}
+
+/** An encryption whose key version was destroyed before it finished: its tokens could never be decrypted. */
+export class KeyDestroyedDuringRequestError extends SvcError {
+  constructor() {
+    super('SVC_ERR_KEY_DESTROYED', 409, 'The key version was destroyed during the request.');
+  }
+}
+
 export class BodyTooLargeError extends SvcError {
   constructor(limit: number) {
     super('SVC_ERR_BODY_TOO_LARGE', 413, `The request body exceeds the limit of ${limit} bytes.`);

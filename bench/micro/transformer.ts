@@ -13,7 +13,8 @@
  * Extra rows (no target): the transformer alone with a no-op handler, parse + stringify
  * alone, and the decrypt direction against its own naive baseline.
  */
-import { DecryptHandler, EncryptHandler } from '../../src/dataplane/field-handlers.ts';
+import { DecryptHandler, EncryptHandler, KeyInUse } from '../../src/dataplane/field-handlers.ts';
+import { openStore, type Store } from '../../src/store/db.ts';
 import { Keyring } from '../../src/crypto/keyring.ts';
 import { TokenCodec } from '../../src/crypto/token.ts';
 import { compileFieldPaths, type FieldMatcher } from '../../src/fields/paths.ts';
@@ -74,10 +75,25 @@ function join(out: Buffer[]): Buffer {
   return out.length === 1 ? out[0]! : Buffer.concat(out);
 }
 
+/**
+ * The endpoint's check that the key version still exists when the body is done
+ * (KeyInUse), against a real in-memory store holding version 1 of a configuration.
+ */
+let keyStore: { store: Store; configurationId: string } | undefined;
+
+function keyInUse(codec: TokenCodec): KeyInUse {
+  if (keyStore === undefined) {
+    const store = openStore(':memory:');
+    const configuration = store.configurations.create({ name: 'bench', type: 'encryption', keyringId: codec.keyring.id, firstWrappedKey: Buffer.alloc(60) });
+    keyStore = { store, configurationId: configuration.id };
+  }
+  return new KeyInUse(keyStore.store, keyStore.configurationId, codec);
+}
+
 // The candidates, written as the endpoint writes them (encryption-routes.ts transformBody).
 
 function encryptChunked(chunks: readonly Buffer[], matcher: FieldMatcher, codec: TokenCodec): Buffer {
-  const handler = new EncryptHandler(codec.encryptor(0));
+  const handler = new EncryptHandler(codec.encryptor(0), keyInUse(codec));
   const transformer = new JsonTransformer(matcher, handler);
   const out: Buffer[] = [];
   for (const c of chunks) transformer.push(c, out);
@@ -88,7 +104,7 @@ function encryptChunked(chunks: readonly Buffer[], matcher: FieldMatcher, codec:
 }
 
 function encryptWhole(body: Buffer, matcher: FieldMatcher, codec: TokenCodec): Buffer {
-  const handler = new EncryptHandler(codec.encryptor(0));
+  const handler = new EncryptHandler(codec.encryptor(0), keyInUse(codec));
   const result = transformBuffer(body, matcher, handler);
   if (handler.failure() !== null) throw handler.failure();
   expectCount('encrypt', handler.count);

@@ -18,7 +18,7 @@ import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Configuration, ConfigurationPatch, ConfigurationType, NewConfiguration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
 import { isUniqueViolation } from '../store/sql.ts';
-import { envelope, pageRequest } from './pagination.ts';
+import { envelope, pageRequest, pastTheEnd } from './pagination.ts';
 import { configurationView } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
 import { attributeName, Validator } from './validation.ts';
@@ -62,7 +62,7 @@ function list(ctx: RequestContext, services: Services, caller: Caller): void {
   const scope = caller.configurations === null ? null : [...caller.configurations];
   const { configurations } = services.store;
   const total = configurations.count(scope);
-  const data = configurations.page(page.perPage, page.offset, scope).map(configurationView);
+  const data = pastTheEnd(page, total) ? [] : configurations.page(page.perPage, page.offset, scope).map(configurationView);
   sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, total, data));
 }
 

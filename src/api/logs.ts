@@ -7,13 +7,19 @@
  * - `user` or `user_id`: the acting user's id;
  * - `request_id`: one request's entries, as named by its `x-svc-request-id`;
  * - unified only: `log_type` or `type`, one of `activity`, `api`, `usage`.
+ *
+ * Paging: `page` and `per_page` as every list; and `cursor`, the `next_cursor` of the
+ * previous page (log-cursor.ts), which starts the page right after that page's last row
+ * instead of walking `offset` rows to it. A page past the end is answered empty without
+ * reading any row.
  */
 import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendJson } from '../http/respond.ts';
 import type { Store } from '../store/db.ts';
-import { LOG_KINDS, type ActivityLog, type ApiLog, type LogFilter, type LogKind, type UnifiedLog, type UsageLog } from '../store/logs.ts';
-import { envelope, pageRequest, type PageRequest } from './pagination.ts';
+import { LOG_KINDS, type ActivityLog, type ApiLog, type LogFilter, type LogKind, type LogPage, type LogQuery, type UnifiedLog, type UsageLog } from '../store/logs.ts';
+import { logCursors, MAX_CURSOR_LENGTH, type CursorScope } from './log-cursor.ts';
+import { cursorEnvelope, pageRequest, pastTheEnd, type PageRequest } from './pagination.ts';
 import { configurationView, userView, type ConfigurationView, type UserView } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
 import { Validator } from './validation.ts';
@@ -31,53 +37,82 @@ const REQUEST_ID_MAX = 128;
 function listUnified(ctx: RequestContext, services: Services): void {
   const v = Validator.forQuery(ctx.query());
   const kinds = readKinds(v);
-  const filter = readFilter(v);
-  const page = pageRequest(v);
-  v.check();
+  const { query, page, scope } = readListQuery(services, v, 'unified', kinds);
   const { logs } = services.store;
-  const total = logs.countUnified(kinds, filter);
-  const rows = logs.listUnified(kinds, { ...filter, limit: page.perPage, offset: page.offset });
+  const total = logs.countUnified(kinds, query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, total, rows.map((row) => show.unified(row)));
+  respond(ctx, services, page, scope, total, read(page, total, () => logs.unifiedPage(kinds, query)), (row) => show.unified(row));
 }
 
 function listActivity(ctx: RequestContext, services: Services): void {
-  const { page, filter } = readListQuery(ctx);
+  const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'activity', ['activity']);
   const { logs } = services.store;
-  const total = logs.count('activity', filter);
+  const total = logs.count('activity', query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, total, logs.listActivity({ ...filter, limit: page.perPage, offset: page.offset }).map((row) => show.activity(row)));
+  respond(ctx, services, page, scope, total, read(page, total, () => logs.activityPage(query)), (row) => show.activity(row));
 }
 
 function listApi(ctx: RequestContext, services: Services): void {
-  const { page, filter } = readListQuery(ctx);
+  const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'api', ['api']);
   const { logs } = services.store;
-  const total = logs.count('api', filter);
+  const total = logs.count('api', query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, total, logs.listApi({ ...filter, limit: page.perPage, offset: page.offset }).map((row) => show.api(row)));
+  respond(ctx, services, page, scope, total, read(page, total, () => logs.apiPage(query)), (row) => show.api(row));
 }
 
 function listUsage(ctx: RequestContext, services: Services): void {
-  const { page, filter } = readListQuery(ctx);
+  const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'usage', ['usage']);
   const { logs } = services.store;
-  const total = logs.count('usage', filter);
+  const total = logs.count('usage', query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, total, logs.listUsage({ ...filter, limit: page.perPage, offset: page.offset }).map((row) => show.usage(row)));
+  respond(ctx, services, page, scope, total, read(page, total, () => logs.usagePage(query)), (row) => show.usage(row));
 }
 
-function respond<T>(ctx: RequestContext, services: Services, page: PageRequest, total: number, data: T[]): void {
-  sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, total, data));
+/**
+ * The page's rows. A numbered page at or past the end is empty without a query: an
+ * offset is walked row by row, so `page=1000000000` would otherwise read the whole table
+ * to find nothing. A cursor page always reads, from its position on.
+ */
+function read<T>(page: LogPageRequest, total: number, query: () => LogPage<T>): LogPage<T> {
+  if (page.after === undefined && pastTheEnd(page, total)) return { rows: [], next: null };
+  return query();
+}
+
+function respond<R, T>(ctx: RequestContext, services: Services, page: LogPageRequest, scope: CursorScope, total: number, result: LogPage<R>, show: (row: R) => T): void {
+  const next = result.next === null ? null : logCursors(services.master).encode(scope, page.page + 1, result.next);
+  sendJson(ctx, 200, cursorEnvelope(ctx, services.config.server.public_url, page, total, result.rows.map(show), next));
 }
 
 // ---------------------------------------------------------------------------------------
 // Query steps
 
-function readListQuery(ctx: RequestContext): { page: PageRequest; filter: LogFilter } {
-  const v = Validator.forQuery(ctx.query());
+interface LogPageRequest extends PageRequest {
+  /** Set by a `cursor`: the page starts after this row rather than at `offset`. */
+  readonly after: LogQuery['after'];
+}
+
+/**
+ * The filters and the page, `page` or `cursor`. A cursor must have been issued for this
+ * very list (endpoint, kinds, filters, per_page): anything else is refused (422), so a
+ * cursor never selects rows the request's own filters would not. `page` beside a cursor
+ * must be the page the cursor leads to.
+ */
+function readListQuery(services: Services, v: Validator, list: string, kinds: readonly LogKind[]): { query: LogQuery; page: LogPageRequest; scope: CursorScope } {
   const filter = readFilter(v);
-  const page = pageRequest(v);
+  const numbered = pageRequest(v);
+  const cursorText = v.string('cursor', { max: MAX_CURSOR_LENGTH }) ?? undefined;
+  const scope: CursorScope = { list, kinds, userId: filter.userId, requestId: filter.requestId, perPage: numbered.perPage };
+  let page: LogPageRequest = { ...numbered, after: undefined };
+  if (cursorText !== undefined && !v.failed('per_page') && !v.failed('user') && !v.failed('user_id') && !v.failed('request_id')) {
+    const cursor = logCursors(services.master).decode(scope, cursorText);
+    if (cursor === null) v.fail('cursor', 'The cursor is invalid for this list: it is altered, or was issued for other filters or another per_page.');
+    else if (v.has('page') && !v.failed('page') && numbered.page !== cursor.page) v.fail('page', `The page field must be ${cursor.page}, the page the cursor leads to, or left out.`);
+    else page = { page: cursor.page, perPage: numbered.perPage, offset: (cursor.page - 1) * numbered.perPage, after: cursor.after };
+  }
   v.check();
-  return { page, filter };
+  const query: LogQuery = { ...filter, limit: page.perPage, offset: page.offset };
+  if (page.after !== undefined) query.after = page.after;
+  return { query, page, scope };
 }
 
 /** `log_type` or `type` (both accepted; given together they must agree); none means every kind. */

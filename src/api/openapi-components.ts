@@ -10,6 +10,7 @@
 import { BUILT_IN_ROLES, EGRESS_NAME_PATTERN, PERMISSIONS, PROXY_SLUG_PATTERN } from '../config/schema.ts';
 import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.ts';
 import { LOG_KINDS } from '../store/logs.ts';
+import { MAX_CURSOR_LENGTH } from './log-cursor.ts';
 import { DEFAULT_PER_PAGE, MAX_PER_PAGE } from './pagination.ts';
 
 export type Json = string | number | boolean | null | readonly Json[] | { readonly [key: string]: Json };
@@ -224,6 +225,13 @@ const unifiedLogEntry = shape({
 });
 
 const pageUrl: JsonObject = { type: 'string', format: 'uri' };
+const nextCursor: JsonObject = {
+  type: ['string', 'null'],
+  maxLength: MAX_CURSOR_LENGTH,
+  description: 'Log lists only: the `cursor` of the next page, null on the last page. Opaque; valid with the same filters and `per_page`.',
+};
+const nextCursorUrl: JsonObject = { type: ['string', 'null'], format: 'uri', description: 'Log lists only: the next page by cursor, null on the last page.' };
+
 const pageEnvelope = shape(
   {
     current_page: { type: 'integer', minimum: 1 },
@@ -247,14 +255,24 @@ const pageEnvelope = shape(
     prev_page_url: { type: ['string', 'null'], format: 'uri' },
     to: { type: ['integer', 'null'], minimum: 1 },
     total: count,
+    next_cursor: nextCursor,
+    next_cursor_url: nextCursorUrl,
   },
-  [],
-  { description: 'The page envelope of spec 2.11. Each list narrows `data` with allOf.' },
+  ['next_cursor', 'next_cursor_url'],
+  { description: 'The page envelope of spec 2.11; log lists add `next_cursor` and `next_cursor_url`. Each list narrows `data` with allOf.' },
 );
 
 /** A page envelope whose `data` holds `item`s. */
 const pageOf = (item: string): JsonObject => ({
   allOf: [schemaRef('PageEnvelope'), { type: 'object', properties: { data: arrayOf(schemaRef(item)) } }],
+});
+
+/** A log list's page: the envelope with its cursor fields always present. */
+const logPageOf = (item: string): JsonObject => ({
+  allOf: [
+    schemaRef('PageEnvelope'),
+    { type: 'object', required: ['next_cursor', 'next_cursor_url'], properties: { data: arrayOf(schemaRef(item)), next_cursor: nextCursor, next_cursor_url: nextCursorUrl } },
+  ],
 });
 
 const error = shape({ message: text }, [], { description: 'Every error body (DESIGN §7).' });
@@ -373,6 +391,14 @@ export const components: JsonObject = {
     PerPage: { name: 'per_page', in: 'query', schema: { type: 'integer', minimum: 1, maximum: MAX_PER_PAGE, default: DEFAULT_PER_PAGE }, description: `At most ${MAX_PER_PAGE}: 422 beyond.` },
     LogUser: { name: 'user', in: 'query', schema: id, description: "The acting user's id." },
     LogUserId: { name: 'user_id', in: 'query', schema: id, description: 'Same as `user`; given together they must agree.' },
+    LogCursor: {
+      name: 'cursor',
+      in: 'query',
+      schema: { type: 'string', maxLength: MAX_CURSOR_LENGTH },
+      description:
+        "The previous page's `next_cursor`: the page right after it, at the same cost however deep. Only with the filters and `per_page` it was issued for " +
+        '(422 otherwise, or when altered); `page`, if given too, must be the page it leads to.',
+    },
     LogRequestId: { name: 'request_id', in: 'query', schema: { type: 'string', maxLength: 128 }, description: "One request's entries, by its `x-svc-request-id`." },
     RequestId: {
       name: 'x-svc-request-id',
@@ -425,10 +451,10 @@ export const components: JsonObject = {
     ClassificationPage: pageOf('Classification'),
     ConfigurationPage: pageOf('Configuration'),
     UserPage: pageOf('User'),
-    UnifiedLogPage: pageOf('UnifiedLogEntry'),
-    ActivityLogPage: pageOf('ActivityLogEntry'),
-    ApiLogPage: pageOf('ApiLogEntry'),
-    UsageLogPage: pageOf('UsageLogEntry'),
+    UnifiedLogPage: logPageOf('UnifiedLogEntry'),
+    ActivityLogPage: logPageOf('ActivityLogEntry'),
+    ApiLogPage: logPageOf('ApiLogEntry'),
+    UsageLogPage: logPageOf('UsageLogEntry'),
     AccessToken: shape({
       access_token: { type: 'string', pattern: '^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+$', description: 'An HS256 JWT.' },
       token_type: { const: 'bearer' },
@@ -480,7 +506,14 @@ export const components: JsonObject = {
     KeyDestroy: {
       type: 'object',
       required: ['confirm'],
-      properties: { confirm: { type: 'string', description: 'Exactly `<configuration name>/v<version>`.' } },
+      properties: {
+        confirm: { type: 'string', description: 'Exactly `<configuration name>/v<version>`.' },
+        force: {
+          type: 'boolean',
+          default: false,
+          description: '`true` destroys a version that was current less than `keys.destroy_after` ago (409 otherwise). A JSON boolean only.',
+        },
+      },
     },
     ApiKeyCreate: {
       type: 'object',
@@ -530,6 +563,29 @@ export const components: JsonObject = {
     ),
     NotFound: errorResponse('No such resource.', schemaRef('NotFoundError')),
     ManagedByControlPlane: errorResponse('State comes from a control plane: management writes are refused.', errorSaying('Managed by the control plane.')),
+    KeyDestroyConflict: errorResponse(
+      'A replica refuses management writes; or the version was current less than `keys.destroy_after` ago and the request did not say `force: true`.',
+      {
+        allOf: [
+          schemaRef('Error'),
+          {
+            type: 'object',
+            properties: {
+              message: {
+                anyOf: [
+                  { const: 'Managed by the control plane.' },
+                  { type: 'string', pattern: '^Key version [1-9][0-9]* was current less than keys\\.destroy_after ago and may still be in use: it can be destroyed from .+, or now with force: true\\.$' },
+                ],
+              },
+            },
+          },
+        ],
+      },
+    ),
+    KeyDestroyed: errorResponse(
+      'The key version the request encrypted with was destroyed before it finished: no token is returned, and a streamed body is aborted instead.',
+      errorSaying('The key version was destroyed during the request.'),
+    ),
     PayloadTooLarge: errorResponse('The body is larger than the limit.', schemaRef('Error')),
     UnsupportedMediaType: errorResponse('The body is not JSON.', errorSaying('The request body must be JSON (Content-Type: application/json).')),
     ValidationFailed: errorResponse('Validation failed.', schemaRef('ValidationError')),

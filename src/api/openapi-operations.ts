@@ -85,7 +85,7 @@ export function op(spec: OperationSpec): JsonObject {
 // Management API
 
 const PAGE = [parameterRef('Page'), parameterRef('PerPage')];
-const LOG_FILTERS = [parameterRef('LogUser'), parameterRef('LogUserId'), parameterRef('LogRequestId'), ...PAGE];
+const LOG_FILTERS = [parameterRef('LogUser'), parameterRef('LogUserId'), parameterRef('LogRequestId'), ...PAGE, parameterRef('LogCursor')];
 
 const classificationPaths: Record<string, JsonObject> = {
   '/api/v3/classifications': {
@@ -220,10 +220,12 @@ const configurationPaths: Record<string, JsonObject> = {
       id: 'destroyConfigurationKey',
       tag: 'configurations',
       summary: 'Destroy a key version (crypto-shredding)',
-      description: 'Irreversible: tokens of that version can never be decrypted again. The current version cannot be destroyed (rotate first).',
+      description:
+        'Irreversible: tokens of that version can never be decrypted again. The current version cannot be destroyed (rotate first), nor one that was current ' +
+        'less than `keys.destroy_after` ago (409) unless the body says `force: true`.',
       permission: 'configurations.rotate',
       requestBody: body('KeyDestroy'),
-      responses: { '200': json('The destroyed key version.', schemaRef('KeyVersion')), ...UPDATE },
+      responses: { '200': json('The destroyed key version.', schemaRef('KeyVersion')), ...UPDATE, '409': responseRef('KeyDestroyConflict') },
     }),
   },
 };

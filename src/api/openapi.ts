@@ -51,6 +51,8 @@ const RELAYED: JsonObject = {
 
 const DATA_ERRORS = { ...errors(400, 401), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 422, 500) };
 const FORWARD_ERRORS = errors(502, 504);
+/** Whatever writes tokens can meet a key version destroyed while it ran. */
+const KEY_DESTROYED = { '409': responseRef('KeyDestroyed') };
 
 const encryptionPaths: Record<string, JsonObject> = {
   '/api/v3/encryption/{slug}/encrypt': {
@@ -64,7 +66,7 @@ const encryptionPaths: Record<string, JsonObject> = {
       permission: 'data.encrypt',
       parameters: [parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
       requestBody: DATA_BODY,
-      responses: { '200': dataResult('The body with the listed fields encrypted.'), ...DATA_ERRORS, ...FORWARD_ERRORS, default: RELAYED },
+      responses: { '200': dataResult('The body with the listed fields encrypted.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, default: RELAYED },
     }),
   },
   '/api/v3/encryption/{slug}/decrypt': {
@@ -94,6 +96,7 @@ const encryptionPaths: Record<string, JsonObject> = {
       responses: {
         '200': dataResult('The body with every token at the newest key version.', { ...TRANSFORM_HEADERS, 'x-svc-key-version': { $ref: '#/components/headers/KeyVersion' } }),
         ...DATA_ERRORS,
+        ...KEY_DESTROYED,
       },
     }),
   },
@@ -112,7 +115,7 @@ function proxyPath(): JsonObject {
       permission: { encrypt: 'data.encrypt', decrypt: 'data.decrypt' },
       parameters: [parameterRef('Mode'), parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
       ...(method === 'get' || method === 'head' ? {} : { requestBody: { ...DATA_BODY, required: false } }),
-      responses: { '200': dataResult('The transformed body.'), ...DATA_ERRORS, ...FORWARD_ERRORS, default: RELAYED },
+      responses: { '200': dataResult('The transformed body.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, default: RELAYED },
     });
   }
   return item;
@@ -131,7 +134,7 @@ function egressPath(): JsonObject {
       permission: null,
       security: 'none',
       ...(method === 'get' || method === 'head' ? {} : { requestBody: { ...DATA_BODY, required: false } }),
-      responses: { ...errors(400), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 422, 500, 502, 504), default: RELAYED },
+      responses: { ...errors(400), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 422), ...KEY_DESTROYED, ...errors(500, 502, 504), default: RELAYED },
     });
   }
   return item;

@@ -1,6 +1,7 @@
 /**
  * The page envelope of spec 2.11, shaped as Laravel's length-aware paginator writes it,
- * with links built from `server.public_url` (else the request's own host).
+ * with links built from `server.public_url` (else the request's own host). Lists with
+ * keyset pagination (the logs) add `next_cursor` and `next_cursor_url` to it.
  */
 import type { RequestContext } from '../http/context.ts';
 import type { Validator } from './validation.ts';
@@ -21,6 +22,11 @@ export interface PageLink {
   active: boolean;
 }
 
+/** True when the page starts at or past the last row: answered empty without querying up to it. */
+export function pastTheEnd(request: PageRequest, total: number): boolean {
+  return request.offset >= total;
+}
+
 export interface Page<T> {
   current_page: number;
   data: T[];
@@ -35,6 +41,14 @@ export interface Page<T> {
   prev_page_url: string | null;
   to: number | null;
   total: number;
+}
+
+/** The envelope of a list that also pages by cursor. */
+export interface CursorPage<T> extends Page<T> {
+  /** The `cursor` of the next page; null on the last page. */
+  next_cursor: string | null;
+  /** This list's URL for the next page by cursor (the query without `page`); null on the last page. */
+  next_cursor_url: string | null;
 }
 
 /** Reads `page` and `per_page` (422 past 100); call `v.check()` after other parameters. */
@@ -55,7 +69,9 @@ export function baseUrl(ctx: RequestContext, publicUrl: string | undefined): str
 export function envelope<T>(ctx: RequestContext, publicUrl: string | undefined, request: PageRequest, total: number, data: T[]): Page<T> {
   const path = baseUrl(ctx, publicUrl);
   const query = ctx.query();
+  // Page links name pages by number only: a cursor beside the number would contradict it.
   query.delete('page');
+  query.delete('cursor');
   const url = (page: number) => {
     const q = new URLSearchParams(query);
     q.set('page', String(page));
@@ -86,6 +102,26 @@ export function envelope<T>(ctx: RequestContext, publicUrl: string | undefined, 
     to: from === null ? null : from + data.length - 1,
     total,
   };
+}
+
+/** `envelope` with the next page's cursor: its links by number, `next_cursor_url` by cursor. */
+export function cursorEnvelope<T>(
+  ctx: RequestContext,
+  publicUrl: string | undefined,
+  request: PageRequest,
+  total: number,
+  data: T[],
+  nextCursor: string | null,
+): CursorPage<T> {
+  const page = envelope(ctx, publicUrl, request, total, data);
+  let nextCursorUrl: string | null = null;
+  if (nextCursor !== null) {
+    const query = ctx.query();
+    query.delete('page');
+    query.set('cursor', nextCursor);
+    nextCursorUrl = `${page.path}?${query.toString()}`;
+  }
+  return { ...page, next_cursor: nextCursor, next_cursor_url: nextCursorUrl };
 }
 
 /**

@@ -15,7 +15,7 @@ import type { Store } from '../store/db.ts';
 import type { Role } from '../store/roles.ts';
 import { isUniqueViolation } from '../store/sql.ts';
 import type { User } from '../store/users.ts';
-import { envelope, pageRequest } from './pagination.ts';
+import { envelope, pageRequest, pastTheEnd } from './pagination.ts';
 import { roleView, userView } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
 import { attributeName, Validator } from './validation.ts';
@@ -40,7 +40,7 @@ function list(ctx: RequestContext, services: Services): void {
   v.check();
   const { store } = services;
   const total = store.users.count();
-  const data = store.users.page(page.perPage, page.offset).map((user) => userView(store, user));
+  const data = pastTheEnd(page, total) ? [] : store.users.page(page.perPage, page.offset).map((user) => userView(store, user));
   sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, total, data));
 }
 

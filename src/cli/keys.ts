@@ -1,10 +1,11 @@
 /**
  * `svc-sidecar keys rotate|rewrap|destroy`: key rotation without going through HTTP,
  * against the store and master key named by the configuration file. The store is opened
- * the way `serve` opens it (createApp, never listening), so the seed, migrations and
- * master-key checks are the same; the operations are the API's own functions. A running
- * service on the same store picks the change up at its next request (its codec cache
- * follows the configuration row's updated_at).
+ * the way `serve` opens it (createApp, never listening), so migrations and master-key
+ * checks are the same, except that the seed is applied only to a store that does not
+ * exist yet: on a live one it would undo changes made through the API. The operations
+ * are the API's own functions. A running service on the same store picks the change up
+ * at its next request (its codec cache follows the configuration row's updated_at).
  *
  * stdout carries only the result (the new version, the rewrapped document); everything
  * else goes to stderr. Exit codes: 0 done, 1 refused or failed, 2 bad usage.
@@ -12,7 +13,7 @@
 import { userInfo } from 'node:os';
 import { createApp, type App } from '../app.ts';
 import { rotateKey } from '../api/configurations.ts';
-import { destroyKeyVersion } from '../api/keys.ts';
+import { destroyKeyVersion, FORCED } from '../api/keys.ts';
 import type { Config } from '../config/load.ts';
 import { rewrapDocument } from '../dataplane/rewrap.ts';
 import { JSON_FORMAT, NDJSON_FORMAT } from '../fields/formats.ts';
@@ -27,6 +28,7 @@ export const KEYS_OPTIONS = {
   fields: { type: 'string' },
   version: { type: 'string' },
   confirm: { type: 'string' },
+  force: { type: 'boolean' },
   ndjson: { type: 'boolean' },
 } as const;
 
@@ -34,8 +36,9 @@ export const KEYS_USAGE = `  keys rotate  --configuration <name|slug>
             add the next key version and print it
   keys rewrap  --configuration <name|slug> [--fields a,b] [--ndjson] < in.json > out.json
             re-encrypt the tokens of a JSON (or NDJSON) document under the newest version
-  keys destroy --configuration <name|slug> --version <N> --confirm <name>/v<N>
-            erase key version N for good: its tokens can never be decrypted again
+  keys destroy --configuration <name|slug> --version <N> --confirm <name>/v<N> [--force]
+            erase key version N for good: its tokens can never be decrypted again;
+            --force: even if it was current less than keys.destroy_after ago
 `;
 
 export interface KeysArgs {
@@ -43,6 +46,7 @@ export interface KeysArgs {
   readonly fields?: string;
   readonly version?: string;
   readonly confirm?: string;
+  readonly force?: boolean;
   readonly ndjson?: boolean;
 }
 
@@ -70,7 +74,7 @@ export async function keys(config: Config, positionals: readonly string[], args:
   const say = (line: string) => io.stderr.write(`svc-sidecar keys${sub === undefined ? '' : ` ${sub}`}: ${line}\n`);
   try {
     const command = checkArgs(config, sub, positionals, args);
-    const app = createApp(config, { logger: createLogger(config.logging.level, io.stderr) });
+    const app = createApp(config, { logger: createLogger(config.logging.level, io.stderr), seed: 'new-store' });
     try {
       // A seed-generated key is shown only by the run that creates it; this command's
       // stdout is reserved for its result, so name them and point to rotation instead.
@@ -119,6 +123,7 @@ function checkArgs(config: Config, sub: string | undefined, positionals: readonl
   if (command !== 'destroy' && (args.version !== undefined || args.confirm !== undefined)) {
     throw new KeysCommandError('--version and --confirm apply to destroy only', 2);
   }
+  if (command !== 'destroy' && args.force !== undefined) throw new KeysCommandError('--force applies to destroy only', 2);
   if (command === 'destroy') {
     if (args.version === undefined || !/^[1-9][0-9]{0,9}$/.test(args.version)) throw new KeysCommandError('--version <N> (a key version, 1 or more) is required', 2);
     if (args.confirm === undefined) throw new KeysCommandError(`--confirm <configuration name>/v${args.version} is required: destroying a key version cannot be undone`, 2);
@@ -148,7 +153,7 @@ function rotate(app: App, configuration: Configuration, io: KeysIo): number {
 
 async function rewrap(app: App, configuration: Configuration, args: KeysArgs, io: KeysIo, say: (line: string) => void): Promise<number> {
   const matcher = args.fields === undefined ? FieldMatcher.anyToken() : matcherOf(args.fields);
-  const result = await rewrapDocument(app.services.codecs, configuration, io.stdin, matcher, args.ndjson === true ? NDJSON_FORMAT : JSON_FORMAT);
+  const result = await rewrapDocument(app.services, configuration, io.stdin, matcher, args.ndjson === true ? NDJSON_FORMAT : JSON_FORMAT);
   await new Promise<void>((resolve, reject) => io.stdout.write(result.body, (err) => (err == null ? resolve() : reject(err))));
   recordActivity(app, 'configuration.rewrapped', `Rewrapped ${result.rewrapped} tokens of configuration "${configuration.name}" to key version ${result.version}`, 'rewrap');
   say(`${result.rewrapped} tokens rewrapped to key version ${result.version}, ${result.kept} already at it`);
@@ -157,8 +162,8 @@ async function rewrap(app: App, configuration: Configuration, args: KeysArgs, io
 
 function destroy(app: App, configuration: Configuration, args: KeysArgs, io: KeysIo): number {
   const version = Number(args.version);
-  destroyKeyVersion(app.services, configuration, version, args.confirm);
-  recordActivity(app, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}"`, 'destroy');
+  const { forced } = destroyKeyVersion(app.services, configuration, version, args.confirm, args.force === true);
+  recordActivity(app, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}"${forced ? FORCED : ''}`, 'destroy');
   io.stdout.write(`destroyed key version ${version} of "${configuration.name}"\n`);
   return 0;
 }

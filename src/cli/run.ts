@@ -98,8 +98,8 @@ async function serve(config: Config, configPath: string): Promise<number> {
 }
 
 /**
- * Creates the first owner and an API key for them in the configured store (seeded as at
- * start) and prints both to stdout, once: only hashes are stored. Logs go to stderr so
+ * Creates the first owner and an API key for them in the configured store (seeded only
+ * when this creates the store) and prints both to stdout, once: only hashes are stored. Logs go to stderr so
  * stdout holds nothing but the secrets. Never listens.
  */
 async function init(config: Config, name: string, email: string): Promise<number> {
@@ -111,7 +111,8 @@ async function init(config: Config, name: string, email: string): Promise<number
     process.stderr.write('svc-sidecar init: --email must be an email address and --name must not be empty.\n');
     return 1;
   }
-  const app = createApp(config, { logger: createLogger(config.logging.level, process.stderr) });
+  // A live store is not seeded again: that would undo what the API changed (operations.md).
+  const app = createApp(config, { logger: createLogger(config.logging.level, process.stderr), seed: 'new-store' });
   try {
     for (const created of app.createdApiKeys) process.stdout.write(`seed api key "${created.name}": ${created.key}\n`);
     const created = createOwner(app, name.trim(), email);

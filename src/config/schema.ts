@@ -295,7 +295,13 @@ export const configSchema = z
   .strictObject({
     server: serverSchema.prefault({}),
     store: z.strictObject({ path: text.default('./data/svc.db') }).prefault({}),
-    keys: z.strictObject({ master_key_file: text.default('./data/master.key') }).prefault({}),
+    keys: z
+      .strictObject({
+        master_key_file: text.default('./data/master.key'),
+        /** How long a superseded key version is protected from destruction (unless forced). */
+        destroy_after: duration('24h'),
+      })
+      .prefault({}),
     state: stateSchema.prefault({}),
     auth: z
       .strictObject({

@@ -20,7 +20,7 @@ import type { Services } from '../services.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, transformStream, transformWhole, type Mode } from './body-transform.ts';
 import { cachedDestination, type Destination } from './destination.ts';
-import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
+import { DecryptHandler, EncryptHandler, KeyInUse } from './field-handlers.ts';
 import { FIELDS_TRANSFORMED } from './forwarder.ts';
 
 export type { Mode } from './body-transform.ts';
@@ -139,7 +139,7 @@ export function bodyFormat(ctx: RequestContext): BodyFormat {
 
 export function buildHandler(services: Services, caller: Caller, configuration: Configuration, mode: Mode, classificationId: number): EncryptHandler | DecryptHandler {
   const codec = services.codecs.get(configuration);
-  if (mode === 'encrypt') return new EncryptHandler(codec.encryptor(classificationId));
+  if (mode === 'encrypt') return new EncryptHandler(codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec));
   const access = new ClassificationAccess(services.store, caller);
   return new DecryptHandler(codec, (id) => access.check(id), classificationId === 0 ? null : classificationId);
 }

@@ -5,8 +5,9 @@
  */
 import type { FieldEncryptor, TokenCodec, TokenHeader, TokenType } from '../crypto/token.ts';
 import { TokenError } from '../crypto/token.ts';
-import { ForbiddenError, InvalidTokenError, ValidationError, type ValidationErrors } from '../errors.ts';
+import { ForbiddenError, InvalidTokenError, KeyDestroyedDuringRequestError, ValidationError, type SvcError, type ValidationErrors } from '../errors.ts';
 import type { FieldValue, ValueHandler } from '../fields/value.ts';
+import type { Store } from '../store/db.ts';
 
 abstract class CollectingHandler implements ValueHandler {
   /** Values replaced so far. */
@@ -15,8 +16,8 @@ abstract class CollectingHandler implements ValueHandler {
 
   abstract replace(value: FieldValue): Buffer | null;
 
-  /** The 422 to answer with when any value failed, else null. */
-  abstract failure(): ValidationError | null;
+  /** The error to answer with (422 when any value failed), else null. */
+  abstract failure(): SvcError | null;
 
   protected fail(value: FieldValue, message: string): null {
     this.errors ??= {};
@@ -25,19 +26,63 @@ abstract class CollectingHandler implements ValueHandler {
   }
 }
 
+/**
+ * The key version a request writes tokens with, and whether it still exists (DESIGN §13:
+ * key destruction is never a data-loss race). A version can be destroyed while a request
+ * that took it as current is still encrypting: its tokens could never be decrypted, so
+ * they must not leave. Every pipeline asks the handler's `failure()` after the last value
+ * and before the answer or the forward completes (and, when streaming, after each chunk,
+ * before that chunk leaves), which asks this.
+ *
+ * The first question reads the key's row; later ones read it again only when the store's
+ * change stamp has moved (a write through this process at once, another process's commit
+ * within OTHERS_CHECK_MS), so a streamed body costs one lookup, not one per chunk.
+ */
+export class KeyInUse {
+  readonly version: number;
+  private readonly store: Store;
+  private readonly configurationId: string;
+  /** The change stamp at which the key was last seen alive. */
+  private checked = Number.NaN;
+
+  constructor(store: Store, configurationId: string, codec: TokenCodec) {
+    this.store = store;
+    this.configurationId = configurationId;
+    this.version = codec.keyring.current;
+  }
+
+  destroyed(): boolean {
+    const stamp = this.store.changeStamp();
+    if (stamp === this.checked) return false;
+    if (!this.store.configurations.keyAlive(this.configurationId, this.version)) return true;
+    this.checked = stamp;
+    return false;
+  }
+
+  /** The 409 for a handler that wrote `count` tokens with this version, if it is gone. */
+  failure(count: number): SvcError | null {
+    // No token written, no token lost: a body without matching values needs no lookup.
+    return count > 0 && this.destroyed() ? new KeyDestroyedDuringRequestError() : null;
+  }
+}
+
 export class EncryptHandler extends CollectingHandler {
   private readonly encryptor: FieldEncryptor;
+  private readonly key: KeyInUse;
   /** The tokens written, when a later pass (the relay guard) must recognise them. */
   readonly minted: Set<string> | null;
 
-  constructor(encryptor: FieldEncryptor, recordMinted = false) {
+  constructor(encryptor: FieldEncryptor, key: KeyInUse, recordMinted = false) {
     super();
     this.encryptor = encryptor;
+    this.key = key;
     this.minted = recordMinted ? new Set() : null;
   }
 
-  failure(): ValidationError | null {
-    return this.errors === null ? null : new ValidationError(this.errors);
+  /** 422 for values that failed; else 409 if its tokens are of a version destroyed since. */
+  failure(): SvcError | null {
+    if (this.errors !== null) return new ValidationError(this.errors);
+    return this.key.failure(this.count);
   }
 
   replace(value: FieldValue): Buffer | null {
@@ -110,17 +155,20 @@ export class DecryptHandler extends CollectingHandler {
  */
 export class EchoHandler extends CollectingHandler {
   private readonly codec: TokenCodec;
+  private readonly key: KeyInUse;
   private readonly decryptedAt: ReadonlyMap<string, number>;
   private readonly encryptors = new Map<number, FieldEncryptor>();
 
-  constructor(codec: TokenCodec, decryptedAt: ReadonlyMap<string, number>) {
+  constructor(codec: TokenCodec, key: KeyInUse, decryptedAt: ReadonlyMap<string, number>) {
     super();
     this.codec = codec;
+    this.key = key;
     this.decryptedAt = decryptedAt;
   }
 
-  failure(): ValidationError | null {
-    return this.errors === null ? null : new ValidationError(this.errors);
+  failure(): SvcError | null {
+    if (this.errors !== null) return new ValidationError(this.errors);
+    return this.key.failure(this.count);
   }
 
   replace(value: FieldValue): Buffer | null {
@@ -147,15 +195,17 @@ export class EchoHandler extends CollectingHandler {
  */
 export class RewrapHandler extends CollectingHandler {
   private readonly codec: TokenCodec;
+  private readonly key: KeyInUse;
   private readonly current: number;
   /** One encryptor per classification met in this document (each binds its id). */
   private readonly encryptors = new Map<number, FieldEncryptor>();
   /** Tokens found already at the newest version and left as they were. */
   kept = 0;
 
-  constructor(codec: TokenCodec) {
+  constructor(codec: TokenCodec, key: KeyInUse) {
     super();
     this.codec = codec;
+    this.key = key;
     this.current = codec.keyring.current;
   }
 
@@ -164,8 +214,9 @@ export class RewrapHandler extends CollectingHandler {
     return this.current;
   }
 
-  failure(): ValidationError | null {
-    return this.errors === null ? null : new InvalidTokenError(this.errors);
+  failure(): SvcError | null {
+    if (this.errors !== null) return new InvalidTokenError(this.errors);
+    return this.key.failure(this.count);
   }
 
   replace(value: FieldValue): Buffer | null {

@@ -22,6 +22,7 @@ import {
   RouteUnavailableError,
   UninspectableBodyError,
   ValidationError,
+  type SvcError,
   type ValidationErrors,
 } from '../errors.ts';
 import { detectFormat, isIdentity, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
@@ -34,6 +35,7 @@ import type { Configuration } from '../store/configurations.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import type { CollectingHandler } from './body-transform.ts';
+import { KeyInUse } from './field-handlers.ts';
 
 export type GuardOutcome = 'encrypted' | 'refused' | 'passed';
 
@@ -63,7 +65,7 @@ export class RelayGuard {
       classificationId = id;
     }
     const verifiers = route === null || route === codec ? [codec] : [codec, route];
-    const handler = new GuardHandler(this.settings, codec.encryptor(classificationId), verifiers, minted);
+    const handler = new GuardHandler(this.settings, codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec), verifiers, minted);
     return new GuardPass(ctx, services, this.settings, this.matcher, handler, configuration);
   }
 }
@@ -74,20 +76,22 @@ export class GuardHandler implements CollectingHandler {
   count = 0;
   private readonly settings: ProtectConfig;
   private readonly encryptor: FieldEncryptor;
+  private readonly key: KeyInUse;
   private readonly verifiers: readonly TokenCodec[];
   private readonly minted: ReadonlySet<string> | null;
   private errors: ValidationErrors | null = null;
   private refusal: ValidationError | null = null;
 
-  constructor(settings: ProtectConfig, encryptor: FieldEncryptor, verifiers: readonly TokenCodec[], minted: ReadonlySet<string> | null) {
+  constructor(settings: ProtectConfig, encryptor: FieldEncryptor, key: KeyInUse, verifiers: readonly TokenCodec[], minted: ReadonlySet<string> | null) {
     this.settings = settings;
     this.encryptor = encryptor;
+    this.key = key;
     this.verifiers = verifiers;
     this.minted = minted;
   }
 
-  failure(): ValidationError | null {
-    return this.refusal;
+  failure(): SvcError | null {
+    return this.refusal ?? this.key.failure(this.count);
   }
 
   replace(value: FieldValue): Buffer | null {

@@ -20,10 +20,9 @@ import { UNLIMITED } from '../fields/value.ts';
 import { joinPieces } from '../fields/transformer.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Configuration } from '../store/configurations.ts';
-import type { CodecCache } from './codecs.ts';
 import { BodyTransform, transformWhole } from './body-transform.ts';
 import { bodyFormat, resolveConfiguration, resolveFieldPaths, send } from './encryption-routes.ts';
-import { RewrapHandler } from './field-handlers.ts';
+import { KeyInUse, RewrapHandler } from './field-handlers.ts';
 import type { Services } from '../services.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 
@@ -35,7 +34,8 @@ export async function rewrapRoute(ctx: RequestContext, services: Services): Prom
   // As on decrypt: without x-svc-fields every string that is a token is rewrapped.
   const matcher = resolveFieldPaths(ctx, services, configuration, 'decrypt');
   const format = bodyFormat(ctx);
-  const handler = new RewrapHandler(services.codecs.get(configuration));
+  const codec = services.codecs.get(configuration);
+  const handler = new RewrapHandler(codec, new KeyInUse(services.store, configuration.id, codec));
   const transform = new BodyTransform('encrypt', format.create(matcher, handler, services.limits.token), handler).reportCountTo(ctx);
   const body = await transformWhole(ctx, services.config.server.body_limit, transform);
   ctx.res.setHeader('x-svc-key-version', String(handler.version));
@@ -70,13 +70,14 @@ export interface RewrapResult {
  * failed tokens, if any, before returning any output.
  */
 export async function rewrapDocument(
-  codecs: CodecCache,
+  services: Pick<Services, 'codecs' | 'store'>,
   configuration: Configuration,
   chunks: AsyncIterable<Buffer>,
   matcher: FieldMatcher,
   format: BodyFormat,
 ): Promise<RewrapResult> {
-  const handler = new RewrapHandler(codecs.get(configuration));
+  const codec = services.codecs.get(configuration);
+  const handler = new RewrapHandler(codec, new KeyInUse(services.store, configuration.id, codec));
   const transform = new BodyTransform('encrypt', format.create(matcher, handler, UNLIMITED), handler);
   const out: Buffer[] = [];
   for await (const chunk of chunks) transform.push(chunk, out);

@@ -13,7 +13,7 @@ import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, type Mode } from './body-transform.ts';
-import { EchoHandler } from './field-handlers.ts';
+import { EchoHandler, KeyInUse } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardOptions } from './forwarder.ts';
 import { routeBodyTransform, type TransformRoute, type TransformSpec } from './transform-routes.ts';
 
@@ -57,7 +57,8 @@ async function respondEchoed(
   method: string,
 ): Promise<void> {
   if (decryptedAt.size === 0) return relay(ctx, response, method);
-  const handler = new EchoHandler(services.codecs.get(configuration), decryptedAt);
+  const codec = services.codecs.get(configuration);
+  const handler = new EchoHandler(codec, new KeyInUse(services.store, configuration.id, codec), decryptedAt);
   const matcher = FieldMatcher.exact([...decryptedAt.keys()].map(splitPath));
   const build = (format: BodyFormat) => format.create(matcher, handler, services.limits.plaintext);
   await respondWith(ctx, services, configuration, response, method, 'encrypt', (declared) => new BodyTransform('encrypt', new SniffingTransformer(declared, build), handler));

@@ -23,7 +23,7 @@ import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { BodyTransform, type Mode } from './body-transform.ts';
-import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
+import { DecryptHandler, EncryptHandler, KeyInUse } from './field-handlers.ts';
 
 /** One direction's transform, compiled once at start. */
 export interface TransformSpec {
@@ -122,7 +122,7 @@ export function routeTransformer(
   const classificationId = resolveClassification(services, spec);
   const handler =
     spec.mode === 'encrypt'
-      ? new EncryptHandler(codec.encryptor(classificationId), record.minted === true)
+      ? new EncryptHandler(codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec), record.minted === true)
       : new DecryptHandler(codec, trusted, classificationId === 0 ? null : classificationId, record.paths === true);
   const matcher = resolveMatcher(services, configuration, spec);
   const limits = spec.mode === 'encrypt' ? services.limits.plaintext : services.limits.token;

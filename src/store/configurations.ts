@@ -31,6 +31,8 @@ export interface DataKey {
   /** The data key wrapped under the master key; never the raw key. */
   wrapped: Buffer;
   createdAt: string;
+  /** When a newer version became current; null while this one is current. */
+  supersededAt: string | null;
   destroyedAt: string | null;
 }
 
@@ -86,13 +88,17 @@ interface ConfigurationRecord {
   updated_at: string;
 }
 
-/** What `destroyKey` did; anything but `destroyed` changed nothing. */
-export type DestroyKeyOutcome = 'destroyed' | 'not-found' | 'already-destroyed' | 'current';
+/**
+ * What `destroyKey` did; anything but `destroyed` changed nothing. `too-recent`: the
+ * version stopped being current after the `supersededBefore` bound (or when is not known).
+ */
+export type DestroyKeyOutcome = 'destroyed' | 'not-found' | 'already-destroyed' | 'current' | 'too-recent';
 
 interface DataKeyRecord {
   version: number;
   wrapped: Uint8Array;
   created_at: string;
+  superseded_at: string | null;
   destroyed_at: string | null;
 }
 
@@ -134,6 +140,8 @@ export class ConfigurationsRepository {
   readonly #count: StatementSync;
   readonly #keys: StatementSync;
   readonly #insertKey: StatementSync;
+  readonly #supersede: StatementSync;
+  readonly #keyAlive: StatementSync;
   readonly #keyState: StatementSync;
   readonly #shredKey: StatementSync;
   readonly #sampleKey: StatementSync;
@@ -164,10 +172,12 @@ export class ConfigurationsRepository {
       WHERE ?1 IS NULL OR c.id IN (SELECT value FROM json_each(?1))
       ORDER BY c.created_at, c.rowid LIMIT ?2 OFFSET ?3`);
     this.#count = db.prepare('SELECT count(*) AS n FROM configurations WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))');
-    this.#keys = db.prepare('SELECT version, wrapped, created_at, destroyed_at FROM data_keys WHERE configuration_id = ? ORDER BY version');
+    this.#keys = db.prepare('SELECT version, wrapped, created_at, superseded_at, destroyed_at FROM data_keys WHERE configuration_id = ? ORDER BY version');
     this.#insertKey = db.prepare('INSERT INTO data_keys (configuration_id, version, wrapped, created_at) VALUES (?, ?, ?, ?)');
+    this.#supersede = db.prepare('UPDATE data_keys SET superseded_at = ?1 WHERE configuration_id = ?2 AND version < ?3 AND superseded_at IS NULL');
+    this.#keyAlive = db.prepare('SELECT 1 AS alive FROM data_keys WHERE configuration_id = ? AND version = ? AND destroyed_at IS NULL');
     this.#keyState = db.prepare(`
-      SELECT k.destroyed_at,
+      SELECT k.destroyed_at, k.superseded_at,
         (SELECT max(n.version) FROM data_keys n WHERE n.configuration_id = k.configuration_id AND n.destroyed_at IS NULL) AS newest
         FROM data_keys k WHERE k.configuration_id = ? AND k.version = ?`);
     this.#sampleKey = db.prepare("SELECT configuration_id, version, wrapped FROM data_keys WHERE length(wrapped) > 0 ORDER BY configuration_id, version LIMIT 1");
@@ -281,15 +291,26 @@ export class ConfigurationsRepository {
       version: record.version,
       wrapped: toBuffer(record.wrapped),
       createdAt: record.created_at,
+      supersededAt: record.superseded_at,
       destroyedAt: record.destroyed_at,
     }));
   }
 
-  /** Adds a key version (rotation). Throws if the version already exists. */
+  /**
+   * Whether the version exists and is not destroyed, read now rather than from any cache:
+   * the data plane asks it when an encryption ends, so that no token of a version destroyed
+   * meanwhile is handed out (one primary-key lookup).
+   */
+  keyAlive(configurationId: string, version: number): boolean {
+    return this.#keyAlive.get(configurationId, version) !== undefined;
+  }
+
+  /** Adds a key version (rotation), which supersedes the older ones. Throws if the version already exists. */
   addKey(configurationId: string, version: number, wrapped: Buffer): void {
     runInTransaction(this.#db, () => {
       const now = nowIso();
       this.#insertKey.run(configurationId, version, wrapped, now);
+      this.#supersede.run(now, configurationId, version);
       this.#touch.run(now, configurationId);
     });
   }
@@ -297,25 +318,29 @@ export class ConfigurationsRepository {
   /**
    * Crypto-shredding: marks the version destroyed and overwrites its wrapped key with an
    * empty blob in one transaction, so no row is ever "destroyed" yet still holding its key.
-   * The newest live version is refused (new tokens need it). The checks run inside the
-   * write transaction, so a concurrent rotation or destroy from another process cannot
-   * slip between them.
+   * The newest live version is refused (new tokens need it), and so is one superseded at or
+   * after `supersededBefore` (an ISO time; null: no such bound), or at an unknown time. The
+   * checks run inside the write transaction, so a concurrent rotation or destroy from
+   * another process cannot slip between them.
    *
    * secure_delete makes SQLite zero the freed bytes of the old row instead of leaving
    * them in the page; the TRUNCATE checkpoint then moves the page into the database file
    * and empties the WAL, where older images of the page may still sit. The checkpoint is
    * best effort: a reader holding an old snapshot defers it to a later checkpoint.
    */
-  destroyKey(configurationId: string, version: number): DestroyKeyOutcome {
+  destroyKey(configurationId: string, version: number, supersededBefore: string | null = null): DestroyKeyOutcome {
     const previous = (this.#secureDelete.get() as { secure_delete: number }).secure_delete;
     this.#db.exec('PRAGMA secure_delete = ON');
     let outcome: DestroyKeyOutcome;
     try {
       outcome = runInTransaction(this.#db, () => {
-        const state = this.#keyState.get(configurationId, version) as { destroyed_at: string | null; newest: number | null } | undefined;
+        const state = this.#keyState.get(configurationId, version) as
+          | { destroyed_at: string | null; superseded_at: string | null; newest: number | null }
+          | undefined;
         if (state === undefined) return 'not-found';
         if (state.destroyed_at !== null) return 'already-destroyed';
         if (state.newest === null || version >= state.newest) return 'current';
+        if (supersededBefore !== null && (state.superseded_at === null || state.superseded_at >= supersededBefore)) return 'too-recent';
         const now = nowIso();
         this.#shredKey.run(now, configurationId, version);
         this.#touchLater.run(now, configurationId);

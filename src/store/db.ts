@@ -17,6 +17,8 @@ import { UsersRepository } from './users.ts';
 export interface Store {
   /** The file path, or `:memory:`. */
   readonly path: string;
+  /** True when this open created the store (it had no schema yet): nothing can have been written to it before. */
+  readonly created: boolean;
   /** The connection itself, for store internals and tests; other modules use the repositories. */
   readonly db: DatabaseSync;
   readonly roles: RolesRepository;
@@ -79,6 +81,7 @@ export function openStore(path: string): Store {
   const inMemory = path === MEMORY;
   if (!inMemory) mkdirSync(dirname(path), { recursive: true });
   const db = new DatabaseSync(path);
+  let created: boolean;
   try {
     // busy_timeout first: switching to WAL needs a lock another process may hold.
     db.exec('PRAGMA busy_timeout = 5000');
@@ -89,7 +92,7 @@ export function openStore(path: string): Store {
     // drop the last commits, which is the usual trade for not fsyncing on every commit.
     db.exec('PRAGMA synchronous = NORMAL');
     db.exec('PRAGMA foreign_keys = ON');
-    migrate(db);
+    created = migrate(db).from === 0;
   } catch (error) {
     db.close();
     throw error;
@@ -104,6 +107,7 @@ export function openStore(path: string): Store {
   });
   return {
     path,
+    created,
     db,
     roles: new RolesRepository(db),
     users: new UsersRepository(db),

@@ -102,9 +102,31 @@ export interface LogFilter {
   requestId?: string;
 }
 
+/**
+ * Where a page of a log list ends, in the lists' order (newest first: `created_at`, then
+ * `id`, then the kind, all descending): the next page starts right after it. The kind
+ * only matters in the unified list, where rows of different tables can tie on the rest.
+ */
+export interface LogPosition {
+  readonly createdAt: string;
+  readonly id: number;
+  readonly kind: LogKind;
+}
+
 export interface LogQuery extends LogFilter {
   limit: number;
   offset: number;
+  /**
+   * Keyset pagination: the rows after this position, instead of `offset` rows in. Its cost
+   * does not grow with how deep the page is, where an offset is walked row by row.
+   */
+  after?: LogPosition;
+}
+
+/** One page of a list, and where the next one starts (null: this is the last). */
+export interface LogPage<T> {
+  rows: T[];
+  next: LogPosition | null;
 }
 
 interface ActivityLogRecord {
@@ -294,6 +316,8 @@ interface KindStatements {
   /** By filter shape. */
   count: StatementSync[];
   page: StatementSync[];
+  /** By filter shape: the rows after a position. */
+  after: StatementSync[];
   byId: StatementSync;
   anyOlder: StatementSync;
   deleteChunk: StatementSync;
@@ -306,6 +330,7 @@ export class LogsRepository {
   readonly #insertUsage: StatementSync;
   /** By filter shape. */
   readonly #unified: StatementSync[];
+  readonly #unifiedAfter: StatementSync[];
   readonly #ipOfRequest: StatementSync;
   readonly #busyTimeout: StatementSync;
   readonly #kinds: Record<LogKind, KindStatements>;
@@ -317,17 +342,25 @@ export class LogsRepository {
     this.#insertActivity = db.prepare(LOG_SQL.insert.activity);
     this.#insertApi = db.prepare(LOG_SQL.insert.api);
     this.#insertUsage = db.prepare(LOG_SQL.insert.usage);
-    // Each branch is ordered by its created_at index, which lets SQLite merge them instead
-    // of sorting every log row for each page. A kind that is not asked for has a constant
-    // false WHERE term, which SQLite tests once before touching the table.
-    this.#unified = FILTER_SHAPES.map((shape) => {
-      const branch = (flag: string) => ['$' + flag, ...whereOf(shape)].join(' AND ');
+    // Each branch is ordered by its created_at index (whose entries end with the rowid),
+    // which lets SQLite merge them instead of sorting every log row for each page. A kind
+    // that is not asked for has a constant false WHERE term, which SQLite tests once before
+    // touching the table. The kind breaks ties between tables, so the order is total and a
+    // position names one place in it.
+    //
+    // After a position (created_at, id, kind), a branch of a kind ordered before it (a
+    // smaller name, as the order is descending) may also hold the row with the same
+    // created_at and id: its bound is id + 1, bound by the caller ($after_<kind>).
+    const unified = (shape: number, after: boolean) => {
+      const branch = (kind: LogKind) => ['$' + kind, ...whereOf(shape), ...(after ? [`(created_at, id) < ($at, $after_${kind})`] : [])].join(' AND ');
       return db.prepare(`
         SELECT 'activity' AS kind, id, created_at FROM activity_logs WHERE ${branch('activity')}
         UNION ALL SELECT 'api', id, created_at FROM api_logs WHERE ${branch('api')}
         UNION ALL SELECT 'usage', id, created_at FROM usage_logs WHERE ${branch('usage')}
-        ORDER BY created_at DESC, id DESC LIMIT $limit OFFSET $offset`);
-    });
+        ORDER BY created_at DESC, id DESC, kind DESC LIMIT $limit${after ? '' : ' OFFSET $offset'}`);
+    };
+    this.#unified = FILTER_SHAPES.map((shape) => unified(shape, false));
+    this.#unifiedAfter = FILTER_SHAPES.map((shape) => unified(shape, true));
     this.#ipOfRequest = db.prepare('SELECT ip FROM api_logs WHERE request_id = ? ORDER BY id LIMIT 1');
     this.#busyTimeout = db.prepare('PRAGMA busy_timeout');
     const prepareKind = (table: string): KindStatements => ({
@@ -340,6 +373,12 @@ export class LogsRepository {
         return db.prepare(
           `SELECT * FROM ${table}${where.length === 0 ? '' : ` WHERE ${where.join(' AND ')}`} ORDER BY created_at DESC, id DESC LIMIT $limit OFFSET $offset`,
         );
+      }),
+      // The row value is a range on the (created_at) and (user_id, created_at) indexes,
+      // whose entries end with the rowid: the page starts at the position, however deep.
+      after: FILTER_SHAPES.map((shape) => {
+        const where = [...whereOf(shape), '(created_at, id) < ($at, $id)'];
+        return db.prepare(`SELECT * FROM ${table} WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id DESC LIMIT $limit`);
       }),
       byId: db.prepare(`SELECT * FROM ${table} WHERE id = ?`),
       anyOlder: db.prepare(`SELECT EXISTS (SELECT 1 FROM ${table} WHERE created_at < ?) AS found`),
@@ -415,16 +454,50 @@ export class LogsRepository {
     return (this.#page('usage', query) as unknown as UsageLogRecord[]).map(toUsageLog);
   }
 
+  /** A page of the activity log, newest first, with where the next page starts. */
+  activityPage(query: LogQuery): LogPage<ActivityLog> {
+    return this.#pageOf<ActivityLogRecord, ActivityLog>('activity', query, toActivityLog);
+  }
+
+  apiPage(query: LogQuery): LogPage<ApiLog> {
+    return this.#pageOf<ApiLogRecord, ApiLog>('api', query, toApiLog);
+  }
+
+  usagePage(query: LogQuery): LogPage<UsageLog> {
+    return this.#pageOf<UsageLogRecord, UsageLog>('usage', query, toUsageLog);
+  }
+
   /** Rows of the given kinds, newest first, interleaved by time. */
   listUnified(kinds: readonly LogKind[], query: LogQuery): UnifiedLog[] {
-    const refs = this.#unified[shapeOf(query)]!.all({
+    return this.unifiedPage(kinds, query).rows;
+  }
+
+  /**
+   * As listUnified, with where the next page starts. That is the position of the page's
+   * last entry even when its row was deleted by retention between the two reads, so the
+   * next page does not repeat or skip anything.
+   */
+  unifiedPage(kinds: readonly LogKind[], query: LogQuery): LogPage<UnifiedLog> {
+    const shape = shapeOf(query);
+    const params: Record<string, SQLInputValue> = {
       ...filterParams(query),
       activity: kinds.includes('activity') ? 1 : 0,
       api: kinds.includes('api') ? 1 : 0,
       usage: kinds.includes('usage') ? 1 : 0,
-      limit: query.limit,
-      offset: query.offset,
-    }) as unknown as Array<{ kind: LogKind; id: number }>;
+      // One more than asked for tells whether there is a next page.
+      limit: query.limit + 1,
+    };
+    const after = query.after;
+    if (after === undefined) params['offset'] = query.offset;
+    else {
+      params['at'] = after.createdAt;
+      for (const kind of LOG_KINDS) params[`after_${kind}`] = kind < after.kind ? after.id + 1 : after.id;
+    }
+    const statement = after === undefined ? this.#unified[shape]! : this.#unifiedAfter[shape]!;
+    const refs = statement.all(params) as unknown as Array<{ kind: LogKind; id: number; created_at: string }>;
+    const more = refs.length > query.limit;
+    if (more) refs.length = query.limit;
+    const tail = refs.at(-1);
     const out: UnifiedLog[] = [];
     for (const ref of refs) {
       const record = this.#kinds[ref.kind].byId.get(ref.id);
@@ -434,7 +507,7 @@ export class LogsRepository {
       else if (ref.kind === 'api') out.push({ kind: 'api', log: toApiLog(record as unknown as ApiLogRecord) });
       else out.push({ kind: 'usage', log: toUsageLog(record as unknown as UsageLogRecord) });
     }
-    return out;
+    return { rows: out, next: more && tail !== undefined ? { createdAt: tail.created_at, id: tail.id, kind: tail.kind } : null };
   }
 
   countUnified(kinds: readonly LogKind[], filter: LogFilter = {}): number {
@@ -494,7 +567,19 @@ export class LogsRepository {
     });
   }
 
+  #pageOf<R extends { id: number; created_at: string }, T>(kind: LogKind, query: LogQuery, convert: (record: R) => T): LogPage<T> {
+    // One more than asked for tells whether there is a next page.
+    const records = this.#page(kind, { ...query, limit: query.limit + 1 }) as unknown as R[];
+    const more = records.length > query.limit;
+    if (more) records.length = query.limit;
+    const tail = records.at(-1);
+    return { rows: records.map(convert), next: more && tail !== undefined ? { createdAt: tail.created_at, id: tail.id, kind } : null };
+  }
+
   #page(kind: LogKind, query: LogQuery): ReturnType<StatementSync['all']> {
-    return this.#kinds[kind].page[shapeOf(query)]!.all({ ...filterParams(query), limit: query.limit, offset: query.offset });
+    const statements = this.#kinds[kind];
+    const after = query.after;
+    if (after === undefined) return statements.page[shapeOf(query)]!.all({ ...filterParams(query), limit: query.limit, offset: query.offset });
+    return statements.after[shapeOf(query)]!.all({ ...filterParams(query), limit: query.limit, at: after.createdAt, id: after.id });
   }
 }

@@ -286,12 +286,28 @@ CREATE TABLE store_meta (
 ) STRICT, WITHOUT ROWID;
 `;
 
+/**
+ * When each key version stopped being the current one (DESIGN §13, "Key destruction is never
+ * a data-loss race"): a version may be destroyed only `keys.destroy_after` later, since
+ * requests in flight and replicas that have not polled yet still encrypt with it. NULL for
+ * the current version. Versions superseded before this column existed get the time the next
+ * version was created: rotation is the only way a version stops being current, and it
+ * inserts the next version at that moment.
+ */
+const schemaV6 = /* sql */ `
+ALTER TABLE data_keys ADD COLUMN superseded_at TEXT;
+UPDATE data_keys SET superseded_at = (
+  SELECT min(n.created_at) FROM data_keys n WHERE n.configuration_id = data_keys.configuration_id AND n.version > data_keys.version
+);
+`;
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
   { version: 3, sql: schemaV3 },
   { version: 4, sql: schemaV4 },
   { version: 5, sql: schemaV5 },
+  { version: 6, sql: schemaV6 },
 ]);
 
 export function schemaVersion(db: DatabaseSync): number {

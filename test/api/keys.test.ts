@@ -209,14 +209,15 @@ test('destroying a key version: confirmation, current version refused, tokens of
 
   const wrappedBefore = app.services.store.configurations.keys(id)[0]!.wrapped;
   assert.ok(wrappedBefore.length > 32);
-  const res = await destroy('1', { confirm: 'payments/v1' });
+  // Rotated a moment ago: only with force (the grace period has its own test).
+  const res = await destroy('1', { confirm: 'payments/v1', force: true });
   assert.equal(res.status, 200);
   assert.equal(res.json.version, 1);
   assert.equal(res.json.status, 'destroyed');
   assert.match(res.json.destroyed_at, /^\d{4}-\d\d-\d\dT/);
   const [entry] = activityOf(app, res.headers.get('x-svc-request-id'));
   assert.equal(entry?.action, 'configuration.key_destroyed');
-  assert.equal(entry?.description, 'Destroyed key version 1 of configuration "payments".');
+  assert.equal(entry?.description, 'Destroyed key version 1 of configuration "payments" (forced, within keys.destroy_after).');
   assert.equal(entry?.causerEmail, 'ada@example.com');
 
   // The wrapped key is gone from the row, not just flagged.
@@ -234,7 +235,7 @@ test('destroying a key version: confirmation, current version refused, tokens of
   assert.equal(live.text, '{"card":{"number":"5500"}}');
   assert.equal((await call(url, REWRAP, { body: v1 })).status, 422, 'a destroyed version cannot be rewrapped either');
 
-  const again = await destroy('1', { confirm: 'payments/v1' });
+  const again = await destroy('1', { confirm: 'payments/v1', force: true });
   assert.equal(again.status, 422);
   assert.deepEqual(again.json.errors, { version: ['Key version 1 is already destroyed.'] });
 
@@ -297,10 +298,61 @@ test('a rebuilt keyring derives only what changed: other versions keep their mat
   assert.equal(opened.status, 200);
   assert.equal(opened.text, DOC);
 
-  const destroyed = await call(url, `${LIST}/${id}/keys/2/destroy`, { body: JSON.stringify({ confirm: 'payments/v2' }) });
+  const destroyed = await call(url, `${LIST}/${id}/keys/2/destroy`, { body: JSON.stringify({ confirm: 'payments/v2', force: true }) });
   assert.equal(destroyed.status, 200);
   assert.equal(keyring().forDecrypt(2), 'destroyed');
   assert.equal(keyring().materialOf(2), undefined);
   assert.equal(keyring().materialOf(1), v1);
   assert.equal(keyring().materialOf(3), v3);
+});
+
+test('a version that was current less than keys.destroy_after (24h) ago is not destroyed without force: true (409); its tokens keep decrypting', async (t) => {
+  const running = await startApp(t);
+  const { url, app } = running;
+  const id = await configurationId(url, 'payments');
+  const destroy = (body: unknown) => call(url, `${LIST}/${id}/keys/1/destroy`, { body: JSON.stringify(body) });
+  const v1 = await encryptedV1(running);
+  assert.equal((await call(url, `${LIST}/${id}/rotate`)).status, 200);
+  const supersededAt = app.services.store.configurations.keys(id)[0]!.supersededAt!;
+  const until = new Date(Date.parse(supersededAt) + 24 * 3600 * 1000).toISOString();
+  const message = `Key version 1 was current less than keys.destroy_after ago and may still be in use: it can be destroyed from ${until}, or now with force: true.`;
+
+  for (const body of [{ confirm: 'payments/v1' }, { confirm: 'payments/v1', force: false }]) {
+    const refused = await destroy(body);
+    assert.equal(refused.status, 409, JSON.stringify(body));
+    assert.deepEqual(refused.json, { message });
+  }
+  // Near misses of `true` are not taken for it.
+  for (const force of ['true', 1, 'yes', null, [true], { on: true }]) {
+    const res = await destroy({ confirm: 'payments/v1', force });
+    assert.equal(res.status, 422, JSON.stringify(force));
+    assert.deepEqual(res.json.errors, { force: ['The force field must be true or false.'] });
+  }
+  // A wrong confirmation is still a 422 first: force does not skip it.
+  assert.equal((await destroy({ confirm: 'payments/v2', force: true })).status, 422);
+  assert.equal((await call(url, DEC, { body: v1 })).text, DOC, 'nothing was destroyed');
+  assert.equal(app.services.store.configurations.keys(id)[0]!.destroyedAt, null);
+
+  // A minute short of the grace period: still refused. Past it: destroyed without force.
+  const supersede = (msAgo: number) =>
+    app.services.store.db.prepare('UPDATE data_keys SET superseded_at = ? WHERE configuration_id = ? AND version = 1').run(new Date(Date.now() - msAgo).toISOString(), id);
+  supersede(24 * 3600 * 1000 - 60_000);
+  assert.equal((await destroy({ confirm: 'payments/v1' })).status, 409);
+  supersede(24 * 3600 * 1000 + 1000);
+  const done = await destroy({ confirm: 'payments/v1' });
+  assert.equal(done.status, 200);
+  assert.equal(done.json.status, 'destroyed');
+  assert.equal((await call(url, DEC, { body: v1 })).status, 422);
+});
+
+test('force: true destroys a version superseded a moment ago, and the activity log says so', async (t) => {
+  const running = await startApp(t);
+  const { url, app } = running;
+  const id = await configurationId(url, 'payments');
+  await call(url, `${LIST}/${id}/rotate`);
+  const res = await call(url, `${LIST}/${id}/keys/1/destroy`, { body: JSON.stringify({ confirm: 'payments/v1', force: true }) });
+  assert.equal(res.status, 200);
+  assert.equal(res.json.status, 'destroyed');
+  const [entry] = activityOf(app, res.headers.get('x-svc-request-id'));
+  assert.equal(entry?.description, 'Destroyed key version 1 of configuration "payments" (forced, within keys.destroy_after).');
 });

@@ -339,6 +339,8 @@ test('pagination: envelope fields and links at 0, 1, 10, 11 and 25 entries', asy
     prev_page_url: null,
     to: null,
     total: 0,
+    next_cursor: null,
+    next_cursor_url: null,
   });
 
   for (const [n, lastPage] of [[1, 1], [10, 1], [11, 2]] as const) {
@@ -475,4 +477,187 @@ ${SEED}`,
   const statuses = store.db.prepare(`SELECT DISTINCT status_code, path FROM api_logs WHERE request_id LIKE 'bulk-%'`).all();
   assert.deepEqual(statuses.map((r) => ({ ...r })), [{ status_code: 200, path: '/api/v3/encryption/payments/encrypt' }]);
   assert.ok(!output.join('').includes('"level":50'), 'nothing logged at error level');
+});
+
+// ---------------------------------------------------------------------------------------
+// Cursor pagination and bounded pages (DESIGN §13, "Bounded queries")
+
+/** The path and query of an absolute URL the API returned, to call it on the test server. */
+const local = (url: string) => {
+  const u = new URL(url);
+  return u.pathname + u.search;
+};
+
+/** Every entry of a list, page by page: by `page` numbers, or by following `next_cursor_url`. */
+async function walk(running: Running, path: string, by: 'page' | 'cursor'): Promise<string[]> {
+  const seen: string[] = [];
+  const sep = path.includes('?') ? '&' : '?';
+  let next: string | null = `${path}${sep}per_page=4`;
+  for (let page = 1; next !== null; page++) {
+    const res = await get(running, next);
+    assert.equal(res.status, 200, `${next}: ${res.text}`);
+    assert.equal(res.json.current_page, page, next);
+    assert.equal(res.json.from, res.json.data.length === 0 ? null : (page - 1) * 4 + 1, next);
+    for (const entry of res.json.data) seen.push(`${entry.log_type ?? ''}${entry.id}:${entry.timestamp}`);
+    if (res.json.next_cursor === null) assert.equal(res.json.next_cursor_url, null);
+    else assert.equal(local(res.json.next_cursor_url), `${path.split('?')[0]}?${new URLSearchParams([...new URLSearchParams(path.split('?')[1] ?? ''), ['per_page', '4'], ['cursor', res.json.next_cursor]]).toString()}`);
+    assert.equal(res.json.next_cursor === null, page >= res.json.last_page, `${next}: a next cursor exactly when there is a next page`);
+    next = by === 'page' ? (page < res.json.last_page ? `${path}${sep}per_page=4&page=${page + 1}` : null) : res.json.next_cursor_url === null ? null : local(res.json.next_cursor_url);
+  }
+  return seen;
+}
+
+test('cursor pages walk each log list exactly as numbered pages do, ties across kinds and within a kind included', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const { logs } = running.app.services.store;
+  const ada = userId(running, 'ada@example.com');
+  // Three rows share each timestamp, and the tables' ids run in step: activity 5 and api 5
+  // have the same created_at, so only the kind orders them.
+  const at = (i: number) => minutesAgo(100 - Math.floor(i / 3));
+  logs.insertActivity(Array.from({ length: 13 }, (_, i) => activity(at(i), { description: `a${i}`, userId: i % 2 === 0 ? ada : null })));
+  logs.insertApi(Array.from({ length: 11 }, (_, i) => apiRow(at(i), { userId: i % 3 === 0 ? ada : null })));
+  logs.insertUsage(Array.from({ length: 6 }, (_, i) => usageRow(running, at(i * 2))));
+
+  for (const path of [
+    '/api/v3/logs/unified',
+    '/api/v3/logs/unified?type=api',
+    `/api/v3/logs/unified?user=${ada}`,
+    '/api/v3/logs/activity',
+    `/api/v3/logs/activity?user_id=${ada}`,
+    '/api/v3/logs/api',
+    '/api/v3/logs/usage',
+    '/api/v3/logs/api?request_id=r-api',
+  ]) {
+    const numbered = await walk(running, path, 'page');
+    const cursored = await walk(running, path, 'cursor');
+    assert.ok(numbered.length > 4, path);
+    assert.deepEqual(cursored, numbered, path);
+    assert.equal(new Set(cursored).size, cursored.length, `${path}: an entry came twice`);
+  }
+  assert.equal((await walk(running, '/api/v3/logs/unified', 'cursor')).length, 30);
+
+  // A cursor keeps its place while newer entries arrive, where numbered pages shift.
+  const first = await get(running, '/api/v3/logs/activity?per_page=4');
+  logs.insertActivity([activity(minutesAgo(0), { description: 'newest' })]);
+  const second = await get(running, local(first.json.next_cursor_url));
+  assert.deepEqual(
+    second.json.data.map((e: any) => e.description),
+    ['a8', 'a7', 'a6', 'a5'],
+  );
+  assert.equal(second.json.current_page, 2);
+  // `page` beside the cursor is accepted when it names the same page.
+  assert.equal((await get(running, `${local(first.json.next_cursor_url)}&page=2`)).status, 200);
+});
+
+test('a cursor is refused (422) when altered, malformed, or used with another list, other filters or another per_page', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const { logs } = running.app.services.store;
+  const ada = userId(running, 'ada@example.com');
+  logs.insertActivity(Array.from({ length: 8 }, (_, i) => activity(minutesAgo(50 - i), { userId: ada })));
+  logs.insertApi(Array.from({ length: 8 }, (_, i) => apiRow(minutesAgo(50 - i), { userId: ada })));
+  const cursorOf = async (path: string) => {
+    const res = await get(running, path);
+    assert.equal(res.status, 200, res.text);
+    assert.equal(typeof res.json.next_cursor, 'string', path);
+    return res.json.next_cursor as string;
+  };
+  const cursor = await cursorOf(`/api/v3/logs/activity?per_page=3&user=${ada}`);
+  assert.equal((await get(running, `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${cursor}`)).status, 200);
+
+  const message = 'The cursor is invalid for this list: it is altered, or was issued for other filters or another per_page.';
+  const flip = (s: string, i: number) => s.slice(0, i) + (s[i] === 'A' ? 'B' : 'A') + s.slice(i + 1);
+  const refused: Array<[string, string]> = [
+    ['altered at the start', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${flip(cursor, 2)}`],
+    ['altered in the middle', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${flip(cursor, 12)}`],
+    ['altered at the end', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${flip(cursor, cursor.length - 2)}`],
+    ['truncated', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${cursor.slice(0, -1)}`],
+    ['extended', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${cursor}AA`],
+    ['padded', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${cursor}%3D`],
+    ['another alphabet', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${cursor.replaceAll('-', '+').replaceAll('_', '/')}x`],
+    ['SQL', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${encodeURIComponent("' OR 1=1 --")}`],
+    ['JSON', `/api/v3/logs/activity?per_page=3&user=${ada}&cursor=${encodeURIComponent('{"page":2,"id":1}')}`],
+    ['another list', `/api/v3/logs/api?per_page=3&user=${ada}&cursor=${cursor}`],
+    ['the unified list', `/api/v3/logs/unified?per_page=3&user=${ada}&cursor=${cursor}`],
+    ['no user filter', `/api/v3/logs/activity?per_page=3&cursor=${cursor}`],
+    ['another user', `/api/v3/logs/activity?per_page=3&user=${ada + 1}&cursor=${cursor}`],
+    ['an added request filter', `/api/v3/logs/activity?per_page=3&user=${ada}&request_id=x&cursor=${cursor}`],
+    ['another per_page', `/api/v3/logs/activity?per_page=4&user=${ada}&cursor=${cursor}`],
+  ];
+  for (const [what, path] of refused) {
+    const res = await get(running, path);
+    assert.equal(res.status, 422, `${what}: ${res.text}`);
+    assert.deepEqual(res.json, { message, errors: { cursor: [message] } }, what);
+  }
+  const long = await get(running, `/api/v3/logs/activity?cursor=${'A'.repeat(1000)}`);
+  assert.equal(long.status, 422);
+  assert.deepEqual(Object.keys(long.json.errors), ['cursor']);
+
+  // The unified list binds its kinds: a cursor of type=api is not one of type=activity.
+  const unifiedApi = await cursorOf(`/api/v3/logs/unified?type=api&per_page=3`);
+  assert.equal((await get(running, `/api/v3/logs/unified?log_type=api&per_page=3&cursor=${unifiedApi}`)).status, 200, 'log_type and type are the same filter');
+  assert.equal((await get(running, `/api/v3/logs/unified?type=activity&per_page=3&cursor=${unifiedApi}`)).status, 422);
+  assert.equal((await get(running, `/api/v3/logs/unified?per_page=3&cursor=${unifiedApi}`)).status, 422);
+
+  // `page` beside a cursor must be the page it leads to.
+  const wrongPage = await get(running, `/api/v3/logs/activity?per_page=3&user=${ada}&page=5&cursor=${cursor}`);
+  assert.equal(wrongPage.status, 422);
+  assert.deepEqual(wrongPage.json.errors, { page: ['The page field must be 2, the page the cursor leads to, or left out.'] });
+
+  // Another deployment (another master key) does not accept this one's cursors.
+  const other = await startApp(t, MANUAL_FLUSH);
+  other.app.services.store.logs.insertActivity(Array.from({ length: 8 }, (_, i) => activity(minutesAgo(50 - i), { userId: userId(other, 'ada@example.com') })));
+  assert.equal((await get(other, `/api/v3/logs/activity?per_page=3&user=${userId(other, 'ada@example.com')}&cursor=${cursor}`)).status, 422);
+});
+
+/** The median time of `n` GETs of `path`, in ms. */
+async function medianMs(running: Running, path: string, n = 5): Promise<number> {
+  const times: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const started = performance.now();
+    const res = await get(running, path);
+    times.push(performance.now() - started);
+    assert.equal(res.status, 200, res.text);
+  }
+  return times.sort((a, b) => a - b)[Math.floor(n / 2)]!;
+}
+
+test('bounded pages: a page past the end costs what the first page costs, and so does a deep page by cursor, where a deep numbered page walks the table', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const { logs } = running.app.services.store;
+  const rows = 120_000;
+  const start = Date.now() - rows * 1000;
+  for (let from = 0; from < rows; from += 20_000) {
+    const at = (i: number) => new Date(start + (from + i) * 1000).toISOString();
+    logs.insertBatch({
+      activity: Array.from({ length: 4_000 }, (_, i) => activity(at(i * 5))),
+      api: Array.from({ length: 10_000 }, (_, i) => apiRow(at(i * 2))),
+      usage: Array.from({ length: 6_000 }, (_, i) => usageRow(running, at(i * 3 + 1))),
+    });
+  }
+  const lastPage = rows / 10;
+  // The cursor the page before the last returns.
+  const [row] = logs.listUnified(['activity', 'api', 'usage'], { limit: 1, offset: rows - 11 });
+  const { logCursors } = await import('../../src/api/log-cursor.ts');
+  const cursor = logCursors(running.app.services.master).encode(
+    { list: 'unified', kinds: ['activity', 'api', 'usage'], userId: undefined, requestId: undefined, perPage: 10 },
+    lastPage,
+    { createdAt: row!.log.createdAt, id: row!.log.id, kind: row!.kind },
+  );
+  const byPage = await get(running, `/api/v3/logs/unified?page=${lastPage}`);
+  const byCursor = await get(running, `/api/v3/logs/unified?cursor=${cursor}`);
+  assert.deepEqual(byCursor.json.data, byPage.json.data, 'the same last page either way');
+  assert.equal(byCursor.json.next_cursor, null);
+
+  const first = await medianMs(running, '/api/v3/logs/unified');
+  const deepByPage = await medianMs(running, `/api/v3/logs/unified?page=${lastPage}`);
+  const deepByCursor = await medianMs(running, `/api/v3/logs/unified?cursor=${cursor}`);
+  const pastTheEnd = await medianMs(running, '/api/v3/logs/unified?page=1000000000');
+  t.diagnostic(`${rows} rows: first page ${first.toFixed(1)} ms, last page by number ${deepByPage.toFixed(1)} ms, by cursor ${deepByCursor.toFixed(1)} ms, page 1000000000 ${pastTheEnd.toFixed(1)} ms`);
+  const past = await get(running, '/api/v3/logs/unified?page=1000000000');
+  assert.deepEqual([past.json.data, past.json.from, past.json.total, past.json.next_cursor], [[], null, rows, null]);
+  // Generous bounds: the machine is shared. Walking 120,000 entries takes well over 3
+  // times what a page read from its position does.
+  assert.ok(pastTheEnd < 3 * first + 3, `page 1000000000 took ${pastTheEnd.toFixed(1)} ms, the first page ${first.toFixed(1)} ms`);
+  assert.ok(deepByCursor < 3 * first + 3, `the last page by cursor took ${deepByCursor.toFixed(1)} ms, the first page ${first.toFixed(1)} ms`);
+  assert.ok(deepByCursor * 3 < deepByPage, `the last page by cursor took ${deepByCursor.toFixed(1)} ms, by number ${deepByPage.toFixed(1)} ms`);
 });

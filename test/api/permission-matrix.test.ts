@@ -185,7 +185,7 @@ class Fixture {
         return { path: path.replace('{id}', this.paymentsId()) };
       case 'POST /api/v3/configurations/{id}/keys/{version}/destroy': {
         const { id, name } = await this.rotatedConfiguration();
-        return { path: path.replace('{id}', id).replace('{version}', '1'), body: { confirm: `${name}/v1` } };
+        return { path: path.replace('{id}', id).replace('{version}', '1'), body: { confirm: `${name}/v1`, force: true } };
       }
       case 'POST /api/v3/api-keys':
         return { path, body: { name: this.unique(`key-${role}-`) } };

@@ -44,8 +44,8 @@ interface Fixture {
   keys: (...args: string[]) => string[];
 }
 
-/** A file store with a running in-process service on it: the CLI works beside it. */
-async function fixture(t: TestContext): Promise<Fixture> {
+/** A file store with a running in-process service on it: the CLI works beside it. `keys` adds to the file's `keys` section. */
+async function fixture(t: TestContext, keys = ''): Promise<Fixture> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-keys-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const path = join(dir, 'svc.yaml');
@@ -53,7 +53,7 @@ async function fixture(t: TestContext): Promise<Fixture> {
     path,
     `server: { listen: 127.0.0.1:0, admin_listen: "off" }
 store: { path: ${join(dir, 'data', 'svc.db')} }
-keys: { master_key_file: ${join(dir, 'data', 'master.key')} }
+keys: { master_key_file: ${join(dir, 'data', 'master.key')}${keys === '' ? '' : `, ${keys}`} }
 logging: { level: warn }
 seed:
   users: [{ name: Ada, email: ada@example.com, roles: [owner] }]
@@ -159,6 +159,12 @@ test('keys destroy: confirmation required, the current version refused, then the
   assert.equal((await runCli(f.keys('rotate', '--configuration', 'payments'))).code, 0);
   const v2 = await encrypt(f, DOC);
 
+  // Superseded a moment ago: only with --force.
+  const early = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1'));
+  assert.equal(early.code, 1);
+  assert.match(early.stderr, /Key version 1 was current less than keys\.destroy_after ago and may still be in use: it can be destroyed from \S+, or now with force: true\./);
+  assert.equal((await decrypt(f, v1.text)).status, 200, 'not destroyed');
+
   const unconfirmed = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1'));
   assert.equal(unconfirmed.code, 2);
   assert.match(unconfirmed.stderr, /--confirm <configuration name>\/v1 is required/);
@@ -177,7 +183,7 @@ test('keys destroy: confirmation required, the current version refused, then the
   folder.close();
   assert.ok(dataFiles(f).get('svc.db')!.includes(wrappedText), 'the search below can find the wrapped key');
 
-  const done = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1'));
+  const done = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1', '--force'));
   assert.equal(done.code, 0, done.stderr);
   assert.equal(done.stdout, 'destroyed key version 1 of "payments"\n');
 
@@ -199,7 +205,10 @@ test('keys destroy: confirmation required, the current version refused, then the
   const again = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1'));
   assert.equal(again.code, 1);
   assert.match(again.stderr, /Key version 1 is already destroyed\./);
-  assert.match(activity(f, 'configuration.key_destroyed')[0]!, /^Destroyed key version 1 of configuration "payments", by svc-sidecar keys destroy as OS user/);
+  assert.match(
+    activity(f, 'configuration.key_destroyed')[0]!,
+    /^Destroyed key version 1 of configuration "payments" \(forced, within keys\.destroy_after\), by svc-sidecar keys destroy as OS user/,
+  );
 });
 
 test('keys: bad usage exits 2, refusals exit 1, and no secret is printed', async (t) => {
@@ -210,6 +219,7 @@ test('keys: bad usage exits 2, refusals exit 1, and no secret is printed', async
     [f.keys('rotate'), 2, /--configuration <name or proxy slug> is required/],
     [f.keys('rotate', 'extra', '--configuration', 'payments'), 2, /unexpected argument "extra"/],
     [f.keys('rotate', '--configuration', 'payments', '--version', '1'), 2, /--version and --confirm apply to destroy only/],
+    [f.keys('rotate', '--configuration', 'payments', '--force'), 2, /--force applies to destroy only/],
     [f.keys('destroy', '--configuration', 'payments', '--version', 'one', '--confirm', 'x'), 2, /--version <N>/],
     [f.keys('rotate', '--configuration', 'nope'), 1, /no configuration is named "nope" or has that proxy slug/],
     [f.keys('rotate', '--configuration', 'workspace'), 1, /only encryption configurations have keys/],
@@ -254,4 +264,55 @@ test('destroyKey leaves no copy of the wrapped key in the database file or its W
   assert.equal(store.configurations.destroyKey(configuration.id, 2), 'current');
   assert.equal(store.configurations.destroyKey(configuration.id, 3), 'not-found');
   assert.equal((store.db.prepare('PRAGMA secure_delete').get() as { secure_delete: number }).secure_delete, 0, 'the connection setting is restored');
+});
+
+test('keys destroy follows keys.destroy_after from the configuration file: 0s lets a just-superseded version go without --force', async (t) => {
+  const f = await fixture(t, 'destroy_after: 0s');
+  const v1 = await encrypt(f, DOC);
+  assert.equal((await runCli(f.keys('rotate', '--configuration', 'payments'))).code, 0);
+  const done = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1'));
+  assert.equal(done.code, 0, done.stderr);
+  assert.equal((await decrypt(f, v1.text)).status, 422);
+  assert.match(activity(f, 'configuration.key_destroyed')[0]!, /^Destroyed key version 1 of configuration "payments", by svc-sidecar keys destroy/, 'not a forced destruction');
+});
+
+test('the CLI never re-applies the seed to a live store: an API key rotated through the API stays rotated', async (t) => {
+  const f = await fixture(t);
+  const ops = f.app.services.store.apiKeys.findByName('ops')!;
+  const rotated = await call(f.url, `/api/v3/api-keys/${ops.id}/rotate`, { key: KEY });
+  assert.equal(rotated.status, 200);
+  const newKey: string = rotated.json.key;
+  const seededKeyRefused = async () => (await call(f.url, '/api/v3/roles', { method: 'GET', key: KEY })).status;
+  assert.equal(await seededKeyRefused(), 401);
+
+  // Every CLI command that opens the store: none may put the seed's key value back.
+  for (const args of [
+    f.keys('rotate', '--configuration', 'payments'),
+    f.keys('rewrap', '--configuration', 'payments'),
+    ['init', '--config', f.path, '--email', 'breakglass@example.com'],
+  ]) {
+    const res = await runCli(args, args[1] === 'rewrap' ? '{}' : '');
+    assert.equal(res.code, 0, `${args.join(' ')}: ${res.stderr}`);
+    assert.doesNotMatch(res.stderr + res.stdout, /seed created/, args.join(' '));
+    assert.equal(await seededKeyRefused(), 401, `${args[0]} ${args[1]} brought the seeded key value back`);
+    assert.equal((await call(f.url, '/api/v3/roles', { method: 'GET', key: newKey })).status, 200, `${args[0]} ${args[1]} undid the rotation`);
+  }
+});
+
+test('the CLI still seeds a store it creates: keys rotate on a new store finds the seeded configuration', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-keys-new-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.yaml');
+  writeFileSync(
+    path,
+    `store: { path: ${join(dir, 'data', 'svc.db')} }
+keys: { master_key_file: ${join(dir, 'data', 'master.key')} }
+logging: { level: warn }
+seed:
+  configurations: [{ name: payments }]
+`,
+  );
+  const res = await runCli(['keys', 'rotate', '--configuration', 'payments', '--config', path]);
+  assert.equal(res.code, 0, res.stderr);
+  assert.equal(res.stdout, '2\n');
 });

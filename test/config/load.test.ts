@@ -82,7 +82,7 @@ describe('defaults', () => {
     });
     assert.equal(config.server.public_url, undefined);
     assert.deepEqual(config.store, { path: './data/svc.db' });
-    assert.deepEqual(config.keys, { master_key_file: './data/master.key' });
+    assert.deepEqual(config.keys, { master_key_file: './data/master.key', destroy_after: 86_400_000 });
     assert.deepEqual(config.state, { source: 'local' });
     assert.deepEqual(config.auth, { access_token_ttl: 3_600_000, login_max_attempts: 5, login_window: 900_000 });
     assert.deepEqual(config.forwarding, { connect_timeout: 5_000, headers_timeout: 30_000, body_timeout: 30_000, max_body: 4 * 1024 ** 3 });

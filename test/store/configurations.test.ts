@@ -134,3 +134,42 @@ test('addKey adds versions; keyVersion follows; delete cascades to keys', (t) =>
   assert.equal(store.configurations.findById(a.id), undefined);
   assert.deepEqual(store.configurations.keys(a.id), []);
 });
+
+test('a rotation records when the older versions stopped being current; destroyKey refuses one superseded after its bound', (t) => {
+  const store = setup(t);
+  const a = encryption(store, 'a', 'slug-a');
+  const { configurations } = store;
+  assert.equal(configurations.keys(a.id)[0]?.supersededAt, null, 'the current version is not superseded');
+  configurations.addKey(a.id, 2, randomBytes(60));
+  const [v1, v2] = configurations.keys(a.id);
+  assert.equal(v1?.supersededAt, v2?.createdAt, 'version 1 stopped being current when version 2 was added');
+  assert.equal(v2?.supersededAt, null);
+  configurations.addKey(a.id, 3, randomBytes(60));
+  assert.equal(configurations.keys(a.id)[0]?.supersededAt, v1?.supersededAt, 'a later rotation does not move an earlier supersession');
+  assert.equal(configurations.keys(a.id)[1]?.supersededAt, configurations.keys(a.id)[2]?.createdAt);
+
+  const supersededAt = v1!.supersededAt!;
+  // The bound is exclusive: superseded at or after it is too recent.
+  assert.equal(configurations.destroyKey(a.id, 1, supersededAt), 'too-recent');
+  assert.equal(configurations.destroyKey(a.id, 1, '2000-01-01T00:00:00.000Z'), 'too-recent');
+  assert.equal(configurations.keys(a.id)[0]?.destroyedAt, null, 'a refusal changes nothing');
+  assert.equal(configurations.destroyKey(a.id, 3, '2999-01-01T00:00:00.000Z'), 'current', 'the current version is refused first');
+  assert.equal(configurations.destroyKey(a.id, 1, new Date(Date.parse(supersededAt) + 1).toISOString()), 'destroyed');
+  // A version superseded at an unknown time (a row written without it) counts as too recent.
+  store.db.prepare('UPDATE data_keys SET superseded_at = NULL WHERE configuration_id = ? AND version = 2').run(a.id);
+  assert.equal(configurations.destroyKey(a.id, 2, '2999-01-01T00:00:00.000Z'), 'too-recent');
+  assert.equal(configurations.destroyKey(a.id, 2, null), 'destroyed', 'without a bound (forced) it goes');
+});
+
+test('keyAlive reads the store itself: false once the version is destroyed or the configuration deleted', (t) => {
+  const store = setup(t);
+  const a = encryption(store, 'a', 'slug-a');
+  store.configurations.addKey(a.id, 2, randomBytes(60));
+  assert.equal(store.configurations.keyAlive(a.id, 1), true);
+  assert.equal(store.configurations.keyAlive(a.id, 3), false, 'a version that never existed');
+  assert.equal(store.configurations.destroyKey(a.id, 1), 'destroyed');
+  assert.equal(store.configurations.keyAlive(a.id, 1), false);
+  assert.equal(store.configurations.keyAlive(a.id, 2), true);
+  store.configurations.delete(a.id);
+  assert.equal(store.configurations.keyAlive(a.id, 2), false);
+});

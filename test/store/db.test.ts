@@ -200,3 +200,32 @@ test('the change stamp moves at once on this connection’s writes, within OTHER
   await sleep(OTHERS_CHECK_MS + 1);
   assert.notEqual(store.changeStamp(), afterDelete, 'another connection’s commit is seen once OTHERS_CHECK_MS has passed');
 });
+
+test('migrating a version-4 store gives each superseded key version the creation time of the next one, and the current one none', (t) => {
+  const db = new DatabaseSync(':memory:');
+  t.after(() => db.close());
+  db.exec('PRAGMA foreign_keys = ON');
+  const v4 = migrations.filter((m) => m.version <= 4);
+  assert.deepEqual(migrate(db, v4), { from: 0, to: 4 });
+  const insertConfiguration = db.prepare(`INSERT INTO configurations (id, name, type, keyring_id, created_at, updated_at) VALUES (?, ?, 'encryption', randomblob(16), ?, ?)`);
+  const insertKey = db.prepare('INSERT INTO data_keys (configuration_id, version, wrapped, created_at, destroyed_at) VALUES (?, ?, randomblob(60), ?, ?)');
+  const at = (day: number) => `2024-01-${String(day).padStart(2, '0')}T10:00:00.000Z`;
+  insertConfiguration.run('a', 'a', at(1), at(1));
+  insertKey.run('a', 1, at(1), at(9)); // destroyed later
+  insertKey.run('a', 2, at(3), null);
+  insertKey.run('a', 3, at(7), null);
+  insertConfiguration.run('b', 'b', at(2), at(2));
+  insertKey.run('b', 1, at(2), null);
+
+  assert.deepEqual(migrate(db), { from: 4, to: latest });
+  const rows = db.prepare('SELECT configuration_id AS c, version AS v, superseded_at AS s FROM data_keys ORDER BY c, v').all();
+  assert.deepEqual(
+    rows.map((r) => ({ ...r })),
+    [
+      { c: 'a', v: 1, s: at(3) },
+      { c: 'a', v: 2, s: at(7) },
+      { c: 'a', v: 3, s: null },
+      { c: 'b', v: 1, s: null },
+    ],
+  );
+});

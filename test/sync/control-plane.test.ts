@@ -293,7 +293,7 @@ test('key rotation and destruction reach the replicas: new tokens decrypt there,
   await waitFor('version 2 on the replica', async () => ((await call(replica.url, DEC, { body: v2.text })).status === 200 ? true : undefined));
   assert.match(JSON.parse((await call(replica.url, ENC, { body: doc })).text).card.number, /^svc:2:/, 'the replica encrypts with the new version');
 
-  const destroyed = await call(cp.url, `/api/v3/configurations/${payments.id}/keys/1/destroy`, { body: json({ confirm: 'payments/v1' }) });
+  const destroyed = await call(cp.url, `/api/v3/configurations/${payments.id}/keys/1/destroy`, { body: json({ confirm: 'payments/v1', force: true }) });
   assert.equal(destroyed.status, 200);
   await waitFor('version 1 shredded on the replica', async () => ((await call(replica.url, DEC, { body: v1.text })).status === 422 ? true : undefined));
   const [key1] = replica.app.services.store.configurations.keys(payments.id);
