@@ -14,7 +14,7 @@
  *   - re-read after a foreign commit: another connection committed (the log writer's
  *              thread, a CLI), so the state is read and digested again (at most every
  *              2 s in the service; every time here): same content, no new version or gzip;
- *   - verify:  a replica parses the body, checks its shape and recomputes the digest;
+ *   - verify:  a replica parses the body, checks its shape, its MAC and its digests;
  *   - apply:   full (a new replica, every section), one classification renamed
  *              (the classifications section), one API key revoked (api keys only);
  *   - restart: a replica's start from its persisted copy (gunzip, verify, full apply).
