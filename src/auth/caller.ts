@@ -58,8 +58,8 @@ const REPLICATION_PERMISSIONS: ReadonlySet<string> = new Set(['sync.read', 'sync
 
 /**
  * A replicas' key: its scope is limited to `sync.*` permissions. It pulls snapshots and
- * ships logs and nothing else: no login, no bearer token, no management route
- * (docs/replication.md "The replicas' API key").
+ * ships logs and nothing else: the management routes refuse it (api/routes.ts), login
+ * included (docs/replication.md "The replicas' API key").
  */
 export function isReplicationKey(caller: Caller): boolean {
   const scope = caller.keyScope;
@@ -68,9 +68,9 @@ export function isReplicationKey(caller: Caller): boolean {
   return true;
 }
 
-/** 403 `This action is unauthorized.` for a data-plane or a replicas' key. */
+/** 403 `This action is unauthorized.` for a data-plane key. */
 export function requireUserKey(caller: Caller): void {
-  if (isDataPlaneKey(caller) || isReplicationKey(caller)) throw new ActionUnauthorizedError();
+  if (isDataPlaneKey(caller)) throw new ActionUnauthorizedError();
 }
 
 const BEARER = /^bearer[ \t]+(\S+)[ \t]*$/i;
