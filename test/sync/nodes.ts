@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import type { TestContext } from 'node:test';
 import { createApp, type App } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
@@ -50,6 +51,8 @@ export const SYNC_SEED = SEED.replace(
 
 export interface Node {
   readonly app: App;
+  /** What the service logged (at `info` and above), when started with `captureLogs`. */
+  readonly logs: () => string;
   readonly url: string;
   readonly port: number;
   readonly storePath: string;
@@ -77,7 +80,7 @@ export function onClose(t: TestContext, close: () => Promise<void>): void {
 }
 
 /** A service on its own store file; `port` 0 picks a free one. Closed when the test ends. */
-export async function startNode(t: TestContext, options: { storePath: string; yaml: string; port?: number }): Promise<Node> {
+export async function startNode(t: TestContext, options: { storePath: string; yaml: string; port?: number; captureLogs?: boolean }): Promise<Node> {
   const config = loadConfig({
     text: `
 server: { listen: "127.0.0.1:${options.port ?? 0}", admin_listen: "off" }
@@ -88,12 +91,20 @@ logging: { level: silent }
 ${options.yaml}`,
     env: {},
   });
-  const app = createApp(config, { logger: createLogger(LOG_LEVEL), env: ENV });
+  const chunks: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      chunks.push(chunk.toString());
+      done();
+    },
+  });
+  const logger = options.captureLogs === true ? createLogger('info', sink) : createLogger(LOG_LEVEL);
+  const app = createApp(config, { logger, env: ENV });
   const { main } = await app.listen();
   let closed: Promise<void> | null = null;
   const close = () => (closed ??= app.close());
   onClose(t, close);
-  return { app, url: `http://127.0.0.1:${main.port}`, port: main.port, storePath: options.storePath, close };
+  return { app, logs: () => chunks.join(''), url: `http://127.0.0.1:${main.port}`, port: main.port, storePath: options.storePath, close };
 }
 
 export function startControlPlane(t: TestContext, storePath: string, port?: number, yaml = ''): Promise<Node> {
@@ -103,6 +114,7 @@ export function startControlPlane(t: TestContext, storePath: string, port?: numb
 export interface ReplicaOptions {
   readonly pollMs?: number;
   readonly key?: string;
+  readonly captureLogs?: boolean;
 }
 
 export function replicaYaml(controlPlaneUrl: string, name: string, options: ReplicaOptions = {}): string {
@@ -114,7 +126,7 @@ state:
 }
 
 export function startReplica(t: TestContext, storePath: string, controlPlaneUrl: string, name: string, options: ReplicaOptions = {}): Promise<Node> {
-  return startNode(t, { storePath, yaml: replicaYaml(controlPlaneUrl, name, options) });
+  return startNode(t, { storePath, yaml: replicaYaml(controlPlaneUrl, name, options), captureLogs: options.captureLogs });
 }
 
 export async function waitFor<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000, stepMs = 5): Promise<T> {

@@ -177,7 +177,7 @@ test('a forged snapshot (version 2^53-1) from a man in the middle is refused, an
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const mitm = await middleman(t, cp.url);
-  const replica = await startReplica(t, join(dir, 'r.db'), mitm.url, 'r', { pollMs: 500 });
+  const replica = await startReplica(t, join(dir, 'r.db'), mitm.url, 'r', { pollMs: 500, captureLogs: true });
   await waitReady(replica);
   const applied = await gauge(replica);
   assert.equal((await get(replica, '/api/v3/classifications', KEYS.viewer)).status, 200);
@@ -192,6 +192,11 @@ test('a forged snapshot (version 2^53-1) from a man in the middle is refused, an
   await waitFor('the forged snapshot to be served', () => (mitm.forgedServed() === 1 ? true : undefined));
   await waitFor('the forged snapshot to be refused', async () => ((await refused(replica, 'mac')) === 1 ? true : undefined));
   assert.equal(await gauge(replica), applied, 'the forged version was not taken');
+  // Logged with its reason, and nothing of the body: not its MAC, not a key hash.
+  const refusal = replica.logs().split('\n').find((line) => line.includes('rejected a control-plane snapshot'));
+  assert.ok(refusal !== undefined && refusal.includes('"kind":"mac"'), refusal);
+  assert.equal(replica.logs().includes(forged.mac), false);
+  for (const key of forged.state['api_keys']!) assert.equal(replica.logs().includes(String(key['key_hash'])), false);
   assert.equal(replica.app.services.store.replication.getSync('applied')?.version, applied);
 
   // The control plane revokes a key; the replica, still behind the middleman, must follow.
