@@ -15,7 +15,7 @@ import type { StatementSync } from 'node:sqlite';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { Store } from '../store/db.ts';
-import type { StateChangeTracker, StateRows } from '../store/replication.ts';
+import type { SectionName, StateChangeTracker, StateRows } from '../store/replication.ts';
 import type { SnapshotMac } from './snapshot-mac.ts';
 import { scopeKey, scopeState } from './snapshot-scope.ts';
 import { contentDigest, sectionDigests, sectionTexts, snapshotBody, snapshotDigest, type SectionDigests } from './snapshot.ts';
@@ -61,6 +61,9 @@ interface Base {
   readonly version: number;
   readonly content: string;
   readonly rows: StateRows;
+  /** The canonical texts of the whole state's sections, made for its digests. */
+  readonly texts: Record<SectionName, string>;
+  readonly sections: SectionDigests;
   whole: Promise<PublishedSnapshot> | null;
   readonly scoped: Map<string, Promise<PublishedSnapshot>>;
 }
@@ -101,12 +104,12 @@ export class SnapshotPublisher {
   /** The current snapshot, whole (`scope` null) or as a key limited to `scope` may see it. */
   current(scope: ReadonlySet<string> | null = null): Promise<PublishedSnapshot> {
     const base = this.#refresh();
-    if (scope === null) return (base.whole ??= this.#publish(base, base.rows, () => (base.whole = null)));
+    if (scope === null) return (base.whole ??= this.#publish(base, base.texts, () => (base.whole = null), base.sections));
     const key = scopeKey(scope);
     let published = base.scoped.get(key);
     if (published === undefined) {
       if (base.scoped.size >= MAX_CACHED_SCOPES) base.scoped.clear();
-      published = this.#publish(base, scopeState(base.rows, scope), () => base.scoped.delete(key));
+      published = this.#publish(base, sectionTexts(scopeState(base.rows, scope)), () => base.scoped.delete(key));
       base.scoped.set(key, published);
     }
     return published;
@@ -124,7 +127,8 @@ export class SnapshotPublisher {
     this.#builtAt = now;
     this.#heldUntil = null;
     const rows = this.#store.replication.readState();
-    const sections = sectionDigests(sectionTexts(rows));
+    const texts = sectionTexts(rows);
+    const sections = sectionDigests(texts);
     const content = contentDigest(sections);
     if (this.#base !== null && content === this.#base.content) return this.#base;
     const version = this.#versionFor(content, sections, this.#base === null);
@@ -134,13 +138,13 @@ export class SnapshotPublisher {
       this.#heldUntil = this.#mintedAt + 1000;
       return this.#base!;
     }
-    this.#base = { version, content, rows, whole: null, scoped: new Map() };
+    this.#base = { version, content, rows, texts, sections, whole: null, scoped: new Map() };
     return this.#base;
   }
 
-  /** The body of `rows` at the base's version, signed and gzipped; `forget` drops it from the cache if that fails. */
-  #publish(base: Base, rows: StateRows, forget: () => void): Promise<PublishedSnapshot> {
-    const { digest, body } = snapshotBody(base.version, sectionTexts(rows), this.#mac);
+  /** The body of `texts` at the base's version, signed and gzipped; `forget` drops it from the cache if that fails. */
+  #publish(base: Base, texts: Record<SectionName, string>, forget: () => void, sections?: SectionDigests): Promise<PublishedSnapshot> {
+    const { digest, body } = snapshotBody(base.version, texts, this.#mac, sections);
     const published = gzipAsync(body).then((gzipped) => ({ version: base.version, digest, body, gzipped }));
     // Never keep a failure: the next call builds again.
     published.catch(forget);

@@ -130,8 +130,12 @@ function bodyTail(version: number, sections: SectionDigests, texts: Record<Secti
  * A snapshot's body from the canonical texts of its sections: canonical itself, with
  * `mac` in its sorted place, so removing that one member gives the text the MAC covers.
  */
-export function snapshotBody(version: number, texts: Record<SectionName, string>, mac: SnapshotMac): { digest: string; body: Buffer } {
-  const sections = sectionDigests(texts);
+export function snapshotBody(
+  version: number,
+  texts: Record<SectionName, string>,
+  mac: SnapshotMac,
+  sections: SectionDigests = sectionDigests(texts),
+): { digest: string; body: Buffer } {
   const digest = snapshotDigest(version, sections);
   const signature = mac.sign(macText(version, digest, sections, texts));
   return { digest, body: Buffer.from(`{"digest":"${digest}","format":${SNAPSHOT_FORMAT},"mac":"${signature}",${bodyTail(version, sections, texts)}`) };
