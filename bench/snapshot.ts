@@ -14,7 +14,7 @@
  *   - re-read after a foreign commit: another connection committed (the log writer's
  *              thread, a CLI), so the state is read and digested again (at most every
  *              2 s in the service; every time here): same content, no new version or gzip;
- *   - verify:  a replica parses the body, checks its shape and recomputes the digest;
+ *   - verify:  a replica parses the body, checks its shape, its MAC and its digests;
  *   - apply:   full (a new replica, every section), one classification renamed
  *              (the classifications section), one API key revoked (api keys only);
  *   - restart: a replica's start from its persisted copy (gunzip, verify, full apply).
@@ -30,7 +30,9 @@ import { wrapDataKey } from '../src/crypto/data-keys.ts';
 import { Keyring } from '../src/crypto/keyring.ts';
 import { MasterKey } from '../src/crypto/master-key.ts';
 import { openStore, type Store } from '../src/store/db.ts';
-import { applySnapshot, SnapshotPublisher, verifySnapshot } from '../src/sync/snapshot.ts';
+import { applySnapshot, verifySnapshot } from '../src/sync/snapshot.ts';
+import { SnapshotMac } from '../src/sync/snapshot-mac.ts';
+import { SnapshotPublisher } from '../src/sync/snapshot-publisher.ts';
 import { machineInfo } from './lib/report.ts';
 
 const { values } = parseArgs({ options: { quick: { type: 'boolean', default: false } } });
@@ -44,6 +46,7 @@ const ROUNDS = quick ? 3 : 7;
 const dir = mkdtempSync(join(tmpdir(), 'svc-bench-snapshot-'));
 process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
 const master = new MasterKey(randomBytes(32));
+const mac = new SnapshotMac(master);
 
 function populate(store: Store): void {
   store.transaction(() => {
@@ -103,7 +106,7 @@ const cp = openStore(join(dir, 'cp.db'));
 const populateStarted = performance.now();
 populate(cp);
 const populateMs = performance.now() - populateStarted;
-const publisher = new SnapshotPublisher(cp, { foreignRecheckMs: 0 });
+const publisher = new SnapshotPublisher(cp, mac, { foreignRecheckMs: 0 });
 const logRow = () => [{ requestId: randomBytes(8).toString('hex'), method: 'GET', path: '/x', statusCode: 200, durationMs: 1, ip: '', createdAt: new Date().toISOString() }];
 const logWrite = () => cp.logs.insertApi(logRow());
 // Another connection to the same file, as the log writer's thread has.
@@ -121,9 +124,9 @@ other.close();
 const published = await publisher.current();
 
 results['verify'] = await time(ROUNDS, () => {
-  verifySnapshot(published.body);
+  verifySnapshot(published.body, mac);
 });
-const snapshot = verifySnapshot(published.body);
+const snapshot = verifySnapshot(published.body, mac);
 
 // A fresh replica store per round: the full apply of a first snapshot.
 let replica: Store | null = null;
@@ -146,7 +149,7 @@ async function applyAfter(change: (round: number) => void): Promise<number[]> {
   for (let round = -1; round < ROUNDS; round++) {
     change(round);
     const next = await publisher.current();
-    const verified = verifySnapshot(next.body);
+    const verified = verifySnapshot(next.body, mac);
     const started = performance.now();
     const outcome = applySnapshot(target!, verified, next.gzipped);
     const elapsed = performance.now() - started;
@@ -164,7 +167,7 @@ results['apply: 1 API key revoked'] = await applyAfter((round) => {
 
 results['restart from the persisted copy'] = await time(ROUNDS, () => {
   const row = target.replication.getSync('applied')!;
-  applySnapshot(target, verifySnapshot(gunzipSync(row.body!)), row.body!, { force: true });
+  applySnapshot(target, verifySnapshot(gunzipSync(row.body!), mac), row.body!, { force: true });
 });
 
 // The replica now matches the control plane.

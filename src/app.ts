@@ -165,7 +165,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   }
   // The log queue is read at scrape time, once services exist.
   const metrics = new Metrics(() => services.logs);
-  const replication = createReplication(config, store, logger, metrics);
+  const replication = createReplication(config, store, master, logger, metrics);
   const services: Services = {
     config,
     logger,

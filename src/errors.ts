@@ -119,6 +119,13 @@ export class ValueTooLargeError extends SvcError {
   }
 }
 
+/** `POST /api/v3/sync/logs` beyond `sync.max_batch` rows (docs/replication.md). */
+export class SyncBatchTooLargeError extends SvcError {
+  constructor(limit: number) {
+    super('SVC_ERR_SYNC_BATCH_TOO_LARGE', 413, `The log batch holds more than ${limit} rows.`);
+  }
+}
+
 export class UnsupportedMediaTypeError extends SvcError {
   constructor() {
     super('SVC_ERR_UNSUPPORTED_MEDIA_TYPE', 415, 'The request body must be JSON (Content-Type: application/json).');

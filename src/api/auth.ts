@@ -1,12 +1,12 @@
 /**
  * Login, logout and the acting user (DESIGN §9, spec 4.2). Login needs a valid API key and
- * no permission: the user it logs in brings their own.
+ * no permission: the user it logs in brings their own. A replica refuses login (409).
  */
 import { recordUserActivity } from './activity.ts';
 import { PASSWORD_MAX } from '../auth/passwords.ts';
 import { requireUserKey, type Caller } from '../auth/caller.ts';
 import type { Services } from '../services.ts';
-import { ActionUnauthorizedError, UnauthenticatedError } from '../errors.ts';
+import { ActionUnauthorizedError, ManagedByControlPlaneError, UnauthenticatedError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
@@ -17,6 +17,10 @@ import { Validator } from './validation.ts';
 
 async function login(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   requireUserKey(caller);
+  // Replicas hold no login (DESIGN §13): their snapshots carry no password hash. Tokens
+  // from a login on the control plane work here (the signing secret comes from the shared
+  // master key).
+  if (services.config.state.source === 'control-plane') throw new ManagedByControlPlaneError();
   const v = new Validator(await readJson(ctx));
   const email = v.email('email', { required: true });
   const password = v.string('password', { required: true, max: PASSWORD_MAX });

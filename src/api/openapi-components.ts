@@ -7,6 +7,7 @@
  * every response against this document, notices a field that is added, renamed or
  * dropped. Request bodies stay open: the API ignores fields it does not know.
  */
+import { METHODS } from 'node:http';
 import { BUILT_IN_ROLES, EGRESS_NAME_PATTERN, PERMISSIONS, PROXY_SLUG_PATTERN } from '../config/schema.ts';
 import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.ts';
 import { LOG_KINDS } from '../store/logs.ts';
@@ -222,6 +223,41 @@ const unifiedLogEntry = shape({
   configuration: logConfiguration,
   user: logUser,
   full_log: shape({ action: text, description: text, ip: text, when: text, timestamp: dateTime, user: logUser }),
+});
+
+/** A time as log rows store it (Date#toISOString), at most 10 minutes ahead of the control plane's clock. */
+const logTime: JsonObject = { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$', description: 'UTC, milliseconds, `Z`; at most 10 minutes ahead of the control plane\'s clock.' };
+const shippedRowId: JsonObject = { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'The row\'s id on the replica.' };
+const shippedUserId: JsonObject = { type: ['integer', 'null'], minimum: 1, description: 'A user of the control plane, or null.' };
+const shippedKeyId: JsonObject = { type: ['string', 'null'], minLength: 1, maxLength: 64, description: 'An API key of the control plane, or null.' };
+
+/** A row of `POST /api/v3/sync/logs`: an api log row as the replica stores it. */
+const syncApiRow = shape({
+  id: shippedRowId,
+  request_id: requestId,
+  method: { type: 'string', enum: [...METHODS] },
+  path: { type: 'string', minLength: 1, maxLength: 1024 },
+  status_code: { type: 'integer', minimum: 100, maximum: 599 },
+  api_key_id: shippedKeyId,
+  user_id: shippedUserId,
+  configuration_id: { type: ['string', 'null'], minLength: 1, maxLength: 64, description: 'A configuration of the control plane (within the key\'s scope), or null.' },
+  destination: { type: ['string', 'null'], minLength: 1, maxLength: 2048 },
+  duration_ms: { type: 'number', minimum: 0, maximum: 30 * 24 * 60 * 60 * 1000 },
+  ip: { type: 'string', maxLength: 45, description: 'An IPv4 or IPv6 address, or empty.' },
+  created_at: logTime,
+});
+
+/** A row of `POST /api/v3/sync/logs`: a usage log row as the replica stores it. */
+const syncUsageRow = shape({
+  id: shippedRowId,
+  request_id: requestId,
+  configuration_id: { type: 'string', minLength: 1, maxLength: 64, description: 'A configuration of the control plane, within the key\'s scope.' },
+  api_key_id: shippedKeyId,
+  user_id: shippedUserId,
+  mode: { type: 'string', enum: ['encrypt', 'decrypt'] },
+  field_count: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+  bytes: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+  created_at: logTime,
 });
 
 const pageUrl: JsonObject = { type: 'string', format: 'uri' };
@@ -462,23 +498,30 @@ export const components: JsonObject = {
     }),
     Snapshot: shape(
       {
-        format: { const: 1 },
-        version: { type: 'integer', minimum: 1 },
         digest: sha256Hex,
+        format: { const: 2 },
+        mac: { ...sha256Hex, description: 'HMAC-SHA256, under a key derived from the master key (HKDF, info `svc snapshot v1`), of the canonical JSON of this body without `mac`.' },
         sections: shape(Object.fromEntries(SNAPSHOT_SECTIONS.map((name) => [name, sha256Hex]))),
         state: shape(Object.fromEntries(SNAPSHOT_SECTIONS.map((name) => [name, arrayOf({ type: 'object' })]))),
+        version: { type: 'integer', minimum: 1 },
       },
       [],
-      { description: 'The state a replica applies: every section with its SHA-256, all covered by `digest` (docs/replication.md, "The snapshot format").' },
+      {
+        description:
+          'The state a replica applies: every section with its SHA-256, all covered by `digest`, the whole body by `mac` ' +
+          '(docs/replication.md, "The snapshot format"). Users carry no password hash.',
+      },
     ),
     SyncLogBatch: {
       type: 'object',
       additionalProperties: false,
-      required: ['replica'],
+      required: ['replica', 'instance'],
+      description: 'At most `sync.max_batch` rows (default 5,000), api and usage together: more is 413.',
       properties: {
-        replica: { type: 'string', minLength: 1, maxLength: 128 },
-        api: arrayOf({ type: 'object', description: "An api log row as the replica's store holds it, with the replica's row `id`." }, { maxItems: 10_000 }),
-        usage: arrayOf({ type: 'object', description: "A usage log row as the replica's store holds it, with the replica's row `id`." }, { maxItems: 10_000 }),
+        replica: { type: 'string', minLength: 1, maxLength: 128, description: 'The replica\'s name, shown in the logs. No control characters or bidi overrides.' },
+        instance: { type: 'string', pattern: '^[0-9a-f]{32}$', description: 'The replica\'s instance id: 128 random bits made at its first start. Rows are kept once per (instance, id).' },
+        api: arrayOf(syncApiRow),
+        usage: arrayOf(syncUsageRow),
       },
     },
     SyncLogsReceived: shape({ stored: count, duplicates: { ...count, description: 'Rows received before (a retried batch): skipped.' } }),
@@ -562,7 +605,7 @@ export const components: JsonObject = {
       schemaRef('DataForbiddenError'),
     ),
     NotFound: errorResponse('No such resource.', schemaRef('NotFoundError')),
-    ManagedByControlPlane: errorResponse('State comes from a control plane: management writes are refused.', errorSaying('Managed by the control plane.')),
+    ManagedByControlPlane: errorResponse('State comes from a control plane: management writes and password logins are refused.', errorSaying('Managed by the control plane.')),
     KeyDestroyConflict: errorResponse(
       'A replica refuses management writes; or the version was current less than `keys.destroy_after` ago and the request did not say `force: true`.',
       {

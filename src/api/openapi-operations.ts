@@ -370,8 +370,9 @@ const authPaths: Record<string, JsonObject> = {
       tag: 'auth',
       summary: 'Exchange email and password for an access token',
       description:
-        'Needs a valid API key (no permission). Wrong credentials: 401 `Unauthenticated.`; a disabled user or a data-plane key: 403 ' +
-        '`This action is unauthorized.`; 5 failures per email in 15 minutes: 429.',
+        'Needs a valid API key (no permission). Wrong credentials: 401 `Unauthenticated.`; a disabled user, a data-plane key or a ' +
+        'replicas\' key: 403 `This action is unauthorized.`; on a replica: 409 `Managed by the control plane.`; 5 failures per email ' +
+        'in 15 minutes: 429.',
       permission: null,
       requestBody: body('Login'),
       responses: {
@@ -382,7 +383,7 @@ const authPaths: Record<string, JsonObject> = {
           headers: REQUEST_ID_HEADERS,
           content: { 'application/json': { schema: { allOf: [schemaRef('Error'), { type: 'object', properties: { message: { type: 'string', enum: ['Unauthorized.', 'Unauthenticated.'] } } }] } } },
         },
-        ...errors(403, 413, 415, 422, 429, 500),
+        ...errors(403, 409, 413, 415, 422, 429, 500),
       },
     }),
   },
@@ -414,7 +415,10 @@ const syncPaths: Record<string, JsonObject> = {
       id: 'getSyncSnapshot',
       tag: 'sync',
       summary: 'The state snapshot replicas pull',
-      description: 'Gzip-encoded when `Accept-Encoding` allows it. Holds password and key hashes and wrapped data keys: `sync.read` belongs to owner and administrator only.',
+      description:
+        'Gzip-encoded when `Accept-Encoding` allows it. Holds API key hashes and wrapped data keys, never password hashes; ' +
+        'a key limited to configurations receives only those and what may name them (docs/replication.md, "Scoped replicas"). ' +
+        '`sync.read` belongs to owner and administrator only.',
       permission: 'sync.read',
       parameters: [{ name: 'if-none-match', in: 'header', schema: { type: 'string' }, description: 'The ETag of the snapshot the replica holds, or `*`.' }],
       responses: {
@@ -433,7 +437,11 @@ const syncPaths: Record<string, JsonObject> = {
       id: 'receiveSyncLogs',
       tag: 'sync',
       summary: "A replica's api and usage logs",
-      description: 'Idempotent: rows received before are counted as duplicates and skipped. At most 16 MiB.',
+      description:
+        'Idempotent: rows received before from the same instance (same instance and row id) are counted as duplicates and skipped. ' +
+        'At most `sync.max_batch` rows (413 beyond) and 32 MiB. 422 when any row does not fit its schema, names an id that does not ' +
+        'exist (or a configuration outside the key\'s scope), or is dated more than 10 minutes ahead of the control plane\'s clock; ' +
+        'nothing of such a batch is stored.',
       permission: 'sync.write',
       requestBody: body('SyncLogBatch'),
       responses: { '200': json('Stored.', schemaRef('SyncLogsReceived')), ...CREATE },

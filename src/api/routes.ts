@@ -4,10 +4,10 @@
  * the permission-matrix test.
  */
 import { authenticateRequest } from '../auth/request-auth.ts';
-import { requirePermission, type Caller } from '../auth/caller.ts';
+import { isReplicationKey, requirePermission, type Caller } from '../auth/caller.ts';
 import type { Permission } from '../config/schema.ts';
 import type { Services } from '../services.ts';
-import { ManagedByControlPlaneError } from '../errors.ts';
+import { ActionUnauthorizedError, ManagedByControlPlaneError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Router } from '../http/router.ts';
 import type { Handler } from '../http/listener.ts';
@@ -30,6 +30,9 @@ export function mount(router: Router<Handler<Services>>, routes: readonly ApiRou
   for (const route of routes) {
     router.add(route.method, route.path, async (ctx, services) => {
       const caller = await authenticateRequest(ctx, services.auth);
+      // A replicas' key (sync.* only) reaches the sync routes and nothing else, not even
+      // the routes any key may call (login, the acting user).
+      if (isReplicationKey(caller) && route.permission?.startsWith('sync.') !== true) throw new ActionUnauthorizedError();
       if (route.permission !== null) requirePermission(caller, route.permission);
       if (route.write && services.config.state.source === 'control-plane') throw new ManagedByControlPlaneError();
       await route.handler(ctx, services, caller);

@@ -1,23 +1,18 @@
 /**
  * Replication endpoints a control plane serves to its replicas (docs/replication.md):
- * the state snapshot, and the logs replicas ship back.
+ * the state snapshot, and the logs replicas ship back (sync-logs.ts).
  */
 import { LOGS_PATH } from '../sync/log-shipper.ts';
 import { SNAPSHOT_PATH } from '../sync/replica.ts';
-import { z } from 'zod';
+import type { Caller } from '../auth/caller.ts';
 import type { Services } from '../services.ts';
-import { ValidationError, type ValidationErrors } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
-import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Store } from '../store/db.ts';
-import { SnapshotPublisher } from '../sync/snapshot.ts';
+import { SnapshotMac } from '../sync/snapshot-mac.ts';
+import { SnapshotPublisher } from '../sync/snapshot-publisher.ts';
 import type { ApiRoute } from './routes.ts';
-import { attributeName } from './validation.ts';
-
-/** A shipped batch is at most a few thousand rows; this leaves room without being unbounded. */
-const LOGS_BODY_LIMIT = 16 * 1024 * 1024;
-const MAX_ROWS = 10_000;
+import { receiveLogs } from './sync-logs.ts';
 
 export const routes: ApiRoute[] = [
   { method: 'GET', path: SNAPSHOT_PATH, permission: 'sync.read', write: false, handler: snapshot },
@@ -28,17 +23,18 @@ export const routes: ApiRoute[] = [
 /** One publisher per store, so its cache serves every request of that service. */
 const publishers = new WeakMap<Store, SnapshotPublisher>();
 
-function publisherFor(store: Store): SnapshotPublisher {
-  let publisher = publishers.get(store);
+function publisherFor(services: Services): SnapshotPublisher {
+  let publisher = publishers.get(services.store);
   if (publisher === undefined) {
-    publisher = new SnapshotPublisher(store);
-    publishers.set(store, publisher);
+    publisher = new SnapshotPublisher(services.store, new SnapshotMac(services.master));
+    publishers.set(services.store, publisher);
   }
   return publisher;
 }
 
-async function snapshot(ctx: RequestContext, services: Services): Promise<void> {
-  const published = await publisherFor(services.store).current();
+/** The snapshot as the key may see it: a key limited to configurations gets only those (snapshot-scope.ts). */
+async function snapshot(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const published = await publisherFor(services).current(caller.configurations);
   const etag = `"${published.digest}"`;
   const res = ctx.res;
   res.setHeader('etag', etag);
@@ -71,75 +67,4 @@ function acceptsGzip(header: string | undefined): boolean {
     const q = params.find((p) => p.startsWith('q='));
     return q === undefined || Number(q.slice(2)) > 0;
   });
-}
-
-// ---------------------------------------------------------------------------------------
-// POST /api/v3/sync/logs
-
-// Bounds generous enough for anything a replica's own log tables hold: a row refused here
-// would be sent again and again, and hold up every row behind it.
-const nullableId = z.number().int().min(1).nullable();
-const timestamp = z.string().min(1).max(64);
-const requestId = z.string().min(1).max(256);
-const shortText = z.string().max(256);
-const longText = z.string().max(8192);
-
-const batchSchema = z.strictObject({
-  replica: z.string().min(1).max(128),
-  api: z
-    .array(
-      z.strictObject({
-        id: z.number().int().min(1),
-        request_id: requestId,
-        method: z.string().min(1).max(32),
-        path: longText,
-        status_code: z.number().int().min(0).max(999),
-        api_key_id: shortText.nullable(),
-        user_id: nullableId,
-        configuration_id: shortText.nullable(),
-        destination: longText.nullable(),
-        duration_ms: z.number().min(0),
-        ip: shortText,
-        created_at: timestamp,
-      }),
-    )
-    .max(MAX_ROWS)
-    .default([]),
-  usage: z
-    .array(
-      z.strictObject({
-        id: z.number().int().min(1),
-        request_id: requestId,
-        configuration_id: z.string().min(1).max(256),
-        api_key_id: shortText.nullable(),
-        user_id: nullableId,
-        mode: z.enum(['encrypt', 'decrypt']),
-        field_count: z.number().int().min(0),
-        bytes: z.number().int().min(0),
-        created_at: timestamp,
-      }),
-    )
-    .max(MAX_ROWS)
-    .default([]),
-});
-
-/**
- * Stores a replica's batch; rows already received (a retry) are skipped, so the replica
- * may resend freely. No activity entry: this is log traffic, not a management change.
- */
-async function receiveLogs(ctx: RequestContext, services: Services): Promise<void> {
-  const parsed = batchSchema.safeParse(await readJson(ctx, LOGS_BODY_LIMIT));
-  if (!parsed.success) throw new ValidationError(validationErrors(parsed.error.issues));
-  const batch = parsed.data;
-  const result = services.store.shippedLogs.receive(batch.replica, { api: batch.api, usage: batch.usage });
-  sendJson(ctx, 200, result);
-}
-
-function validationErrors(issues: readonly z.core.$ZodIssue[]): ValidationErrors {
-  const errors: ValidationErrors = {};
-  for (const issue of issues) {
-    const field = issue.path.length === 0 ? 'body' : issue.path.join('.');
-    (errors[field] ??= []).push(`The ${attributeName(field)} field is invalid.`);
-  }
-  return errors;
 }

@@ -54,6 +54,20 @@ export function isDataPlaneKey(caller: Caller): boolean {
   return true;
 }
 
+const REPLICATION_PERMISSIONS: ReadonlySet<string> = new Set(['sync.read', 'sync.write']);
+
+/**
+ * A replicas' key: its scope is limited to `sync.*` permissions. It pulls snapshots and
+ * ships logs and nothing else: the management routes refuse it (api/routes.ts), login
+ * included (docs/replication.md "The replicas' API key").
+ */
+export function isReplicationKey(caller: Caller): boolean {
+  const scope = caller.keyScope;
+  if (scope === null || scope.size === 0) return false;
+  for (const permission of scope) if (!REPLICATION_PERMISSIONS.has(permission)) return false;
+  return true;
+}
+
 /** 403 `This action is unauthorized.` for a data-plane key. */
 export function requireUserKey(caller: Caller): void {
   if (isDataPlaneKey(caller)) throw new ActionUnauthorizedError();

@@ -336,6 +336,13 @@ export const configSchema = z
       })
       .prefault({}),
     logging: z.strictObject({ level: z.enum(LOG_LEVELS).default('info') }).prefault({}),
+    /** Replication, the control plane's side (docs/replication.md). */
+    sync: z
+      .strictObject({
+        /** Rows (api and usage together) one `POST /api/v3/sync/logs` may carry; more is 413. */
+        max_batch: wholeNumber(100).pipe(z.number().max(100_000)).default(5000),
+      })
+      .prefault({}),
     seed: seedSchema.prefault({}),
     relay: relaySchema.optional(),
     egress: z.array(egressSchema).default([]),

@@ -301,6 +301,34 @@ UPDATE data_keys SET superseded_at = (
 );
 `;
 
+/**
+ * Fleet logs that no other holder of the fleet key can suppress (DESIGN §13). A replica
+ * makes a random instance id at its first start (`sync_instance`, one row) and ships it
+ * with its logs; the control plane keeps each received row once per (instance id, row
+ * id). The previous key, (replica name, row id, request id), could be claimed in advance
+ * by anyone who knew a replica's name, which every log list shows. Rows received before
+ * this version keep a NULL instance and stay out of the (partial) index.
+ *
+ * `id_base` moves a replica's shipped row ids past every id shipped before once retention
+ * has emptied a log table and SQLite numbers it from 1 again.
+ */
+const schemaV7 = /* sql */ `
+CREATE TABLE sync_instance (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  instance_id TEXT NOT NULL CHECK (length(instance_id) = 32),
+  created_at TEXT NOT NULL
+) STRICT;
+
+ALTER TABLE sync_log_cursors ADD COLUMN id_base INTEGER NOT NULL DEFAULT 0;
+
+ALTER TABLE api_logs ADD COLUMN replica_instance TEXT;
+DROP INDEX api_logs_replica_row;
+CREATE UNIQUE INDEX api_logs_replica_row ON api_logs(replica_instance, replica_log_id) WHERE replica_instance IS NOT NULL;
+ALTER TABLE usage_logs ADD COLUMN replica_instance TEXT;
+DROP INDEX usage_logs_replica_row;
+CREATE UNIQUE INDEX usage_logs_replica_row ON usage_logs(replica_instance, replica_log_id) WHERE replica_instance IS NOT NULL;
+`;
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
@@ -308,6 +336,7 @@ export const migrations: readonly Migration[] = Object.freeze([
   { version: 4, sql: schemaV4 },
   { version: 5, sql: schemaV5 },
   { version: 6, sql: schemaV6 },
+  { version: 7, sql: schemaV7 },
 ]);
 
 export function schemaVersion(db: DatabaseSync): number {

@@ -22,11 +22,11 @@ export interface RoleRow {
   permissions: string[];
 }
 
+/** No password hash: replicas hold no login (DESIGN §13), so snapshots never carry one. */
 export interface UserRow {
   id: number;
   name: string;
   email: string;
-  passwordHash: string | null;
   disabled: boolean;
   twoFactorEnabled: boolean;
   roleIds: number[];
@@ -185,6 +185,7 @@ export class ReplicationRepository {
   readonly #addRolePermissions: StatementSync;
   readonly #upsertUser: StatementSync;
   readonly #removeUsers: StatementSync;
+  readonly #clearPasswords: StatementSync;
   readonly #parkUsers: StatementSync;
   readonly #clearUserRoles: StatementSync;
   readonly #addUserRoles: StatementSync;
@@ -218,7 +219,7 @@ export class ReplicationRepository {
           WHERE rp.role_id = r.id) AS permissions
         FROM roles r ORDER BY r.id`);
     this.#users = db.prepare(`
-      SELECT u.id, u.name, u.email, u.password_hash, u.disabled, u.two_factor_enabled, u.created_at, u.updated_at,
+      SELECT u.id, u.name, u.email, u.disabled, u.two_factor_enabled, u.created_at, u.updated_at,
         (SELECT json_group_array(ur.role_id ORDER BY ur.role_id) FROM user_roles ur WHERE ur.user_id = u.id) AS role_ids
         FROM users u ORDER BY u.id`);
     this.#configurations = db.prepare(`
@@ -258,11 +259,14 @@ export class ReplicationRepository {
         SELECT ?, id FROM permissions WHERE name IN (SELECT value FROM json_each(?))`);
     this.#upsertUser = db.prepare(`
       INSERT INTO users (id, name, email, password_hash, disabled, two_factor_enabled, source, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?, 'control-plane', ?, ?)
-      ON CONFLICT (id) DO UPDATE SET name = excluded.name, email = excluded.email, password_hash = excluded.password_hash,
+      VALUES (?, ?, ?, NULL, ?, ?, 'control-plane', ?, ?)
+      ON CONFLICT (id) DO UPDATE SET name = excluded.name, email = excluded.email, password_hash = NULL,
         disabled = excluded.disabled, two_factor_enabled = excluded.two_factor_enabled, source = excluded.source,
         created_at = excluded.created_at, updated_at = excluded.updated_at`);
     this.#removeUsers = db.prepare(`DELETE FROM users WHERE id IN (${ids})`);
+    // A replica keeps no password hash: not one from a bootstrap seed, nor one an older
+    // snapshot format carried. Run with secure_delete on, so the bytes go too.
+    this.#clearPasswords = db.prepare('UPDATE users SET password_hash = NULL WHERE password_hash IS NOT NULL');
     this.#parkUsers = db.prepare(`UPDATE users SET email = ${park} WHERE id IN (${ids})`);
     this.#clearUserRoles = db.prepare('DELETE FROM user_roles WHERE user_id = ?');
     this.#addUserRoles = db.prepare('INSERT INTO user_roles (user_id, role_id) SELECT DISTINCT ?, value FROM json_each(?)');
@@ -359,7 +363,6 @@ export class ReplicationRepository {
       id: number;
       name: string;
       email: string;
-      password_hash: string | null;
       disabled: number;
       two_factor_enabled: number;
       created_at: string;
@@ -370,7 +373,6 @@ export class ReplicationRepository {
       id: r.id,
       name: r.name,
       email: r.email,
-      passwordHash: r.password_hash,
       disabled: r.disabled === 1,
       twoFactorEnabled: r.two_factor_enabled === 1,
       roleIds: JSON.parse(r.role_ids) as number[],
@@ -535,7 +537,10 @@ export class ReplicationRepository {
           this.#parkRoles.run(json(changes.roles.upsert.map((r) => r.id)));
         }
         if (changes.roles) this.#upsertRoles(changes.roles.upsert);
-        if (changes.users) this.#upsertUsers(changes.users.upsert);
+        if (changes.users) {
+          this.#upsertUsers(changes.users.upsert);
+          this.#clearPasswords.run();
+        }
         if (changes.configurations) this.#upsertConfigurations(changes.configurations.upsert);
         if (changes.classifications) this.#upsertClassifications(changes.classifications.upsert);
         if (changes.apiKeys) this.#upsertApiKeys(changes.apiKeys.upsert);
@@ -561,7 +566,7 @@ export class ReplicationRepository {
 
   #upsertUsers(users: readonly UserRow[]): void {
     for (const u of users) {
-      this.#upsertUser.run(u.id, u.name, u.email, u.passwordHash, u.disabled ? 1 : 0, u.twoFactorEnabled ? 1 : 0, u.createdAt, u.updatedAt);
+      this.#upsertUser.run(u.id, u.name, u.email, u.disabled ? 1 : 0, u.twoFactorEnabled ? 1 : 0, u.createdAt, u.updatedAt);
       this.#clearUserRoles.run(u.id);
       if (u.roleIds.length > 0) this.#addUserRoles.run(u.id, JSON.stringify(u.roleIds));
     }

@@ -19,7 +19,9 @@ import type { Store } from '../store/db.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { Backoff } from './backoff.ts';
 import { LogShipper } from './log-shipper.ts';
-import { applySnapshot, SnapshotRejectedError, verifySnapshot, type VerifiedSnapshot } from './snapshot.ts';
+import { applySnapshot, SnapshotRejectedError, verifySnapshot, versionBound, type VerifiedSnapshot } from './snapshot.ts';
+import { SnapshotMac } from './snapshot-mac.ts';
+import type { MasterKey } from '../crypto/master-key.ts';
 
 const gunzipAsync = promisify(gunzip);
 const gzipAsync = promisify(gzip);
@@ -33,6 +35,8 @@ export interface ReplicaOptions {
   readonly store: Store;
   readonly logger: Logger;
   readonly metrics: Metrics;
+  /** Checks the MAC of every snapshot, fetched or persisted. */
+  readonly mac: SnapshotMac;
   /** The control plane's base URL (no `/api`). */
   readonly url: string;
   readonly apiKey: string;
@@ -92,14 +96,17 @@ export class Replica {
     const row = store.replication.getSync('applied');
     if (row === undefined || row.body === null) return false;
     try {
-      const snapshot = verifySnapshot(gunzipSync(row.body));
+      // No version bound here: this copy passed it when it was applied, and a clock set
+      // back since must not cost the replica the state it holds.
+      const snapshot = verifySnapshot(gunzipSync(row.body), this.#options.mac);
       applySnapshot(store, snapshot, row.body, { force: true });
       this.#accepted(snapshot);
       logger.info({ version: snapshot.version }, 'serving the persisted control-plane snapshot');
       return true;
     } catch (err) {
       metrics.reloadFailures.inc();
-      logger.error({ err }, 'the persisted control-plane snapshot could not be used; waiting for the control plane');
+      if (err instanceof SnapshotRejectedError) metrics.countSnapshotRefused(err.reason);
+      logger.error({ reason: refusalDetails(err) }, 'the persisted control-plane snapshot could not be used; waiting for the control plane');
       return false;
     }
   }
@@ -135,7 +142,7 @@ export class Replica {
     try {
       const fetched = await this.#fetch();
       if (fetched === null) return 'unchanged';
-      const snapshot = verifySnapshot(fetched.body);
+      const snapshot = verifySnapshot(fetched.body, this.#options.mac, { maxVersion: versionBound() });
       const gzipped = fetched.gzipped ?? (await gzipAsync(fetched.body));
       if (this.#repeater.stopped) return 'unchanged';
       const outcome = applySnapshot(store, snapshot, gzipped);
@@ -147,7 +154,10 @@ export class Replica {
       if (this.#repeater.stopped) return 'failed';
       metrics.reloadFailures.inc();
       if (err instanceof SnapshotRejectedError) {
-        logger.error({ err, keeping: this.#applied?.version ?? null }, 'rejected a control-plane snapshot; keeping the last good state');
+        // Nothing of a refused snapshot is kept (not its version either), so the next good
+        // one applies as if this one had never come.
+        metrics.countSnapshotRefused(err.reason);
+        logger.error({ reason: refusalDetails(err), keeping: this.#applied?.version ?? null }, 'rejected a control-plane snapshot; keeping the last good state');
       } else {
         logger.warn({ err, failures: this.#backoff.failures + 1, keeping: this.#applied?.version ?? null }, 'could not reach the control plane; keeping the last good state');
       }
@@ -193,6 +203,15 @@ export class Replica {
   }
 }
 
+/**
+ * What the log says about a refusal: the reason and its message, never the cause, whose
+ * text (a JSON parser's, say) can quote the body.
+ */
+function refusalDetails(err: unknown): { kind: string; message: string } {
+  if (err instanceof SnapshotRejectedError) return { kind: err.reason, message: err.message };
+  return { kind: 'unreadable', message: err instanceof Error ? err.message : String(err) };
+}
+
 async function readLimited(body: AsyncIterable<Buffer>, limit: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
@@ -220,19 +239,31 @@ export interface Replication {
 }
 
 /** The replication of a `state.source: control-plane` service; null for the other sources. */
-export function createReplication(config: Config, store: Store, logger: Logger, metrics: Metrics): Replication | null {
+export function createReplication(config: Config, store: Store, master: MasterKey, logger: Logger, metrics: Metrics): Replication | null {
   const controlPlane = config.state.control_plane;
   if (config.state.source !== 'control-plane' || controlPlane?.url === undefined || controlPlane.api_key === undefined) return null;
   const seeded = Object.values(config.seed).some((list) => list.length > 0);
   if (seeded) logger.warn('state.source is control-plane: the seed section only serves until the first snapshot from the control plane, which replaces it');
-  const replica = new Replica({ store, logger, metrics, url: controlPlane.url, apiKey: controlPlane.api_key, pollInterval: controlPlane.poll_interval });
+  const replica = new Replica({
+    store,
+    logger,
+    metrics,
+    mac: new SnapshotMac(master),
+    url: controlPlane.url,
+    apiKey: controlPlane.api_key,
+    pollInterval: controlPlane.poll_interval,
+  });
   const shipper = new LogShipper({
     store,
     logger,
     url: controlPlane.url,
     apiKey: controlPlane.api_key,
     replica: controlPlane.replica_name ?? hostname(),
+    // Made here, at the replica's first start, and kept in its store from then on.
+    instance: store.shippedLogs.instanceId(),
     interval: controlPlane.ship_interval,
+    // Half of the batch limit for each kind, so a fleet with one configuration never exceeds it.
+    batchSize: Math.floor(config.sync.max_batch / 2),
   });
   let listening = false;
   return {

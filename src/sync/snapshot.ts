@@ -1,32 +1,39 @@
 /**
- * State snapshots (docs/replication.md): what a control plane serves on
- * `GET /api/v3/sync/snapshot`, and how a replica checks and applies one.
+ * State snapshots (docs/replication.md): their wire format, and how a replica checks and
+ * applies one. The control plane's side, building and caching them, is
+ * snapshot-publisher.ts.
  *
- * The body is `{format, version, digest, sections, state}`. Each entry of `sections` is
- * the SHA-256 of the canonical serialisation (below) of that section of `state`, and
+ * The body is `{digest, format, mac, sections, state, version}`. Each entry of `sections`
+ * is the SHA-256 of the canonical serialisation (below) of that section of `state`, and
  * `digest` covers the format, the version and those section digests, so a body cut short
- * or edited in transit fails the check instead of being half applied. It is an integrity
- * check, not a signature: who may serve snapshots is decided by TLS and the API key.
+ * or edited in transit fails the check instead of being half applied. `mac` makes it
+ * authentic: HMAC-SHA256 (snapshot-mac.ts) over the canonical text of the whole body
+ * without `mac`, under a key only holders of the master key can derive. A replica applies
+ * nothing whose MAC fails, whatever its digest says.
  *
  * The control plane writes every object with its keys already in canonical order, so
  * either side gets the canonical text of a section from plain JSON.stringify; a body laid
  * out differently is still checked, by the slower canonicaliser.
  *
- * Versions only move forward. A new one is max(last + 1, the Unix time in seconds), so a
- * control plane restored from a backup, whose counter went back, still issues versions
- * above the ones its replicas hold.
+ * Versions only move forward on a replica, and one too far ahead of its clock is refused
+ * (MAX_VERSION_LEAD_SECONDS), so no snapshot can pin a replica to a version that real
+ * ones never reach.
  */
 import { createHash } from 'node:crypto';
-import type { StatementSync } from 'node:sqlite';
-import { promisify } from 'node:util';
-import { gzip } from 'node:zlib';
 import { z } from 'zod';
 import type { Store } from '../store/db.ts';
-import { SECTIONS, type SectionName, type StateChanges, type StateChangeTracker, type StateRows, type SyncStateRow } from '../store/replication.ts';
+import { SECTIONS, type SectionName, type StateChanges, type StateRows, type SyncStateRow } from '../store/replication.ts';
+import type { SnapshotMac } from './snapshot-mac.ts';
 
-const gzipAsync = promisify(gzip);
+/** 2: users carry no password hash, and the body carries a MAC. */
+export const SNAPSHOT_FORMAT = 2;
 
-export const SNAPSHOT_FORMAT = 1;
+/**
+ * A replica refuses a snapshot whose version is above its clock (Unix seconds) plus this.
+ * Control planes issue versions close to their clock (snapshot-publisher.ts), so only a
+ * clock skew of about this much between the two can refuse a real one.
+ */
+export const MAX_VERSION_LEAD_SECONDS = 3600;
 
 /** Wire names of the sections; digests list them in SECTIONS order. */
 const WIRE_NAMES = {
@@ -36,6 +43,9 @@ const WIRE_NAMES = {
   classifications: 'classifications',
   apiKeys: 'api_keys',
 } as const satisfies Record<SectionName, string>;
+
+/** The sections in canonical order: sorted by wire name, as in the body's `sections` and `state`. */
+const CANONICAL_ORDER: readonly SectionName[] = [...SECTIONS].sort((a, b) => (WIRE_NAMES[a] < WIRE_NAMES[b] ? -1 : 1));
 
 export type SectionDigests = Record<SectionName, string>;
 
@@ -48,11 +58,17 @@ export interface VerifiedSnapshot {
   readonly state: WireState;
 }
 
+/** Why a snapshot was refused, as the `reason` label of `svc_sync_snapshots_refused_total`. */
+export type RefusalReason = 'invalid' | 'mac' | 'digest' | 'version' | 'older' | 'store';
+
 /** Why a snapshot was refused; the last good state stays. */
 export class SnapshotRejectedError extends Error {
-  constructor(reason: string, options?: { cause?: unknown }) {
-    super(`snapshot rejected: ${reason}`, options);
+  readonly reason: RefusalReason;
+
+  constructor(message: string, options?: { cause?: unknown }, reason: RefusalReason = 'invalid') {
+    super(`snapshot rejected: ${message}`, options);
     this.name = 'SnapshotRejectedError';
+    this.reason = reason;
   }
 }
 
@@ -89,14 +105,52 @@ function sectionLines(sections: SectionDigests): string {
   return SECTIONS.map((s) => `${WIRE_NAMES[s]} ${sections[s]}\n`).join('');
 }
 
-/** What the state is, independent of its version: a control plane bumps the version when this changes. */
-function contentDigest(sections: SectionDigests): string {
-  return sha256(sectionLines(sections));
-}
-
 /** The digest in the body and the ETag. */
 export function snapshotDigest(version: number, sections: SectionDigests): string {
   return sha256(`svc-sidecar snapshot ${SNAPSHOT_FORMAT}\nversion ${version}\n${sectionLines(sections)}`);
+}
+
+/**
+ * The text a snapshot's MAC covers: the canonical form of the whole body without `mac`,
+ * i.e. `{"digest":…,"format":2,"sections":{…},"state":{…},"version":…}` with the sections
+ * (and their texts in `state`) sorted by wire name. `texts` are the canonical texts of the
+ * sections.
+ */
+function macText(version: number, digest: string, sections: SectionDigests, texts: Record<SectionName, string>): string {
+  return `{"digest":"${digest}","format":${SNAPSHOT_FORMAT},${bodyTail(version, sections, texts)}`;
+}
+
+function bodyTail(version: number, sections: SectionDigests, texts: Record<SectionName, string>): string {
+  const digests = CANONICAL_ORDER.map((s) => `"${WIRE_NAMES[s]}":"${sections[s]}"`).join(',');
+  const state = CANONICAL_ORDER.map((s) => `"${WIRE_NAMES[s]}":${texts[s]}`).join(',');
+  return `"sections":{${digests}},"state":{${state}},"version":${version}}`;
+}
+
+/**
+ * A snapshot's body from the canonical texts of its sections: canonical itself, with
+ * `mac` in its sorted place, so removing that one member gives the text the MAC covers.
+ */
+export function snapshotBody(
+  version: number,
+  texts: Record<SectionName, string>,
+  mac: SnapshotMac,
+  sections: SectionDigests = sectionDigests(texts),
+): { digest: string; body: Buffer } {
+  const digest = snapshotDigest(version, sections);
+  const signature = mac.sign(macText(version, digest, sections, texts));
+  return { digest, body: Buffer.from(`{"digest":"${digest}","format":${SNAPSHOT_FORMAT},"mac":"${signature}",${bodyTail(version, sections, texts)}`) };
+}
+
+/** What the state is, independent of its version: a control plane bumps the version when this changes. */
+export function contentDigest(sections: SectionDigests): string {
+  return sha256(sectionLines(sections));
+}
+
+/** The SHA-256 of each section text. */
+export function sectionDigests(texts: Record<SectionName, string>): SectionDigests {
+  const sections = {} as SectionDigests;
+  for (const section of SECTIONS) sections[section] = sha256(texts[section]);
+  return sections;
 }
 
 /** A key JavaScript keeps first, in numeric order, whatever the insertion order. */
@@ -138,7 +192,6 @@ const TO_WIRE: { readonly [S in SectionName]: (rows: StateRows[S]) => unknown[] 
       email: u.email,
       id: u.id,
       name: u.name,
-      password_hash: u.passwordHash,
       role_ids: u.roleIds,
       two_factor_enabled: u.twoFactorEnabled,
       updated_at: u.updatedAt,
@@ -205,8 +258,9 @@ const jsonValue = z.json();
 
 const wireSchema = z.strictObject({
   format: z.literal(SNAPSHOT_FORMAT),
-  version: z.number().int().min(1),
+  version: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER),
   digest: z.string().regex(/^[0-9a-f]{64}$/),
+  mac: z.string().regex(/^[0-9a-f]{64}$/),
   sections: z.strictObject(Object.fromEntries(SECTIONS.map((s) => [WIRE_NAMES[s], z.string().regex(/^[0-9a-f]{64}$/)])) as Record<string, z.ZodString>),
   state: z.strictObject({
     roles: z.array(z.strictObject({ id, name: str, description: nullableStr, permissions: z.array(str) })),
@@ -215,7 +269,6 @@ const wireSchema = z.strictObject({
         id,
         name: str,
         email: str,
-        password_hash: nullableStr,
         disabled: z.boolean(),
         two_factor_enabled: z.boolean(),
         role_ids: z.array(id),
@@ -285,7 +338,6 @@ const FROM_WIRE: { readonly [S in SectionName]: (row: WireRow<S>) => StateRows[S
     id: u.id,
     name: u.name,
     email: u.email,
-    passwordHash: u.password_hash,
     disabled: u.disabled,
     twoFactorEnabled: u.two_factor_enabled,
     roleIds: u.role_ids,
@@ -338,20 +390,8 @@ const FROM_WIRE: { readonly [S in SectionName]: (row: WireRow<S>) => StateRows[S
   }),
 };
 
-// ---------------------------------------------------------------------------------------
-// Control plane: publishing
-
-export interface PublishedSnapshot {
-  readonly version: number;
-  readonly digest: string;
-  /** The JSON body. */
-  readonly body: Buffer;
-  readonly gzipped: Buffer;
-}
-
-/** The canonical text of every section of the store's state. */
-function stateTexts(store: Store): Record<SectionName, string> {
-  const rows = store.replication.readState();
+/** The canonical text of every section of `rows` (the control plane's state, or a scoped view of it). */
+export function sectionTexts(rows: StateRows): Record<SectionName, string> {
   const out = {} as Record<SectionName, string>;
   for (const section of SECTIONS) {
     indexKeySeen = false;
@@ -361,122 +401,61 @@ function stateTexts(store: Store): Record<SectionName, string> {
   return out;
 }
 
-/**
- * Cross-process changes to the store (the `keys` and `init` commands run against the
- * control plane's file) are only visible as "some other connection committed", which the
- * log writer's thread also does every second under traffic. Such a change is picked up by
- * a full re-read at most this often, rather than at every poll.
- */
-export const FOREIGN_RECHECK_MS = 2_000;
-
-/**
- * Builds the snapshot a control plane serves. The state is read again only when it may
- * have changed: at once after a change to the state tables through this process's
- * connection (every management write), and at most every FOREIGN_RECHECK_MS after a
- * commit by another connection. A state equal to the last one keeps its version and its
- * already compressed body.
- */
-export class SnapshotPublisher {
-  readonly #store: Store;
-  readonly #dataVersion: StatementSync;
-  readonly #tracker: StateChangeTracker;
-  #content: string | null = null;
-  #published: Promise<PublishedSnapshot> | null = null;
-  readonly #foreignRecheck: number;
-  #seenDataVersion = -1;
-  #builtAt = 0;
-
-  constructor(store: Store, options: { foreignRecheckMs?: number } = {}) {
-    this.#store = store;
-    this.#foreignRecheck = options.foreignRecheckMs ?? FOREIGN_RECHECK_MS;
-    this.#dataVersion = store.db.prepare('PRAGMA data_version');
-    this.#tracker = store.replication.trackChanges();
-  }
-
-  current(): Promise<PublishedSnapshot> {
-    const dataVersion = (this.#dataVersion.get() as { data_version: number }).data_version;
-    const now = performance.now();
-    const foreign = dataVersion !== this.#seenDataVersion && now - this.#builtAt >= this.#foreignRecheck;
-    if (this.#published !== null && !foreign && !this.#tracker.changed) return this.#published;
-    // Before reading: a change made from here on is one the next call must see.
-    this.#tracker.restart();
-    this.#seenDataVersion = dataVersion;
-    this.#builtAt = now;
-    const texts = stateTexts(this.#store);
-    const sections = {} as SectionDigests;
-    for (const section of SECTIONS) sections[section] = sha256(texts[section]);
-    const content = contentDigest(sections);
-    if (this.#published === null || content !== this.#content) {
-      const version = this.#versionFor(content, sections);
-      const digest = snapshotDigest(version, sections);
-      // Assembled from the section texts already made for the digests, not serialised twice.
-      const state = SECTIONS.map((s) => `${JSON.stringify(WIRE_NAMES[s])}:${texts[s]}`).join(',');
-      const head = JSON.stringify({ format: SNAPSHOT_FORMAT, version, digest, sections: wireSections(sections) });
-      const body = Buffer.from(`${head.slice(0, -1)},"state":{${state}}}`);
-      this.#content = content;
-      const published = gzipAsync(body).then((gzipped) => ({ version, digest, body, gzipped }));
-      this.#published = published;
-      // Never keep a failure: the next call builds again.
-      published.catch(() => {
-        if (this.#published === published) this.#published = null;
-      });
-    }
-    return this.#published;
-  }
-
-  /** The published version for `content`, a new one when the content changed since. */
-  #versionFor(content: string, sections: SectionDigests): number {
-    const replication = this.#store.replication;
-    return this.#store.transaction(() => {
-      const last = replication.getSync('published');
-      if (last !== undefined && contentDigest(JSON.parse(last.sections) as SectionDigests) === content) return last.version;
-      const version = Math.max((last?.version ?? 0) + 1, Math.floor(Date.now() / 1000));
-      replication.putSync('published', {
-        version,
-        digest: snapshotDigest(version, sections),
-        sections: JSON.stringify(sections),
-        body: null,
-        updatedAt: new Date().toISOString(),
-      });
-      return version;
-    });
-  }
-
-}
-
-function wireSections(sections: SectionDigests): Record<string, string> {
-  return Object.fromEntries(SECTIONS.map((s) => [WIRE_NAMES[s], sections[s]]));
-}
-
 // ---------------------------------------------------------------------------------------
 // Replica: verifying and applying
 
+export interface VerifyOptions {
+  /** The highest version to accept (the replica's clock plus MAX_VERSION_LEAD_SECONDS); none for a copy already applied. */
+  readonly maxVersion?: number;
+}
+
+/** The highest version a replica accepts now. */
+export function versionBound(nowMs = Date.now()): number {
+  return Math.floor(nowMs / 1000) + MAX_VERSION_LEAD_SECONDS;
+}
+
 /**
  * Parses and checks a snapshot body: valid JSON (a truncated body is not), the expected
- * shape, each section against its digest, and the digest over them all.
+ * shape, the MAC over the canonical body, each section against its digest, the digest
+ * over them all, and the version bound.
  */
-export function verifySnapshot(body: Buffer): VerifiedSnapshot {
+export function verifySnapshot(body: Buffer, mac: SnapshotMac, options: VerifyOptions = {}): VerifiedSnapshot {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch (err) {
-    throw new SnapshotRejectedError('the body is not valid JSON (truncated?)', { cause: err });
+    throw new SnapshotRejectedError('the body is not valid JSON (truncated?)', { cause: err }, 'invalid');
   }
   const result = wireSchema.safeParse(parsed);
   if (!result.success) {
     const issue = result.error.issues[0];
-    throw new SnapshotRejectedError(`unexpected shape at ${issue?.path.join('.') ?? '?'}: ${issue?.message ?? 'invalid'}`);
+    throw new SnapshotRejectedError(`unexpected shape at ${issue?.path.join('.') ?? '?'}: ${issue?.message ?? 'invalid'}`, undefined, 'invalid');
   }
   const snapshot = result.data;
   const sections = {} as SectionDigests;
   for (const section of SECTIONS) sections[section] = snapshot.sections[WIRE_NAMES[section]]!;
-  if (snapshotDigest(snapshot.version, sections) !== snapshot.digest) throw new SnapshotRejectedError('the digest does not match the sections (tampered or corrupted)');
-  // Over what arrived, not the parsed output: the digest must vouch for every byte of state.
+  // Over what arrived, not the parsed output: the MAC and the digests must vouch for every
+  // byte of state. The claimed digest only tells which text to try first: plain
+  // JSON.stringify is the canonical text when the sender laid the section out canonically,
+  // and when it did not (or the digest lies) the canonicaliser is.
   const arrived = (parsed as { state: Record<string, unknown> }).state;
+  const texts = {} as Record<SectionName, string>;
   for (const section of SECTIONS) {
     const value = arrived[WIRE_NAMES[section]];
-    if (sha256(JSON.stringify(value)) === sections[section]) continue;
-    if (sha256(canonicalJson(value)) !== sections[section]) throw new SnapshotRejectedError(`the ${WIRE_NAMES[section]} section does not match its digest (tampered or corrupted)`);
+    const plain = JSON.stringify(value);
+    texts[section] = sha256(plain) === sections[section] ? plain : canonicalJson(value);
+  }
+  if (!mac.verify(macText(snapshot.version, snapshot.digest, sections, texts), snapshot.mac)) {
+    throw new SnapshotRejectedError('the MAC does not verify (not made with this master key, or altered)', undefined, 'mac');
+  }
+  if (snapshotDigest(snapshot.version, sections) !== snapshot.digest) throw new SnapshotRejectedError('the digest does not match the sections (tampered or corrupted)', undefined, 'digest');
+  for (const section of SECTIONS) {
+    if (sha256(texts[section]) !== sections[section]) {
+      throw new SnapshotRejectedError(`the ${WIRE_NAMES[section]} section does not match its digest (tampered or corrupted)`, undefined, 'digest');
+    }
+  }
+  if (options.maxVersion !== undefined && snapshot.version > options.maxVersion) {
+    throw new SnapshotRejectedError(`version ${snapshot.version} is more than ${MAX_VERSION_LEAD_SECONDS} s ahead of this replica's clock (bound ${options.maxVersion})`, undefined, 'version');
   }
   // The parsed input rather than zod's output: zod rebuilds objects in schema key order, and
   // the apply compares rows by their text, which the control plane wrote in canonical order.
@@ -497,11 +476,11 @@ export function applySnapshot(store: Store, snapshot: VerifiedSnapshot, gzipped:
   const previous = store.replication.getSync('applied');
   if (previous !== undefined && options.force !== true) {
     if (snapshot.version < previous.version) {
-      throw new SnapshotRejectedError(`version ${snapshot.version} is older than the applied version ${previous.version}`);
+      throw new SnapshotRejectedError(`version ${snapshot.version} is older than the applied version ${previous.version}`, undefined, 'older');
     }
     if (snapshot.version === previous.version) {
       if (snapshot.digest === previous.digest) return { kind: 'unchanged' };
-      throw new SnapshotRejectedError(`version ${snapshot.version} is already applied with other content`);
+      throw new SnapshotRejectedError(`version ${snapshot.version} is already applied with other content`, undefined, 'older');
     }
   }
   const before = previous === undefined || options.force === true ? null : (JSON.parse(previous.sections) as Partial<SectionDigests>);
@@ -524,7 +503,7 @@ export function applySnapshot(store: Store, snapshot: VerifiedSnapshot, gzipped:
   try {
     store.replication.applyChanges(changes, applied);
   } catch (err) {
-    throw new SnapshotRejectedError(`the store refused it (${(err as Error).message})`, { cause: err });
+    throw new SnapshotRejectedError(`the store refused it (${(err as Error).message})`, { cause: err }, 'store');
   }
   return { kind: 'applied', changed };
 }

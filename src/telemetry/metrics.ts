@@ -26,6 +26,7 @@ export class Metrics {
   readonly reloadFailures: Counter;
   private readonly relayGuard: Counter<'outcome'>;
   private readonly relayPassthrough: Counter;
+  private readonly snapshotsRefused: Counter<'reason'>;
   /** Children by label key, so a request does not re-hash its labels. */
   private readonly requestChildren = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<'route' | 'method' | 'status'> }>();
 
@@ -47,6 +48,12 @@ export class Metrics {
     this.relayPassthrough = new Counter({ name: 'svc_relay_passthrough_total', help: 'Relay requests that matched no route.', registers });
     this.stateVersion = new Gauge({ name: 'svc_state_version', help: 'Version of the applied state (seed or control-plane snapshot).', registers });
     this.reloadFailures = new Counter({ name: 'svc_state_reload_failures_total', help: 'State reloads that failed and kept the last good state.', registers });
+    this.snapshotsRefused = new Counter({
+      name: 'svc_sync_snapshots_refused_total',
+      help: 'Control-plane snapshots a replica refused, by reason (invalid, mac, digest, version, older, store).',
+      labelNames: ['reason'],
+      registers,
+    });
     new Gauge({
       name: 'svc_log_queue_depth',
       help: 'Log entries waiting to be written to the store.',
@@ -108,6 +115,10 @@ export class Metrics {
 
   countForwardError(destination: string, kind: 'unreachable' | 'timeout' | 'refused'): void {
     this.forwardErrors.inc({ destination, kind });
+  }
+
+  countSnapshotRefused(reason: 'invalid' | 'mac' | 'digest' | 'version' | 'older' | 'store'): void {
+    this.snapshotsRefused.inc({ reason });
   }
 
   async render(): Promise<{ contentType: string; body: string }> {

@@ -162,7 +162,10 @@ test('a token that does not open fails the rewrap with 422 keyed by its path; un
   const v1 = JSON.parse(await encryptedV1(running));
   const foreign = await call(url, '/api/v3/encryption/other-config/encrypt', { body: '{"a":"x"}', headers: { 'x-svc-fields': 'a' } });
   const token: string = v1.card.number;
-  const altered = token.slice(0, -3) + (token.at(-3) === 'A' ? 'B' : 'A') + ':$';
+  // A character inside the ciphertext, never the last one: changing that one can leave
+  // non-zero unused bits, which is a malformed token rather than an altered one.
+  const at = token.lastIndexOf(':', token.length - 3) + 5;
+  const altered = token.slice(0, at) + (token[at] === 'A' ? 'B' : 'A') + token.slice(at + 1);
   const res = await call(url, REWRAP, { body: JSON.stringify({ ok: v1.amount, bad: [altered], other: foreign.json.a }) });
   assert.equal(res.status, 422);
   const authentication = 'The token failed authentication: it was altered or belongs to another configuration.';

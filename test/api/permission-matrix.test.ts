@@ -200,7 +200,7 @@ class Fixture {
       case 'POST /api/v2/auth/logout':
         return { path, headers: { authorization: `Bearer ${await this.accessToken(role)}` } };
       case 'POST /api/v3/sync/logs':
-        return { path, body: { replica: `replica-${role}` } };
+        return { path, body: { replica: `replica-${role}`, instance: '0'.repeat(32) } };
       case 'POST /api/v3/encryption/{slug}/encrypt':
         return { path: path.replace('{slug}', 'payments'), body: { a: 'secret' }, headers: { 'x-svc-fields': 'a' } };
       case 'POST /api/v3/encryption/{slug}/decrypt':

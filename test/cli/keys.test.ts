@@ -136,7 +136,9 @@ test('keys rewrap fails with exit 1 and prints nothing on stdout when a token do
   const f = await fixture(t);
   const v1 = await encrypt(f, DOC);
   const token: string = v1.json.ssn;
-  const altered = v1.text.replace(token, token.slice(0, -3) + (token.at(-3) === 'A' ? 'B' : 'A') + ':$');
+  // Inside the ciphertext, not its last character (whose unused bits make it malformed instead).
+  const at = token.lastIndexOf(':', token.length - 3) + 5;
+  const altered = v1.text.replace(token, token.slice(0, at) + (token[at] === 'A' ? 'B' : 'A') + token.slice(at + 1));
   const res = await runCli(f.keys('rewrap', '--configuration', 'payments'), altered);
   assert.equal(res.code, 1);
   assert.equal(res.stdout, '');

@@ -17,6 +17,7 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CHART = join(ROOT, 'helm', 'svc-sidecar');
 const TEMPLATES = join(CHART, 'templates');
 const API_KEY = `svc_${'Ab3d'.repeat(10)}`;
+const SYNC_KEY = `svc_${'S'.repeat(40)}`;
 
 // semver.org's regular expression for a version (no leading "v").
 const SEMVER =
@@ -345,14 +346,15 @@ describe('templates', () => {
     const env = container.env as Array<{ name: string; valueFrom?: { secretKeyRef?: { key: string } } }>;
     assert.equal(env.find((e) => e.name === 'SVC_MASTER_KEY')?.valueFrom?.secretKeyRef?.key, 'SVC_MASTER_KEY');
     assert.equal(env.find((e) => e.name === 'SVC_API_KEY')?.valueFrom?.secretKeyRef?.key, 'SVC_API_KEY');
+    assert.equal(env.find((e) => e.name === 'SVC_SYNC_KEY')?.valueFrom?.secretKeyRef?.key, 'SVC_SYNC_KEY', 'the seed creates the replicas\' key from it');
     const volumes = at(deployment, ['spec', 'template', 'spec', 'volumes']) as Array<Tree>;
     const data = volumes.find((v) => v.name === 'data');
     assert.ok(data !== undefined && 'persistentVolumeClaim' in data, 'the data volume is the claim when persistence is on');
   });
 
-  it('the Secret holds SVC_MASTER_KEY and SVC_API_KEY, kept on uninstall', () => {
+  it('the Secret holds SVC_MASTER_KEY, SVC_API_KEY and SVC_SYNC_KEY, kept on uninstall', () => {
     const secret = skeletonOf('secret.yaml');
-    assert.deepEqual(Object.keys(tree(secret.data, 'data')).sort(), ['SVC_API_KEY', 'SVC_MASTER_KEY']);
+    assert.deepEqual(Object.keys(tree(secret.data, 'data')).sort(), ['SVC_API_KEY', 'SVC_MASTER_KEY', 'SVC_SYNC_KEY']);
     assert.equal(at(secret, ['metadata', 'annotations', 'helm.sh/resource-policy']), 'keep');
     const text = templates.get('secret.yaml') ?? '';
     // A new master key on upgrade would make every stored data key unreadable.
@@ -385,6 +387,10 @@ describe('templates', () => {
     assert.match(container, /SVC_MASTER_KEY/);
     assert.match(container, /SVC_CP_KEY/);
     assert.match(container, /mountPath: \/app\/config/);
+    // Sidecars present the replicas' key (sync.* only), never the owner's bootstrap key.
+    const cpKey = container.slice(container.indexOf('name: SVC_CP_KEY'), container.indexOf('readinessProbe'));
+    assert.match(cpKey, /key: SVC_SYNC_KEY/);
+    assert.doesNotMatch(cpKey, /SVC_API_KEY/);
   });
 
   it('the chart README describes every top-level value', () => {
@@ -448,7 +454,7 @@ describe('the rendered svc.yaml', () => {
   });
 
   it('of the control plane passes the schema, seeding the API key from SVC_API_KEY', () => {
-    const loaded = loadConfig({ text: stringify(controlPlaneConfig(values)), env: { SVC_API_KEY: API_KEY } });
+    const loaded = loadConfig({ text: stringify(controlPlaneConfig(values)), env: { SVC_API_KEY: API_KEY, SVC_SYNC_KEY: SYNC_KEY } });
     assert.equal(loaded.server.listen, '0.0.0.0:8080');
     assert.equal(loaded.server.admin_listen, '0.0.0.0:9090');
     assert.equal(loaded.store.path, '/app/data/svc.db');
@@ -458,8 +464,20 @@ describe('the rendered svc.yaml', () => {
     assert.deepEqual(owner?.roles, ['owner']);
   });
 
-  it('of the control plane fails without SVC_API_KEY (so a missing Secret is loud)', () => {
-    assert.throws(() => loadConfig({ text: stringify(controlPlaneConfig(values)), env: {} }), /SVC_API_KEY is not set/);
+  it('of the control plane seeds the replicas\' key from SVC_SYNC_KEY: sync.read and sync.write only, on a user of its own without a password', () => {
+    const loaded = loadConfig({ text: stringify(controlPlaneConfig(values)), env: { SVC_API_KEY: API_KEY, SVC_SYNC_KEY: SYNC_KEY } });
+    const key = loaded.seed.api_keys.find((k) => k.key === SYNC_KEY);
+    assert.ok(key !== undefined);
+    assert.deepEqual([...key.permissions].sort(), ['sync.read', 'sync.write']);
+    const user = loaded.seed.users.find((u) => u.email === key.user);
+    assert.ok(user !== undefined && user.password === undefined);
+    assert.ok(user.roles.includes('administrator') || user.roles.includes('owner'), 'a role that grants sync.*');
+    assert.notEqual(key.user, loaded.seed.api_keys.find((k) => k.key === API_KEY)?.user, 'not the bootstrap owner');
+  });
+
+  it('of the control plane fails without SVC_API_KEY or SVC_SYNC_KEY (so a missing Secret is loud)', () => {
+    assert.throws(() => loadConfig({ text: stringify(controlPlaneConfig(values)), env: { SVC_SYNC_KEY: SYNC_KEY } }), /SVC_API_KEY is not set/);
+    assert.throws(() => loadConfig({ text: stringify(controlPlaneConfig(values)), env: { SVC_API_KEY: API_KEY } }), /SVC_SYNC_KEY is not set/);
   });
 
   it('of a sidecar passes the schema: control-plane state, API on localhost only', () => {

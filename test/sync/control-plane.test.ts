@@ -5,119 +5,38 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import { gunzipSync, gzipSync } from 'node:zlib';
-import { createApp, type App } from '../../src/app.ts';
-import { loadConfig } from '../../src/config/load.ts';
 import { openStore } from '../../src/store/db.ts';
 import { Backoff } from '../../src/sync/backoff.ts';
-import { canonicalJson, FOREIGN_RECHECK_MS, snapshotDigest, verifySnapshot } from '../../src/sync/snapshot.ts';
-import { createLogger } from '../../src/telemetry/logger.ts';
-import { call, KEYS, SEED } from '../support/app.ts';
+import { FOREIGN_RECHECK_MS } from '../../src/sync/snapshot-publisher.ts';
+import { canonicalJson, snapshotDigest, verifySnapshot } from '../../src/sync/snapshot.ts';
+import { call, KEYS } from '../support/app.ts';
+import {
+  counter,
+  FLEET_KEY,
+  refused,
+  gauge,
+  get,
+  json,
+  LOGS,
+  MAC,
+  ready,
+  SNAPSHOT,
+  startControlPlane,
+  startReplica,
+  tempDir,
+  waitFor,
+  waitReady,
+  type Node,
+} from './nodes.ts';
 
 const POLL_MS = 200;
-/** `SVC_TEST_LOG=warn` shows what the services log (poll failures, rejections). */
-const LOG_LEVEL = (process.env['SVC_TEST_LOG'] ?? 'silent') as 'silent';
-const MASTER_KEY = randomBytes(32).toString('base64');
-const ENV = { SVC_MASTER_KEY: MASTER_KEY };
-const SNAPSHOT = '/api/v3/sync/snapshot';
-const LOGS = '/api/v3/sync/logs';
 const ENC = '/api/v3/encryption/payments/encrypt';
 const DEC = '/api/v3/encryption/payments/decrypt';
-const json = (value: unknown) => JSON.stringify(value);
-
-interface Node {
-  readonly app: App;
-  readonly url: string;
-  readonly port: number;
-  readonly storePath: string;
-  close(): Promise<void>;
-}
-
-/** What each test started, closed (newest first) before its directory is removed. */
-const closers = new WeakMap<TestContext, Array<() => Promise<void>>>();
-
-function tempDir(t: TestContext): string {
-  const dir = mkdtempSync(join(tmpdir(), 'svc-sync-'));
-  closers.set(t, []);
-  t.after(async () => {
-    for (const close of (closers.get(t) ?? []).reverse()) await close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return dir;
-}
-
-/** A service on its own store file; `port` 0 picks a free one. Closed when the test ends. */
-async function startNode(t: TestContext, options: { storePath: string; yaml: string; port?: number }): Promise<Node> {
-  const config = loadConfig({
-    text: `
-server: { listen: "127.0.0.1:${options.port ?? 0}", admin_listen: "off" }
-store: { path: ${JSON.stringify(options.storePath)} }
-keys: { master_key_file: /nonexistent/never-used.key }
-logs: { flush_interval: 50ms }
-logging: { level: silent }
-${options.yaml}`,
-    env: {},
-  });
-  const app = createApp(config, { logger: createLogger(LOG_LEVEL), env: ENV });
-  const { main } = await app.listen();
-  let closed: Promise<void> | null = null;
-  const close = () => (closed ??= app.close());
-  const list = closers.get(t);
-  if (list === undefined) throw new Error('call tempDir(t) first');
-  list.push(close);
-  return { app, url: `http://127.0.0.1:${main.port}`, port: main.port, storePath: options.storePath, close };
-}
-
-function startControlPlane(t: TestContext, storePath: string, port?: number): Promise<Node> {
-  return startNode(t, { storePath, yaml: SEED, port });
-}
-
-function replicaYaml(controlPlaneUrl: string, name: string): string {
-  return `
-state:
-  source: control-plane
-  control_plane: { url: "${controlPlaneUrl}", api_key: "${KEYS.owner}", poll_interval: ${POLL_MS}ms, ship_interval: 100ms, replica_name: ${name} }
-`;
-}
-
-function startReplica(t: TestContext, storePath: string, controlPlaneUrl: string, name: string): Promise<Node> {
-  return startNode(t, { storePath, yaml: replicaYaml(controlPlaneUrl, name) });
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000, stepMs = 5): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, stepMs));
-  }
-}
-
-async function ready(node: Node): Promise<boolean> {
-  const res = await fetch(`${node.url}/readyz`);
-  await res.arrayBuffer();
-  return res.status === 200;
-}
-
-const waitReady = (node: Node) => waitFor(`${node.url} to be ready`, async () => ((await ready(node)) ? true : undefined));
-
-async function counter(node: Node, name: 'reloadFailures'): Promise<number> {
-  const metric = await node.app.services.metrics[name].get();
-  return metric.values[0]?.value ?? 0;
-}
-
-async function gauge(node: Node): Promise<number> {
-  return (await node.app.services.metrics.stateVersion.get()).values[0]?.value ?? 0;
-}
-
-const get = (node: Node, path: string, key: string = KEYS.owner) => call(node.url, path, { method: 'GET', key });
 
 function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -132,16 +51,15 @@ test('the snapshot endpoint: sync.read only, ETag and If-None-Match, gzip, versi
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
 
   assert.equal((await get(cp, SNAPSHOT, KEYS.dev)).status, 403, 'developers do not hold sync.read');
-  const first = await get(cp, SNAPSHOT);
+  const first = await get(cp, SNAPSHOT, FLEET_KEY);
   assert.equal(first.status, 200);
   const etag = first.headers.get('etag');
   assert.equal(etag, `"${first.json.digest}"`);
-  assert.equal(first.json.format, 1);
+  assert.equal(first.json.format, 2);
   assert.ok(first.json.version >= 1);
-  assert.deepEqual(Object.keys(first.json.state), ['roles', 'users', 'configurations', 'classifications', 'api_keys']);
+  assert.deepEqual(Object.keys(first.json), ['digest', 'format', 'mac', 'sections', 'state', 'version'], 'the body is canonical: keys sorted');
+  assert.deepEqual(Object.keys(first.json.state), ['api_keys', 'classifications', 'configurations', 'roles', 'users']);
   assert.equal(first.json.state.classifications.length, 4);
-  const ada = first.json.state.users.find((u: { email: string }) => u.email === 'ada@example.com');
-  assert.match(ada.password_hash, /^scrypt/, 'replicas need the password hashes to log users in');
   const payments = first.json.state.configurations.find((c: { name: string }) => c.name === 'payments');
   assert.equal(payments.keys.length, 1);
   assert.equal(Buffer.from(payments.keys[0].wrapped, 'base64').length > 32, true, 'the data key travels wrapped, never raw');
@@ -149,33 +67,33 @@ test('the snapshot endpoint: sync.read only, ETag and If-None-Match, gzip, versi
   assert.ok(owner.permissions.includes('sync.read') && owner.permissions.includes('sync.write'));
   assert.ok(!first.text.includes(KEYS.owner), 'API keys travel as hashes only');
 
-  const again = await call(cp.url, SNAPSHOT, { method: 'GET', headers: { 'if-none-match': etag! } });
+  const again = await call(cp.url, SNAPSHOT, { method: 'GET', key: FLEET_KEY, headers: { 'if-none-match': etag! } });
   assert.equal(again.status, 304);
   assert.equal(again.text, '');
 
-  const gz = await fetch(cp.url + SNAPSHOT, { headers: { 'x-svc-authorization': KEYS.owner, 'accept-encoding': 'gzip' } });
+  const gz = await fetch(cp.url + SNAPSHOT, { headers: { 'x-svc-authorization': FLEET_KEY, 'accept-encoding': 'gzip' } });
   assert.equal(gz.headers.get('content-encoding'), 'gzip');
   // fetch decodes gzip itself: the body must be the same document.
   assert.equal(await gz.text(), first.text);
-  const identity = await call(cp.url, SNAPSHOT, { method: 'GET', headers: { 'accept-encoding': 'gzip;q=0, identity' } });
+  const identity = await call(cp.url, SNAPSHOT, { method: 'GET', key: FLEET_KEY, headers: { 'accept-encoding': 'gzip;q=0, identity' } });
   assert.equal(identity.headers.get('content-encoding'), null);
 
   const created = await call(cp.url, '/api/v3/classifications', { body: json({ name: 'New', bg_color: '#111111', fg_color: '#eeeeee' }) });
   assert.equal(created.status, 201);
-  const after = await get(cp, SNAPSHOT);
+  const after = await get(cp, SNAPSHOT, FLEET_KEY);
   assert.ok(after.json.version > first.json.version);
   assert.notEqual(after.headers.get('etag'), etag);
-  assert.equal((await call(cp.url, SNAPSHOT, { method: 'GET', headers: { 'if-none-match': etag! } })).status, 200, 'an old ETag no longer matches');
+  assert.equal((await call(cp.url, SNAPSHOT, { method: 'GET', key: FLEET_KEY, headers: { 'if-none-match': etag! } })).status, 200, 'an old ETag no longer matches');
 
   // The version of an unchanged state survives a restart of the control plane.
   await cp.close();
   const restarted = await startControlPlane(t, join(dir, 'cp.db'));
-  const same = await get(restarted, SNAPSHOT);
+  const same = await get(restarted, SNAPSHOT, FLEET_KEY);
   assert.equal(same.json.version, after.json.version);
   assert.equal(same.json.digest, after.json.digest);
 });
 
-test('replicas serve the control plane\'s state: same ids, shared keys, logins, and writes refused', async (t) => {
+test('replicas serve the control plane\'s state: same ids, shared keys, and writes refused', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const r1 = await startReplica(t, join(dir, 'r1.db'), cp.url, 'r1');
@@ -204,15 +122,12 @@ test('replicas serve the control plane\'s state: same ids, shared keys, logins, 
   const encOnReplica = await call(r1.url, ENC, { body: doc, headers: { 'x-svc-fields': 'ssn' } });
   assert.equal((await call(cp.url, DEC, { body: encOnReplica.text })).text, doc);
 
-  const login = await call(r2.url, '/api/v2/auth/login', { body: json({ email: 'ada@example.com', password: 'correct horse' }) });
-  assert.equal(login.status, 200, 'users log in on a replica with the replicated password hash');
-
   const write = await call(r1.url, '/api/v3/classifications', { body: json({ name: 'Local', bg_color: '#111111', fg_color: '#eeeeee' }) });
   assert.equal(write.status, 409);
   assert.deepEqual(write.json, { message: 'Managed by the control plane.' });
   assert.equal((await call(r1.url, '/api/v3/api-keys/x/revoke', {})).status, 409);
 
-  const version = (await get(cp, SNAPSHOT)).json.version;
+  const version = (await get(cp, SNAPSHOT, FLEET_KEY)).json.version;
   assert.equal(await gauge(r1), version, 'svc_state_version is the applied snapshot version');
   assert.equal(r1.app.services.store.replication.getSync('applied')?.version, version);
 });
@@ -429,18 +344,22 @@ test('a truncated, tampered, older or corrupt-gzip snapshot is rejected and the 
   bumped.version = version + 1;
   bumped.state.api_keys[0].status = 'revoked';
   const gz = gzipSync(goodBody);
-  const cases: Array<[string, { body: Buffer; headers?: Record<string, string> }]> = [
-    ['truncated', { body: goodBody.subarray(0, goodBody.length >> 1) }],
-    ['tampered', { body: Buffer.from(JSON.stringify(tampered)) }],
-    ['version bumped without a new digest', { body: Buffer.from(JSON.stringify(bumped)) }],
-    ['older', { body: Buffer.from(JSON.stringify(older)) }],
-    ['truncated gzip', { body: gz.subarray(0, gz.length - 20), headers: { 'content-encoding': 'gzip' } }],
-    ['not JSON', { body: Buffer.from('<html>502 Bad Gateway</html>') }],
+  const body = (value: unknown) => ({ body: Buffer.from(JSON.stringify(value)) });
+  const cases: Array<[string, { body: Buffer; headers?: Record<string, string> }, string]> = [
+    ['truncated', { body: goodBody.subarray(0, goodBody.length >> 1) }, 'invalid'],
+    ['tampered', body(tampered), 'mac'],
+    ['version bumped', body(bumped), 'mac'],
+    ['version bumped and signed, without a new digest', body(resign(bumped)), 'digest'],
+    ['older (signed, with its digest)', body(resign(older)), 'older'],
+    ['truncated gzip', { body: gz.subarray(0, gz.length - 20), headers: { 'content-encoding': 'gzip' } }, 'invalid'],
+    ['not JSON', { body: Buffer.from('<html>502 Bad Gateway</html>') }, 'invalid'],
   ];
-  for (const [name, bad] of cases) {
+  for (const [name, bad, reason] of cases) {
     const failures = await counter(replica, 'reloadFailures');
+    const refusals = await refused(replica, reason);
     answer = bad;
     await waitFor(`the ${name} snapshot to be rejected`, async () => ((await counter(replica, 'reloadFailures')) > failures ? true : undefined));
+    assert.ok((await refused(replica, reason)) > refusals, `${name}: counted as refused for ${reason}`);
     assert.equal(replica.app.services.store.replication.getSync('applied')?.version, version, `${name}: the applied version stays`);
     assert.deepEqual((await get(replica, '/api/v3/classifications?per_page=100')).json.data, classifications, `${name}: the state stays`);
     assert.equal(await ready(replica), true);
@@ -452,7 +371,7 @@ test('a truncated, tampered, older or corrupt-gzip snapshot is rejected and the 
 
   // A good, newer snapshot is taken again.
   const created = await call(cp.url, '/api/v3/classifications', { body: json({ name: 'Fresh', bg_color: '#111111', fg_color: '#eeeeee' }) });
-  const newer = await get(cp, SNAPSHOT);
+  const newer = await get(cp, SNAPSHOT, FLEET_KEY);
   answer = { body: Buffer.from(newer.text) };
   await waitFor('the newer snapshot', async () => ((await get(replica, `/api/v3/classifications/${created.json.id}`)).status === 200 ? true : undefined));
   assert.equal(await gauge(replica), newer.json.version);
@@ -464,10 +383,20 @@ function recomputeDigest(snapshot: { version: number; sections: Record<string, s
   return snapshotDigest(snapshot.version, { roles: s['roles']!, users: s['users']!, configurations: s['configurations']!, classifications: s['classifications']!, apiKeys: s['api_keys']! });
 }
 
+/**
+ * `snapshot` with the MAC a holder of the master key would put on it: HMAC over the
+ * canonical JSON of the body without `mac` (docs/replication.md, "The snapshot format").
+ */
+function resign<T extends { mac?: string }>(snapshot: T): T {
+  const { mac: _, ...rest } = snapshot;
+  return { ...snapshot, mac: MAC.sign(canonicalJson(rest)) };
+}
+
 test('verification accepts the same content laid out differently, and nothing else', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
-  const good = await get(cp, SNAPSHOT);
+  const good = await get(cp, SNAPSHOT, FLEET_KEY);
+  assert.equal(resign(good.json).mac, good.json.mac, 'the MAC is over the canonical body without mac');
   const state = good.json.state as Record<string, unknown[]>;
   // The control plane writes canonical text: plain JSON.stringify is the canonical form.
   for (const [name, section] of Object.entries(state)) assert.equal(JSON.stringify(section), canonicalJson(section), name);
@@ -476,29 +405,35 @@ test('verification accepts the same content laid out differently, and nothing el
   const reversed = (value: unknown): unknown =>
     Array.isArray(value) ? value.map(reversed) : value !== null && typeof value === 'object' ? Object.fromEntries(Object.entries(value).reverse().map(([k, v]) => [k, reversed(v)])) : value;
   const relaid = { ...good.json, state: reversed(good.json.state) };
-  const verified = verifySnapshot(Buffer.from(JSON.stringify(relaid, null, 2)));
+  const verified = verifySnapshot(Buffer.from(JSON.stringify(relaid, null, 2)), MAC);
   assert.equal(verified.digest, good.json.digest);
 
+  const verify = (value: unknown) => verifySnapshot(Buffer.from(JSON.stringify(value)), MAC);
   const edited = structuredClone(good.json);
-  edited.state.users[0].password_hash = 'scrypt$forged';
-  assert.throws(() => verifySnapshot(Buffer.from(JSON.stringify(edited))), /users section does not match its digest/);
+  edited.state.users[0].name = 'Forged';
+  assert.throws(() => verify(edited), /MAC does not verify/, 'an edit without the master key');
+  assert.throws(() => verify(resign(edited)), /users section does not match its digest/, 'signed, but the digest still says otherwise');
   const extra = structuredClone(good.json);
   extra.state.api_keys.push({ ...extra.state.api_keys[0], id: 'injected' });
-  assert.throws(() => verifySnapshot(Buffer.from(JSON.stringify(extra))), /api_keys section does not match/);
+  assert.throws(() => verify(extra), /MAC does not verify/);
+  assert.throws(() => verify(resign(extra)), /api_keys section does not match/);
   const renamed = structuredClone(good.json);
   renamed.sections.roles = 'f'.repeat(64);
-  assert.throws(() => verifySnapshot(Buffer.from(JSON.stringify(renamed))), /digest does not match the sections/);
-  assert.throws(() => verifySnapshot(Buffer.from(good.text.slice(0, -1))), /not valid JSON/);
-  assert.throws(() => verifySnapshot(Buffer.from(JSON.stringify({ ...good.json, format: 2 }))), /unexpected shape at format/);
+  assert.throws(() => verify(resign(renamed)), /digest does not match the sections/);
+  assert.throws(() => verify({ ...good.json, mac: 'f'.repeat(64) }), /MAC does not verify/);
+  assert.throws(() => verifySnapshot(Buffer.from(good.text.slice(0, -1)), MAC), /not valid JSON/);
+  assert.throws(() => verify(resign({ ...good.json, format: 1 })), /unexpected shape at format/);
+  const { mac: _, ...unsigned } = good.json;
+  assert.throws(() => verify(unsigned), /unexpected shape at mac/);
 
   // Keys JavaScript cannot keep in canonical order ("10" sorts before "9"; an object lists "9" first).
   const store = cp.app.services.store;
   const workspace = store.configurations.findByName('workspace')!;
   store.configurations.update(workspace.id, { extra: { ...workspace.extra, '10': 'ten', '9': 'nine' } });
-  const odd = await get(cp, SNAPSHOT);
+  const odd = await get(cp, SNAPSHOT, FLEET_KEY);
   const configurations = odd.json.state.configurations;
   assert.equal(odd.json.sections.configurations, createHash('sha256').update(canonicalJson(configurations)).digest('hex'));
-  assert.equal(verifySnapshot(Buffer.from(odd.text)).digest, odd.json.digest);
+  assert.equal(verifySnapshot(Buffer.from(odd.text), MAC).digest, odd.json.digest);
 });
 
 test('logs from both replicas reach the control plane exactly once, retries included', async (t) => {
@@ -532,8 +467,8 @@ test('logs from both replicas reach the control plane exactly once, retries incl
   // A lost acknowledgement looks like this to the replica: it sends everything again.
   for (const replica of [r1, r2]) {
     const shippedLogs = replica.app.services.store.shippedLogs;
-    shippedLogs.putCursor('api', { lastId: 0, lastRequestId: '' });
-    shippedLogs.putCursor('usage', { lastId: 0, lastRequestId: '' });
+    shippedLogs.putCursor('api', { lastId: 0, lastRequestId: '', idBase: 0 });
+    shippedLogs.putCursor('usage', { lastId: 0, lastRequestId: '', idBase: 0 });
   }
   await waitFor('both replicas to re-ship', async () => {
     const cursors = [r1, r2].map((r) => r.app.services.store.shippedLogs.getCursor('api').lastId);
@@ -544,16 +479,17 @@ test('logs from both replicas reach the control plane exactly once, retries incl
   // The same batch posted twice by hand: stored once, the retry counted as duplicates.
   const batch = {
     replica: 'manual',
+    instance: 'ab'.repeat(16),
     api: [{ id: 1, request_id: 'manual-1', method: 'POST', path: '/proxy/x', status_code: 200, api_key_id: null, user_id: null, configuration_id: null, destination: null, duration_ms: 1.5, ip: '10.0.0.1', created_at: new Date().toISOString() }],
     usage: [],
   };
-  assert.deepEqual((await call(cp.url, LOGS, { body: json(batch) })).json, { stored: 1, duplicates: 0 });
-  assert.deepEqual((await call(cp.url, LOGS, { body: json(batch) })).json, { stored: 0, duplicates: 1 });
+  assert.deepEqual((await call(cp.url, LOGS, { body: json(batch), key: FLEET_KEY })).json, { stored: 1, duplicates: 0 });
+  assert.deepEqual((await call(cp.url, LOGS, { body: json(batch), key: FLEET_KEY })).json, { stored: 0, duplicates: 1 });
   assert.equal((await call(cp.url, LOGS, { body: json(batch), key: KEYS.dev })).status, 403, 'shipping needs sync.write');
-  const invalid = await call(cp.url, LOGS, { body: json({ replica: 'manual', api: [{ id: 'x' }] }) });
+  const invalid = await call(cp.url, LOGS, { body: json({ ...batch, api: [{ id: 'x' }] }), key: FLEET_KEY });
   assert.equal(invalid.status, 422);
   assert.ok(invalid.json.errors['api.0.id']);
-  assert.equal((await call(r1.url, LOGS, { body: json(batch) })).status, 409, 'a replica collects no fleet logs');
+  assert.equal((await call(r1.url, LOGS, { body: json(batch), key: FLEET_KEY })).status, 409, 'a replica collects no fleet logs');
 });
 
 test('backoff: about one interval after a success; doubling with jitter, capped at 10 intervals, after failures', () => {

@@ -1,0 +1,179 @@
+/**
+ * The control plane's side of snapshots (docs/replication.md): what it serves on
+ * `GET /api/v3/sync/snapshot`, built from its store, versioned, signed (snapshot-mac.ts)
+ * and cached, whole or narrowed to a key's configurations (snapshot-scope.ts).
+ *
+ * Versions only move forward: a new one is max(last + 1, the Unix time in seconds), so a
+ * control plane restored from a backup, whose counter went back, still issues versions
+ * above the ones its replicas hold. They also stay close to the clock, because replicas
+ * refuse a version more than MAX_VERSION_LEAD_SECONDS ahead of theirs: a burst of changes
+ * may run the counter at most VERSION_LEAD_SECONDS ahead, after which a new version is
+ * minted at most once a second (the change waits for it, a second at most), so the lead
+ * stops growing.
+ */
+import type { StatementSync } from 'node:sqlite';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
+import type { Store } from '../store/db.ts';
+import type { SectionName, StateChangeTracker, StateRows } from '../store/replication.ts';
+import type { SnapshotMac } from './snapshot-mac.ts';
+import { scopeKey, scopeState } from './snapshot-scope.ts';
+import { contentDigest, sectionDigests, sectionTexts, snapshotBody, snapshotDigest, type SectionDigests } from './snapshot.ts';
+
+const gzipAsync = promisify(gzip);
+
+export interface PublishedSnapshot {
+  readonly version: number;
+  readonly digest: string;
+  /** The JSON body. */
+  readonly body: Buffer;
+  readonly gzipped: Buffer;
+}
+
+/**
+ * Cross-process changes to the store (the `keys` and `init` commands run against the
+ * control plane's file) are only visible as "some other connection committed", which the
+ * log writer's thread also does every second under traffic. Such a change is picked up by
+ * a full re-read at most this often, rather than at every poll.
+ */
+export const FOREIGN_RECHECK_MS = 2_000;
+
+/**
+ * How far ahead of the clock a burst of changes may run the version before new versions
+ * are held to one a second. Well under the replicas' bound (MAX_VERSION_LEAD_SECONDS,
+ * 3600), so a control plane whose clock is up to 50 minutes ahead of a replica's still
+ * issues versions that replica takes.
+ */
+export const VERSION_LEAD_SECONDS = 600;
+
+/** Distinct scopes cached at once; a fleet has a handful (one per replica key at most). */
+const MAX_CACHED_SCOPES = 64;
+
+export interface PublisherOptions {
+  readonly foreignRecheckMs?: number;
+  readonly versionLeadSeconds?: number;
+  /** Wall time (versions) and a monotonic clock (rechecks, minting pace), in milliseconds. */
+  readonly clock?: { readonly wallMs: () => number; readonly monotonicMs: () => number };
+}
+
+/** The state the published version was minted for. */
+interface Base {
+  readonly version: number;
+  readonly content: string;
+  readonly rows: StateRows;
+  /** The canonical texts of the whole state's sections, made for its digests. */
+  readonly texts: Record<SectionName, string>;
+  readonly sections: SectionDigests;
+  whole: Promise<PublishedSnapshot> | null;
+  readonly scoped: Map<string, Promise<PublishedSnapshot>>;
+}
+
+/**
+ * Builds the snapshots a control plane serves. The state is read again only when it may
+ * have changed: at once after a change to the state tables through this process's
+ * connection (every management write), and at most every FOREIGN_RECHECK_MS after a
+ * commit by another connection. A state equal to the last one keeps its version and its
+ * already compressed bodies.
+ */
+export class SnapshotPublisher {
+  readonly #store: Store;
+  readonly #mac: SnapshotMac;
+  readonly #dataVersion: StatementSync;
+  readonly #tracker: StateChangeTracker;
+  readonly #foreignRecheck: number;
+  readonly #lead: number;
+  readonly #clock: NonNullable<PublisherOptions['clock']>;
+  #base: Base | null = null;
+  #seenDataVersion = -1;
+  #builtAt = 0;
+  /** Monotonic time of the last version minted by this process. */
+  #mintedAt = -Infinity;
+  /** A change is waiting for the minting pace: build again from this monotonic time on. */
+  #heldUntil: number | null = null;
+
+  constructor(store: Store, mac: SnapshotMac, options: PublisherOptions = {}) {
+    this.#store = store;
+    this.#mac = mac;
+    this.#foreignRecheck = options.foreignRecheckMs ?? FOREIGN_RECHECK_MS;
+    this.#lead = options.versionLeadSeconds ?? VERSION_LEAD_SECONDS;
+    this.#clock = options.clock ?? { wallMs: Date.now, monotonicMs: () => performance.now() };
+    this.#dataVersion = store.db.prepare('PRAGMA data_version');
+    this.#tracker = store.replication.trackChanges();
+  }
+
+  /** The current snapshot, whole (`scope` null) or as a key limited to `scope` may see it. */
+  current(scope: ReadonlySet<string> | null = null): Promise<PublishedSnapshot> {
+    const base = this.#refresh();
+    if (scope === null) return (base.whole ??= this.#publish(base, base.texts, () => (base.whole = null), base.sections));
+    const key = scopeKey(scope);
+    let published = base.scoped.get(key);
+    if (published === undefined) {
+      if (base.scoped.size >= MAX_CACHED_SCOPES) base.scoped.clear();
+      published = this.#publish(base, sectionTexts(scopeState(base.rows, scope)), () => base.scoped.delete(key));
+      base.scoped.set(key, published);
+    }
+    return published;
+  }
+
+  #refresh(): Base {
+    const dataVersion = (this.#dataVersion.get() as { data_version: number }).data_version;
+    const now = this.#clock.monotonicMs();
+    const foreign = dataVersion !== this.#seenDataVersion && now - this.#builtAt >= this.#foreignRecheck;
+    const due = this.#heldUntil !== null && now >= this.#heldUntil;
+    if (this.#base !== null && !foreign && !due && !this.#tracker.changed) return this.#base;
+    // Before reading: a change made from here on is one the next call must see.
+    this.#tracker.restart();
+    this.#seenDataVersion = dataVersion;
+    this.#builtAt = now;
+    this.#heldUntil = null;
+    const rows = this.#store.replication.readState();
+    const texts = sectionTexts(rows);
+    const sections = sectionDigests(texts);
+    const content = contentDigest(sections);
+    if (this.#base !== null && content === this.#base.content) return this.#base;
+    const version = this.#versionFor(content, sections, this.#base === null);
+    if (version === null) {
+      // Too far ahead of the clock to mint again this second: serve the last snapshot a
+      // little longer, and build again once the pace allows.
+      this.#heldUntil = this.#mintedAt + 1000;
+      return this.#base!;
+    }
+    this.#base = { version, content, rows, texts, sections, whole: null, scoped: new Map() };
+    return this.#base;
+  }
+
+  /** The body of `texts` at the base's version, signed and gzipped; `forget` drops it from the cache if that fails. */
+  #publish(base: Base, texts: Record<SectionName, string>, forget: () => void, sections?: SectionDigests): Promise<PublishedSnapshot> {
+    const { digest, body } = snapshotBody(base.version, texts, this.#mac, sections);
+    const published = gzipAsync(body).then((gzipped) => ({ version: base.version, digest, body, gzipped }));
+    // Never keep a failure: the next call builds again.
+    published.catch(forget);
+    return published;
+  }
+
+  /**
+   * The published version for `content`: the stored one when it was minted for this
+   * content, else a new one; null when the pace holds a new one back (never on the
+   * first build, which has nothing else to serve).
+   */
+  #versionFor(content: string, sections: SectionDigests, first: boolean): number | null {
+    const replication = this.#store.replication;
+    return this.#store.transaction(() => {
+      const last = replication.getSync('published');
+      if (last !== undefined && contentDigest(JSON.parse(last.sections) as SectionDigests) === content) return last.version;
+      const monotonic = this.#clock.monotonicMs();
+      const clock = Math.floor(this.#clock.wallMs() / 1000);
+      const version = Math.max((last?.version ?? 0) + 1, clock);
+      if (!first && version > clock + this.#lead && monotonic - this.#mintedAt < 1000) return null;
+      this.#mintedAt = monotonic;
+      replication.putSync('published', {
+        version,
+        digest: snapshotDigest(version, sections),
+        sections: JSON.stringify(sections),
+        body: null,
+        updatedAt: new Date(this.#clock.wallMs()).toISOString(),
+      });
+      return version;
+    });
+  }
+}
