@@ -8,7 +8,7 @@
 import { ClassificationAccess } from '../auth/classification-access.ts';
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { requireConfigurationScope, requirePermission, type Caller } from '../auth/caller.ts';
-import { BadRequestError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
+import { BadRequestError, InvalidJsonError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
 import { NdjsonTransformer, type ChunkTransformer } from '../fields/ndjson.ts';
 import { FieldMatcher } from '../fields/paths.ts';
 import { JsonTransformer, joinPieces } from '../fields/transformer.ts';
@@ -129,8 +129,14 @@ export function resolveFieldPaths(ctx: RequestContext, services: Services, confi
   return defaults;
 }
 
-/** JSON or NDJSON, uncompressed (a compressed body cannot be transformed). */
+/**
+ * JSON or NDJSON, uncompressed (a compressed body cannot be transformed). A request with
+ * no body at all, whatever its method or content type, has nothing to transform: it is
+ * refused as an empty body is, so a bodiless GET learns what is missing, not that JSON
+ * needs a content type.
+ */
 export function bodyFormat(ctx: RequestContext): Format {
+  if (!hasBody(ctx)) throw new InvalidJsonError('the body is empty');
   const encoding = ctx.header('content-encoding');
   if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') throw new UnsupportedMediaTypeError();
   const type = ctx.header('content-type');
