@@ -78,6 +78,11 @@ export function buildRouter(): Router<Handler<Services>> {
   return router;
 }
 
+/** The admin listener's routes (`server.admin_listen`): health and metrics, never the API. */
+export function buildAdminRouter(): Router<Handler<Services>> {
+  return new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz).add('GET', '/metrics', metricsRoute);
+}
+
 /** Every /api and /proxy request leaves an api log entry (DESIGN §10). */
 function recordApiLog(ctx: RequestContext, services: Services): void {
   if (!ctx.path.startsWith('/api/') && !ctx.path.startsWith('/proxy/')) return;
@@ -188,12 +193,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   const admin =
     config.server.admin_listen === 'off'
       ? null
-      : createHttpServer(
-          new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz).add('GET', '/metrics', metricsRoute),
-          services,
-          logger,
-          serverOptions,
-        );
+      : createHttpServer(buildAdminRouter(), services, logger, serverOptions);
 
   return {
     services,

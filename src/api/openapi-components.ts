@@ -7,10 +7,12 @@
  * every response against this document, notices a field that is added, renamed or
  * dropped. Request bodies stay open: the API ignores fields it does not know.
  */
+import { METHODS } from 'node:http';
 import { BUILT_IN_ROLES, EGRESS_NAME_PATTERN, PERMISSIONS, PROXY_SLUG_PATTERN } from '../config/schema.ts';
 import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.ts';
 import { LOG_KINDS } from '../store/logs.ts';
 import { DEFAULT_PER_PAGE, MAX_PER_PAGE } from './pagination.ts';
+import { EMAIL_PATTERN } from './validation.ts';
 
 export type Json = string | number | boolean | null | readonly Json[] | { readonly [key: string]: Json };
 export type JsonObject = { readonly [key: string]: Json };
@@ -41,14 +43,19 @@ const id: JsonObject = { type: 'integer', minimum: 1 };
 const count: JsonObject = { type: 'integer', minimum: 0 };
 const dateTime: JsonObject = { type: 'string', format: 'date-time' };
 const uuid: JsonObject = { type: 'string', format: 'uuid' };
-const email: JsonObject = { type: 'string', format: 'email' };
-const color: JsonObject = { type: 'string', pattern: '^#[0-9A-Fa-f]{6}$' };
+/** The API's own rule (src/api/validation.ts), not RFC 5322: what it takes is what it may show. */
+const email: JsonObject = { type: 'string', pattern: EMAIL_PATTERN.source, examples: ['ada@example.com'] };
+const nullableEmail: JsonObject = { type: ['string', 'null'], pattern: EMAIL_PATTERN.source };
+const color: JsonObject = { type: 'string', pattern: '^#[0-9A-Fa-f]{6}$', examples: ['#aa0000'] };
 const apiKeySecret: JsonObject = { type: 'string', pattern: '^svc_[A-Za-z0-9]{40}$', description: 'The full API key. Shown once: only its SHA-256 is stored.' };
 const apiKeyPrefix: JsonObject = { type: 'string', pattern: '^svc_[A-Za-z0-9]{8}$', description: 'The first 12 characters of the key.' };
 /** A JavaScript RegExp's source is also an ECMA-262 pattern, which is what JSON Schema uses. */
 const proxySlug: JsonObject = { type: 'string', pattern: PROXY_SLUG_PATTERN.source };
 const requestId: JsonObject = { type: 'string', pattern: '^[A-Za-z0-9._:-]{1,128}$' };
 const sha256Hex: JsonObject = { type: 'string', pattern: '^[0-9a-f]{64}$' };
+/** Every method Node's HTTP parser accepts: what a request, and so a log row, can carry. */
+const httpMethod: JsonObject = { type: 'string', enum: [...METHODS], examples: ['POST'] };
+const statusCode: JsonObject = { type: 'integer', minimum: 100, maximum: 599 };
 /** The wire names of a snapshot's sections (docs/replication.md). */
 const SNAPSHOT_SECTIONS = ['roles', 'users', 'configurations', 'classifications', 'api_keys'];
 
@@ -177,16 +184,16 @@ const activityLogEntry = shape({
   when: { type: 'string', description: 'Relative time, e.g. `5 minutes ago`.' },
   timestamp: dateTime,
   user: logUser,
-  causer_email: { type: ['string', 'null'], format: 'email' },
+  causer_email: nullableEmail,
   request_id: { type: ['string', 'null'] },
 });
 
 const apiLogEntry = shape({
   id,
   request_id: text,
-  method: text,
+  method: httpMethod,
   path: text,
-  status_code: { type: 'integer', minimum: 100, maximum: 599 },
+  status_code: statusCode,
   api_key: orNull(schemaRef('ApiKeyRef')),
   configuration: logConfiguration,
   destination: { type: ['string', 'null'], description: 'The origin a request was forwarded to.' },
@@ -214,7 +221,7 @@ const unifiedLogEntry = shape({
   action: text,
   description: text,
   details: { type: 'string', description: "The kind's own fields as JSON text." },
-  causer_email: { type: ['string', 'null'], format: 'email' },
+  causer_email: nullableEmail,
   status_code: { type: ['integer', 'null'], minimum: 100, maximum: 599 },
   request_id: { type: ['string', 'null'] },
   timestamp: dateTime,
@@ -441,11 +448,44 @@ export const components: JsonObject = {
       additionalProperties: false,
       required: ['replica'],
       properties: {
-        replica: { type: 'string', minLength: 1, maxLength: 128 },
-        api: arrayOf({ type: 'object', description: "An api log row as the replica's store holds it, with the replica's row `id`." }, { maxItems: 10_000 }),
-        usage: arrayOf({ type: 'object', description: "A usage log row as the replica's store holds it, with the replica's row `id`." }, { maxItems: 10_000 }),
+        replica: { type: 'string', minLength: 1, maxLength: 128, examples: ['replica-1'] },
+        api: arrayOf(schemaRef('SyncApiLogRow'), { maxItems: 10_000 }),
+        usage: arrayOf(schemaRef('SyncUsageLogRow'), { maxItems: 10_000 }),
       },
     },
+    SyncApiLogRow: shape(
+      {
+        id: { ...id, description: "The row's id in the replica's store: with the replica's instance, what makes a row a duplicate." },
+        request_id: requestId,
+        method: httpMethod,
+        path: { type: 'string', maxLength: 8192 },
+        status_code: statusCode,
+        api_key_id: { ...orNull(uuid), description: 'The API key, or null (relay and egress routes).' },
+        user_id: orNull(id),
+        configuration_id: orNull(uuid),
+        destination: { type: ['string', 'null'], maxLength: 8192, description: 'The origin the request was forwarded to.' },
+        duration_ms: { type: 'number', minimum: 0 },
+        ip: { type: 'string', maxLength: 256 },
+        created_at: { ...dateTime, description: 'When the request was served; at most 10 minutes ahead of the control plane\'s clock.' },
+      },
+      [],
+      { description: "An api log row as the replica's store holds it." },
+    ),
+    SyncUsageLogRow: shape(
+      {
+        id: { ...id, description: "The row's id in the replica's store." },
+        request_id: requestId,
+        configuration_id: uuid,
+        api_key_id: orNull(uuid),
+        user_id: orNull(id),
+        mode: { type: 'string', enum: ['encrypt', 'decrypt'] },
+        field_count: count,
+        bytes: count,
+        created_at: { ...dateTime, description: 'When the request was served; at most 10 minutes ahead of the control plane\'s clock.' },
+      },
+      [],
+      { description: "A usage log row as the replica's store holds it." },
+    ),
     SyncLogsReceived: shape({ stored: count, duplicates: { ...count, description: 'Rows received before (a retried batch): skipped.' } }),
     Health: shape({ status: { const: 'ok' } }),
     Ready: shape({ status: { const: 'ready' } }),
@@ -490,10 +530,10 @@ export const components: JsonObject = {
         name: { type: 'string', minLength: 1, maxLength: 255 },
         email: { ...email, maxLength: 255 },
         password: { type: 'string', minLength: 12, maxLength: 1024, description: 'Without one the user cannot log in.' },
-        roles: arrayOf({ anyOf: [{ type: 'string', enum: [...BUILT_IN_ROLES] }, id] }, { description: 'Role names or ids; none the caller could not grant itself.' }),
+        roles: arrayOf({ anyOf: [{ type: 'string', enum: [...BUILT_IN_ROLES] }, id] }, { maxItems: 16, description: 'Role names or ids; none the caller could not grant itself.' }),
       },
     },
-    Login: { type: 'object', required: ['email', 'password'], properties: { email, password: text } },
+    Login: { type: 'object', required: ['email', 'password'], properties: { email: { ...email, maxLength: 255 }, password: { type: 'string', minLength: 1, maxLength: 1024 } } },
     UnauthorizedError: errorSaying('Unauthorized.'),
     ForbiddenError: errorSaying(FORBIDDEN, ACTION_UNAUTHORIZED),
     NotFoundError: errorSaying('Not found.'),
@@ -525,10 +565,28 @@ export const components: JsonObject = {
     UnsupportedMediaType: errorResponse('The body is not JSON.', errorSaying('The request body must be JSON (Content-Type: application/json).')),
     ValidationFailed: errorResponse('Validation failed.', schemaRef('ValidationError')),
     TooManyRequests: errorResponse('Too many attempts.', errorSaying('Too many requests.'), { ...REQUEST_ID_HEADERS, 'retry-after': { $ref: '#/components/headers/RetryAfter' } }),
+    MethodNotAllowed: errorResponse('The path exists for other methods only; `Allow` lists them.', errorSaying('Method not allowed.'), {
+      ...REQUEST_ID_HEADERS,
+      allow: { description: 'The methods the path takes.', required: true, schema: { type: 'string', pattern: '^[A-Z]+(, [A-Z]+)*$' } },
+    }),
+    RequestTimeout: errorResponse(
+      "The request's headers or body did not arrive within `server.headers_timeout` or `server.request_timeout`. Sent by the HTTP parser before any route runs: no request id; the connection is closed.",
+      errorSaying('Request timeout.'),
+      {},
+    ),
+    RequestHeaderFieldsTooLarge: errorResponse(
+      'The request\'s headers exceed `server.max_header_size`. Sent by the HTTP parser before any route runs: no request id; the connection is closed.',
+      errorSaying('Request header fields too large.'),
+      {},
+    ),
     ServerError: errorResponse('An unexpected error; the stack is logged with the request id.', errorSaying('Server error.')),
     BadGateway: errorResponse('The destination could not be reached, or its answer could not be transformed.', schemaRef('Error')),
     GatewayTimeout: errorResponse('The destination did not answer in time.', errorSaying('The destination did not answer in time.')),
     NotReady: errorResponse('Not ready to take traffic.', errorSaying('The service is not ready.')),
+    RouteUnavailable: errorResponse(
+      'The route names a configuration or classification that is not in the store (deleted or renamed while running): nothing is sent on.',
+      errorSaying('The route is not available.'),
+    ),
   },
 };
 
