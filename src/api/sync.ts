@@ -4,6 +4,7 @@
  */
 import { LOGS_PATH } from '../sync/log-shipper.ts';
 import { SNAPSHOT_PATH } from '../sync/replica.ts';
+import { METHODS } from 'node:http';
 import { z } from 'zod';
 import type { Services } from '../dataplane/services.ts';
 import { ValidationError, type ValidationErrors } from '../errors.ts';
@@ -76,11 +77,14 @@ function acceptsGzip(header: string | undefined): boolean {
 // ---------------------------------------------------------------------------------------
 // POST /api/v3/sync/logs
 
-// Bounds generous enough for anything a replica's own log tables hold: a row refused here
+// Rows are held to what the log lists show (the SyncApiLogRow and SyncUsageLogRow schemas
+// of the OpenAPI document): anything a replica's own log tables hold passes, and nothing
+// else can be planted in the fleet's logs. Text bounds stay generous: a row refused here
 // would be sent again and again, and hold up every row behind it.
 const nullableId = z.number().int().min(1).nullable();
-const timestamp = z.string().min(1).max(64);
-const requestId = z.string().min(1).max(256);
+const uuid = z.guid();
+const timestamp = z.iso.datetime({ offset: true });
+const requestId = z.string().regex(/^[A-Za-z0-9._:-]{1,128}$/);
 const shortText = z.string().max(256);
 const longText = z.string().max(8192);
 
@@ -91,12 +95,12 @@ const batchSchema = z.strictObject({
       z.strictObject({
         id: z.number().int().min(1),
         request_id: requestId,
-        method: z.string().min(1).max(32),
+        method: z.enum(METHODS),
         path: longText,
-        status_code: z.number().int().min(0).max(999),
-        api_key_id: shortText.nullable(),
+        status_code: z.number().int().min(100).max(599),
+        api_key_id: uuid.nullable(),
         user_id: nullableId,
-        configuration_id: shortText.nullable(),
+        configuration_id: uuid.nullable(),
         destination: longText.nullable(),
         duration_ms: z.number().min(0),
         ip: shortText,
@@ -110,8 +114,8 @@ const batchSchema = z.strictObject({
       z.strictObject({
         id: z.number().int().min(1),
         request_id: requestId,
-        configuration_id: z.string().min(1).max(256),
-        api_key_id: shortText.nullable(),
+        configuration_id: uuid,
+        api_key_id: uuid.nullable(),
         user_id: nullableId,
         mode: z.enum(['encrypt', 'decrypt']),
         field_count: z.number().int().min(0),
