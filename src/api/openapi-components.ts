@@ -289,7 +289,18 @@ const ACTION_UNAUTHORIZED = 'This action is unauthorized.';
 // ---------------------------------------------------------------------------------------
 // Request bodies
 
-const gwsGroupsInput: JsonObject = { type: ['array', 'null'], maxItems: 1000, items: schemaRef('GroupRef') };
+/** A group as a request names it: like GroupRef, with empty or null `name` and `email` read as absent. */
+const groupText: JsonObject = { type: ['string', 'null'], maxLength: 255 };
+const groupRefInput: JsonObject = {
+  type: 'object',
+  required: ['id'],
+  properties: {
+    id: { type: 'string', minLength: 1, maxLength: 255 },
+    name: groupText,
+    email: { anyOf: [{ ...email, maxLength: 255 }, { const: '' }, { type: 'null' }] },
+  },
+};
+const gwsGroupsInput: JsonObject = { type: ['array', 'null'], maxItems: 1000, items: schemaRef('GroupRefInput') };
 const memberIds: JsonObject = { type: 'array', maxItems: 1000, items: id };
 
 const classificationFields = {
@@ -317,6 +328,12 @@ const configurationValues: JsonObject = {
     'Settings of an encryption configuration, as the `{key, value}` array GET shows or as an object. Settable: `destinations`, `fields`, ' +
     '`min_decryption_version`; on create also `deterministic` and `proxy_slug`. Fixed keys may be sent back unchanged.',
   anyOf: [arrayOf({ type: 'object', required: ['key', 'value'], properties: { key: text, value: configurationValue } }), { type: 'object', additionalProperties: configurationValue }],
+};
+
+/** Laravel's `required_with`: groups name their provider, in the same request. */
+const GROUPS_NEED_CONTAINER: JsonObject = {
+  if: { type: 'object', required: ['gws_groups'], properties: { gws_groups: { type: 'array', minItems: 1 } } },
+  then: { type: 'object', required: ['provider_container_id'], properties: { provider_container_id: { type: 'string', minLength: 1 } } },
 };
 
 // ---------------------------------------------------------------------------------------
@@ -405,6 +422,7 @@ export const components: JsonObject = {
     Role: role,
     User: user,
     GroupRef: groupRef,
+    GroupRefInput: groupRefInput,
     Provider: provider,
     Classification: classification,
     Configuration: configuration,
@@ -491,8 +509,13 @@ export const components: JsonObject = {
     Ready: shape({ status: { const: 'ready' } }),
     Error: error,
     ValidationError: validationError,
-    ClassificationCreate: { type: 'object', required: ['name', 'bg_color', 'fg_color'], properties: classificationFields },
-    ClassificationUpdate: { type: 'object', description: 'Any subset of the create fields; a field that is sent is checked as on create.', properties: classificationFields },
+    ClassificationCreate: { type: 'object', required: ['name', 'bg_color', 'fg_color'], properties: classificationFields, ...GROUPS_NEED_CONTAINER },
+    ClassificationUpdate: {
+      type: 'object',
+      description: 'Any subset of the create fields; a field that is sent is checked as on create.',
+      properties: classificationFields,
+      ...GROUPS_NEED_CONTAINER,
+    },
     ConfigurationCreate: {
       type: 'object',
       required: ['name'],

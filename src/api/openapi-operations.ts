@@ -110,7 +110,7 @@ const classificationPaths: Record<string, JsonObject> = {
         { name: 'sort', in: 'query', schema: { type: 'string', enum: [...SORTS], default: 'name' } },
         { name: 'direction', in: 'query', schema: { type: 'string', enum: [...DIRECTIONS], default: 'asc' } },
         { name: 'user', in: 'query', schema: { type: 'integer', minimum: 1 }, description: 'Classifications that list this user id.' },
-        { name: 'roles', in: 'query', schema: { type: 'string', pattern: '^[0-9]+(,[0-9]+)*$' }, description: 'Role ids, comma-separated: classifications listing any of them.' },
+        { name: 'roles', in: 'query', schema: { type: 'string', pattern: '^[0-9]+(,[0-9]+)*$', examples: ['1,2'] }, description: 'Role ids, comma-separated: classifications listing any of them.' },
         { name: 'roles[]', in: 'query', style: 'form', explode: true, schema: { type: 'array', items: { type: 'integer', minimum: 1 } }, description: 'Role ids, one per parameter.' },
         { name: 'providers', in: 'query', schema: { type: 'string' }, description: 'Provider configuration UUIDs (not integers), comma-separated.' },
         { name: 'providers[]', in: 'query', style: 'form', explode: true, schema: { type: 'array', items: { type: 'string', format: 'uuid' } }, description: 'Provider configuration UUIDs, one per parameter.' },
