@@ -7,7 +7,7 @@ import { SNAPSHOT_PATH } from '../sync/replica.ts';
 import { METHODS } from 'node:http';
 import { z } from 'zod';
 import type { Services } from '../dataplane/services.ts';
-import { ValidationError, type ValidationErrors } from '../errors.ts';
+import { BadRequestError, ValidationError, type ValidationErrors } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
@@ -132,7 +132,10 @@ const batchSchema = z.strictObject({
  * may resend freely. No activity entry: this is log traffic, not a management change.
  */
 async function receiveLogs(ctx: RequestContext, services: Services): Promise<void> {
-  const parsed = batchSchema.safeParse(await readJson(ctx, LOGS_BODY_LIMIT));
+  const body = await readJson(ctx, LOGS_BODY_LIMIT);
+  // As on every other endpoint: a body that is no object is a 400, not a 422 on `body`.
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new BadRequestError('The request body must be a JSON object.');
+  const parsed = batchSchema.safeParse(body);
   if (!parsed.success) throw new ValidationError(validationErrors(parsed.error.issues));
   const batch = parsed.data;
   const result = services.store.shippedLogs.receive(batch.replica, { api: batch.api, usage: batch.usage });

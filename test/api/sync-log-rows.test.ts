@@ -55,3 +55,12 @@ test('shipped log rows with a status outside 100–599, an unknown method, ids t
   const more = await call(url, LOGS, { body: JSON.stringify({ replica: 'r1', api: [{ ...API_ROW, id: 2, method: 'PROPFIND', status_code: 599, created_at: '2026-01-01T01:00:00+01:00' }] }) });
   assert.deepEqual(more.json, { stored: 1, duplicates: 0 });
 });
+
+test('a shipped batch that is not a JSON object is a 400, as on every other endpoint', async (t) => {
+  const { url } = await startApp(t);
+  for (const body of ['[]', '[{"replica":"r1"}]', '"r1"', 'null']) {
+    const res = await call(url, LOGS, { body });
+    assert.equal(res.status, 400, body);
+    assert.deepEqual(res.json, { message: 'The request body must be a JSON object.' }, body);
+  }
+});
