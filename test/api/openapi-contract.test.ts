@@ -9,14 +9,19 @@
  * query parameter with a valid and with invalid values; each path id wrong; the request
  * without credentials and with wrong ones. What the document calls valid must succeed with
  * its success status, what it refuses must be refused with the status it names for that:
- * 422 for a body or a query, 404 for an id, 401 for credentials. Every difference is
- * collected and reported at once.
+ * 422 for a body or a query, 404 for an id, 401 for credentials. Besides: a viewer's key
+ * (403 unless `x-roles` gives the viewer the operation's `x-permission`), bodies that are
+ * not JSON, malformed or over the limit (415, 400, 413), oversized headers (the parser's
+ * 431), a method the path does not list (405, `Allow` naming exactly the documented
+ * methods), a destination that refuses connections (502), an egress route whose
+ * configuration is gone (503), and the login lockout (429). Every difference is collected
+ * and reported at once.
  */
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { KEYS, startApp } from '../support/app.ts';
-import { startEcho, type Echo } from '../support/destinations.ts';
+import { closedPort, startEcho, type Echo } from '../support/destinations.ts';
 import { generate, mutations, OMIT, type Hint } from '../support/openapi-requests.ts';
 import { DOCUMENT, follow, isObject, operations, parametersOf, pointer, schemaErrors, validateResponse, type Obj, type Operation } from '../support/openapi-validator.ts';
 
@@ -24,10 +29,12 @@ const SEED = `
 seed:
   users:
     - { name: Ada Admin, email: ada@example.com, password: "correct horse", roles: [owner] }
+    - { name: Vi Ewer, email: viewer@example.com, roles: [viewer] }
   api_keys:
     - { name: owner, user: ada@example.com, key: ${KEYS.owner} }
+    - { name: viewer, user: viewer@example.com, key: ${KEYS.viewer} }
   configurations:
-    - { name: payments, proxy_slug: payments, fields: [card.number], destinations: ["ECHO/"] }
+    - { name: payments, proxy_slug: payments, fields: [card.number], destinations: ["ECHO/", "CLOSED/"] }
     - name: workspace
       type: provider
       provider: google
@@ -92,6 +99,8 @@ interface World {
   readonly url: string;
   readonly admin: string;
   readonly echo: Echo;
+  /** An allowlisted origin that refuses connections. */
+  readonly closed: string;
   readonly userId: number;
   readonly roleId: number;
   readonly classificationId: number;
@@ -129,7 +138,13 @@ async function must(w: World, method: string, path: string, body?: unknown, head
 
 async function buildWorld(t: TestContext): Promise<World> {
   const echo = await startEcho(t);
-  const running = await startApp(t, `egress:\n  - { name: vendor, destination: "${echo.url}", configuration: payments, request: { decrypt: [card.number] } }`, SEED.replace('ECHO', echo.url), { admin: true });
+  const closed = `http://127.0.0.1:${await closedPort()}`;
+  const egress = [
+    `  - { name: vendor, destination: "${echo.url}", configuration: payments, request: { decrypt: [card.number] } }`,
+    `  - { name: down, destination: "${closed}", configuration: payments }`,
+    `  - { name: gone, destination: "${echo.url}", configuration: no-such-configuration }`,
+  ];
+  const running = await startApp(t, `egress:\n${egress.join('\n')}`, SEED.replace('ECHO', echo.url).replace('CLOSED', closed), { admin: true });
   const partial = { url: running.url, problems: [] as string[], requests: 0, operationsCalled: new Set<string>() } as unknown as World;
   const users = await must(partial, 'GET', '/api/v3/users');
   const roles = await must(partial, 'GET', '/api/v3/roles');
@@ -142,6 +157,7 @@ async function buildWorld(t: TestContext): Promise<World> {
     ...partial,
     admin: running.adminUrl!,
     echo,
+    closed,
     userId: byName(users.json.data, 'Ada Admin').id,
     roleId: byName(roles.json, 'owner').id,
     classificationId: byName(classifications.json.data, 'PHI').id,
@@ -442,12 +458,74 @@ async function exercise(w: World, operation: Operation): Promise<void> {
   if (operation.path === '/proxy/{slug}') {
     await call('x-svc-mode bogus', (c) => full(c, { 'x-svc-mode': 'bogus' }), status(400), '400');
   }
+  // A viewer's key: the document's role table and the operation's permission say what it gets.
+  const permission = operation.op['x-permission'];
+  if (!shape.open && permission !== null && !shape.bearer) {
+    const viewer = new Set(((DOCUMENT['x-roles'] as Record<string, string[]>)['viewer']) ?? []);
+    const allowed = typeof permission === 'string' && viewer.has(permission);
+    await call(
+      'a viewer',
+      (c) => ({ method, path: path(c), headers: { 'x-svc-authorization': KEYS.viewer, ...contentType }, body: body(c, false) }),
+      allowed ? shape.success : status(403),
+      allowed ? success : '403: the viewer lacks the permission',
+    );
+  }
+
+  // Bodies that cannot be read.
+  if (shape.bodyMedia === 'application/json') {
+    const declared = Object.keys(operation.op['responses'] as Obj);
+    const readable = (c: Context, b: string, type = 'application/json'): Sent => ({ method, path: path(c), headers: { ...credentials(c), 'content-type': type }, body: b });
+    await call('a body that is not JSON', (c) => readable(c, 'a=1', 'application/x-www-form-urlencoded'), status(415), '415');
+    await call('malformed JSON', (c) => readable(c, '{"a":'), status(400), '400');
+    if (!(shape.bodyPtr !== null && follow(shape.bodyPtr).value['type'] !== 'object')) await call('a JSON array', (c) => readable(c, '[1]'), status(400), '400: not an object');
+    if (declared.includes('413')) {
+      const limit = operation.path === '/api/v3/sync/logs' ? 16 * 1024 * 1024 : 1024 * 1024;
+      await call('a body over the limit', (c) => readable(c, `{"a":"${'x'.repeat(limit)}"}`), status(413), '413');
+    }
+  }
+
+  // Oversized headers: the parser answers before any route runs. Not for HEAD: the parser
+  // does not know the method yet and sends its body anyway, which an HTTP client reading a
+  // HEAD answer takes as a protocol error (the document says the answer is sent whole).
+  if (method !== 'HEAD') await call('oversized headers', (c) => ({ method, path: path(c), headers: { ...credentials(c), 'x-padding': 'p'.repeat(20 * 1024) } }), status(431), '431');
+
+  // Forwarding that fails.
+  if (operation.path === '/proxy/{slug}' || /\/(encrypt|decrypt)$/.test(operation.path)) {
+    await call('a destination that refuses connections', (c) => full(c, { 'x-svc-destination': `${w.closed}/x` }), status(502), '502');
+  }
+  if (operation.path.startsWith('/egress/')) {
+    await call('an egress destination that refuses connections', (c) => ({ method, path: fill(operation.path, { ...c.params, name: 'down' }), headers: {} }), status(502), '502');
+    await call('an egress route whose configuration is gone', (c) => ({ method, path: fill(operation.path, { ...c.params, name: 'gone' }), headers: {} }), status(503), '503');
+  }
+
+  if (id === 'login') {
+    // Five wrong passwords for one email, then the lockout.
+    const email = `${unique('locked')}@example.com`;
+    for (let i = 0; i < 5; i++) {
+      await call('a wrong password', (c) => ({ method, path: path(c), headers: { ...credentials(c), ...JSON_TYPE }, body: JSON.stringify({ email, password: 'wrong password' }) }), status(401), '401');
+    }
+    await call('locked out', (c) => ({ method, path: path(c), headers: { ...credentials(c), ...JSON_TYPE }, body: JSON.stringify({ email, password: 'wrong password' }) }), status(429), '429');
+  }
+
   if (id === 'getSyncSnapshot') {
     const first = await call('snapshot', (c) => ({ method, path: path(c), headers: credentials(c) }), status(200), '200');
     const etag = first.headers.get('etag') ?? '';
     await call('if-none-match the current snapshot', (c) => ({ method, path: path(c), headers: { ...credentials(c), 'if-none-match': etag } }), status(304), '304');
   }
   if (!w.operationsCalled.has(name)) w.problems.push(`${name}: no request reached it`);
+}
+
+/** A method the path does not list: 405, with `Allow` naming exactly the methods the document lists. */
+async function otherMethod(w: World, path: string, item: Obj): Promise<void> {
+  const listed = ['get', 'head', 'post', 'put', 'patch', 'delete', 'options'].filter((m) => isObject(item[m]));
+  const other = ['put', 'patch', 'delete', 'post', 'get'].find((m) => !listed.includes(m));
+  if (other === undefined) return;
+  const operation = operations().find((o) => o.path === path)!;
+  const context = await contextFor(w, operation);
+  const base = Array.isArray(item['servers']) ? w.admin : w.url;
+  const res = await exchange(w, base, { method: other.toUpperCase(), path: fill(path, context.params), headers: OWNER }, status(405), '405', 'a method the path does not list');
+  const allow = (res.headers.get('allow') ?? '').split(',').map((m) => m.trim().toLowerCase()).sort();
+  if (JSON.stringify(allow) !== JSON.stringify([...listed].sort())) w.problems.push(`${other.toUpperCase()} ${path}: Allow says ${allow.join(', ')}, the document lists ${listed.join(', ')}`);
 }
 
 /** `mutated` was made from `base`; the same change applied to `fresh` (same shape, this request's own values). */
@@ -472,7 +550,9 @@ test('every operation of the OpenAPI document, called with valid and invalid req
   const w = await buildWorld(t);
   const all = operations();
   for (const operation of all) await exercise(w, operation);
-  t.diagnostic(`OPENAPI-CONTRACT ${JSON.stringify({ operations: all.length, called: w.operationsCalled.size, requests: w.requests, problems: w.problems.length })}`);
+  for (const [path, item] of Object.entries(DOCUMENT['paths'] as Record<string, Obj>)) await otherMethod(w, path, item);
+  t.diagnostic(`OPENAPI-CONTRACT ${JSON.stringify({ operations: all.length, requests: w.requests, problems: w.problems.length })}`);
   assert.deepEqual(w.problems, [], `${w.problems.length} differences between the service and its OpenAPI document:\n${w.problems.join('\n')}`);
-  assert.equal(w.operationsCalled.size, all.length);
+  const uncalled = all.map((o) => `${o.method.toUpperCase()} ${o.path}`).filter((name) => !w.operationsCalled.has(name));
+  assert.deepEqual(uncalled, [], 'every operation was called');
 });
