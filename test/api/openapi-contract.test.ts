@@ -397,6 +397,8 @@ async function exercise(w: World, operation: Operation): Promise<void> {
   if (shape.bodyPtr !== null && shape.bodyMedia === 'application/json') {
     const base = generate(shape.bodyPtr, { full: true, hint: bodyHints(w, operation, await contextFor(w, operation)) });
     for (const mutation of mutations(shape.bodyPtr, base)) {
+      // Login takes any well-formed email and password; other ones than Ada's are wrong credentials (401).
+      const changedCredential = id === 'login' && mutation.valid && /(email|password)$/.test(mutation.label);
       await call(
         `body ${mutation.label}`,
         (c) => ({
@@ -406,8 +408,8 @@ async function exercise(w: World, operation: Operation): Promise<void> {
           // Regenerated for this request's own resources (a key destruction's confirm), then mutated the same way.
           body: JSON.stringify(remake(shape.bodyPtr!, mutation.body, generate(shape.bodyPtr!, { full: true, hint: bodyHints(w, operation, c) }), base)),
         }),
-        mutation.valid ? shape.success : status(422),
-        mutation.valid ? `${success}: the document takes this body` : '422: the document refuses this body',
+        changedCredential ? status(401) : mutation.valid ? shape.success : status(422),
+        changedCredential ? '401: well-formed but wrong credentials' : mutation.valid ? `${success}: the document takes this body` : '422: the document refuses this body',
       );
     }
   }

@@ -158,30 +158,43 @@ function changed(root: unknown, path: readonly (string | number)[], change: (tar
 /** Values of every JSON type, for "wrong type": the first one the document refuses is used. */
 const WRONG = [12345, 'text', true, { nested: 1 }, [1, 2], 1.5];
 
-/** Values just outside the bounds a schema sets, each with what it breaks. */
-function outOfBounds(ptr: string, value: unknown): Array<[string, unknown]> {
+/** A unique string of exactly `length` characters (names must not collide). */
+function uniqueOfLength(length: number): string {
+  counter += 1;
+  return `u${counter}-`.padEnd(length, 'x').slice(0, length);
+}
+
+/**
+ * Values at the bounds a schema sets, which it takes, and just outside them, which it
+ * refuses; each with what it is. Both sides matter: a bound the service draws tighter or
+ * looser than the document shows on one of them.
+ */
+function boundaries(ptr: string, value: unknown): Array<[string, unknown]> {
   const s = follow(ptr).value;
   const out: Array<[string, unknown]> = [];
-  if (typeof s['maxLength'] === 'number') out.push(['longer than maxLength', 'x'.repeat(s['maxLength'] + 1)]);
+  if (typeof s['maxLength'] === 'number') out.push(['as long as maxLength', uniqueOfLength(s['maxLength'])], ['longer than maxLength', 'x'.repeat(s['maxLength'] + 1)]);
   if (typeof s['minLength'] === 'number' && s['minLength'] > 0) out.push(['shorter than minLength', 'x'.repeat(s['minLength'] - 1)]);
   if (typeof s['pattern'] === 'string') out.push(['not matching its pattern', '\u0000 !']);
   if (Array.isArray(s['enum'])) out.push(['not in its enum', 'not-a-choice']);
   if (Object.hasOwn(s, 'const')) out.push(['not its const', 'not-the-const']);
   if (typeof s['format'] === 'string') out.push([`not a ${String(s['format'])}`, 'not a valid value']);
   if (typeof s['minimum'] === 'number') out.push(['below minimum', s['minimum'] - 1]);
-  if (typeof s['maximum'] === 'number') out.push(['above maximum', s['maximum'] + 1]);
+  if (typeof s['maximum'] === 'number') out.push(['at maximum', s['maximum']], ['above maximum', s['maximum'] + 1]);
   if (s['type'] === 'integer' || (Array.isArray(s['type']) && s['type'].includes('integer') && !s['type'].includes('number'))) out.push(['not an integer', 1.5]);
   if (Array.isArray(value)) {
     const item = value[0];
-    if (typeof s['maxItems'] === 'number' && item !== undefined) out.push(['more than maxItems', Array.from({ length: s['maxItems'] + 1 }, () => structuredClone(item))]);
+    if (typeof s['maxItems'] === 'number' && item !== undefined) {
+      out.push(['as many as maxItems', Array.from({ length: s['maxItems'] }, () => structuredClone(item))]);
+      out.push(['more than maxItems', Array.from({ length: s['maxItems'] + 1 }, () => structuredClone(item))]);
+    }
     if (typeof s['minItems'] === 'number' && s['minItems'] > 0) out.push(['fewer than minItems', value.slice(0, s['minItems'] - 1)]);
   }
   return out;
 }
 
 /**
- * The mutations of a valid body: each property removed, each property of a wrong type or
- * just outside its bounds, an unknown field in each object. `valid` is the document's
+ * The mutations of a valid body: each property removed, each property of a wrong type, at
+ * its bounds and just outside them, an unknown field in each object. `valid` is the document's
  * verdict on the result, checked by ajv; a change the document still takes (a removed
  * optional field, an unknown field of an open object) is a valid mutation.
  */
@@ -198,9 +211,9 @@ export function mutations(ptr: string, body: unknown): Mutation[] {
       const replaced = (value: unknown) => changed(body, path, (a) => ((a as unknown as unknown[])[0] = value));
       const wrong = WRONG.map(replaced).find((candidate) => !verdict(candidate));
       if (wrong !== undefined) out.push({ label: `wrong type at ${where(0)}`, body: wrong, valid: false });
-      for (const [what, value] of outOfBounds(governing(child, first), first)) {
+      for (const [what, value] of boundaries(governing(child, first), first)) {
         const candidate = replaced(value);
-        if (!verdict(candidate)) out.push({ label: `${what} at ${where(0)}`, body: candidate, valid: false });
+        out.push({ label: `${what} at ${where(0)}`, body: candidate, valid: verdict(candidate) });
       }
       continue;
     }
@@ -212,10 +225,10 @@ export function mutations(ptr: string, body: unknown): Mutation[] {
       if (wrong !== undefined) out.push({ label: `wrong type at ${where(key)}`, body: wrong, valid: false });
       const child = schema === undefined ? undefined : childSchema(schema, key);
       if (child === undefined) continue;
-      for (const [what, bad] of outOfBounds(governing(child, value), value)) {
-        const candidate = changed(body, path, (o) => (o[key] = bad));
-        // Only what the document refuses: another branch of an anyOf may take the value.
-        if (!verdict(candidate)) out.push({ label: `${what} at ${where(key)}`, body: candidate, valid: false });
+      for (const [what, bound] of boundaries(governing(child, value), value)) {
+        // The document's verdict decides, not the label: another branch of an anyOf may take a value.
+        const candidate = changed(body, path, (o) => (o[key] = bound));
+        out.push({ label: `${what} at ${where(key)}`, body: candidate, valid: verdict(candidate) });
       }
     }
     const extra = changed(body, path, (o) => (o['unknown_field'] = 'x'));
