@@ -542,8 +542,8 @@ export const components: JsonObject = {
       properties: {
         name: { type: 'string', minLength: 1, maxLength: 64 },
         user_id: { ...id, description: 'Whose key it is; default the acting user. Another user needs `users.manage`.' },
-        permissions: arrayOf({ type: 'string', enum: [...PERMISSIONS] }, { description: "A scope within the user's permissions; empty: all of them." }),
-        configurations: arrayOf(uuid, { description: 'Configuration UUIDs the key is limited to; empty: all.' }),
+        permissions: arrayOf({ type: 'string', enum: [...PERMISSIONS] }, { maxItems: PERMISSIONS.length, description: "A scope within the user's permissions; empty: all of them." }),
+        configurations: arrayOf(uuid, { maxItems: 256, description: 'Configuration UUIDs the key is limited to; empty: all.' }),
       },
     },
     UserCreate: {

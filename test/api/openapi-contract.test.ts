@@ -353,10 +353,16 @@ function queryCases(operation: Operation, w: World): Array<{ label: string; quer
     if (schema['type'] === 'integer') {
       out.push({ label: `${name} not an integer`, query: enc('abc'), valid: false });
       if (typeof schema['minimum'] === 'number') out.push({ label: `${name} below minimum`, query: enc(schema['minimum'] - 1), valid: false });
-      if (typeof schema['maximum'] === 'number') out.push({ label: `${name} above maximum`, query: enc(schema['maximum'] + 1), valid: false });
+      if (typeof schema['maximum'] === 'number') {
+        out.push({ label: `${name} at maximum`, query: enc(schema['maximum']), valid: true });
+        out.push({ label: `${name} above maximum`, query: enc(schema['maximum'] + 1), valid: false });
+      }
     }
     if (Array.isArray(schema['enum'])) out.push({ label: `${name} not in enum`, query: enc('not-a-choice'), valid: false });
-    if (typeof schema['maxLength'] === 'number') out.push({ label: `${name} too long`, query: enc('x'.repeat(schema['maxLength'] + 1)), valid: false });
+    if (typeof schema['maxLength'] === 'number' && schema['pattern'] === undefined) {
+      out.push({ label: `${name} as long as maxLength`, query: enc('x'.repeat(schema['maxLength'])), valid: true });
+      out.push({ label: `${name} too long`, query: enc('x'.repeat(schema['maxLength'] + 1)), valid: false });
+    }
     if (typeof schema['pattern'] === 'string') out.push({ label: `${name} not matching its pattern`, query: enc('!!'), valid: false });
   }
   return out;
