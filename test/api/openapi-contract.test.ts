@@ -202,7 +202,7 @@ function bodyHints(w: World, operation: Operation, context: Context): Hint {
       if (key === 'provider') return OMIT;
       if (key === 'values') return [{ key: 'fields', value: 'card.number' }];
     }
-    if (id === 'createUser' && key === 'email') return `contract-${Math.random().toString(36).slice(2, 10)}@example.com`;
+    if (id === 'createUser' && key === 'email') return `${unique('contract')}@example.com`;
     if (id === 'login' && key === 'email') return 'ada@example.com';
     if (id === 'login' && key === 'password') return 'correct horse';
     if (id === 'destroyConfigurationKey' && key === 'confirm') return context.confirm;
@@ -324,8 +324,7 @@ function headerValues(w: World, operation: Operation): Record<string, string> {
       'x-svc-fields': 'card.number',
       'x-svc-classification': 'phi',
       'x-svc-destination': `${w.echo.url}/v1/charges`,
-      // The full request's mode matches its body: tokens are decrypted.
-      'x-svc-mode': 'decrypt',
+      'x-svc-mode': 'encrypt',
       'if-none-match': '"0000000000000000000000000000000000000000000000000000000000000000"',
     };
     out[name] = known[name] ?? String(generate(`${ptr}/schema`, { full: false }));
@@ -465,6 +464,10 @@ async function exercise(w: World, operation: Operation): Promise<void> {
   }
   if (operation.path === '/proxy/{slug}') {
     await call('x-svc-mode bogus', (c) => full(c, { 'x-svc-mode': 'bogus' }), status(400), '400');
+    const decrypting = (c: Context): Sent => ({ method, path: path(c), headers: { ...OWNER, ...JSON_TYPE, 'x-svc-mode': 'Decrypt' }, body: JSON.stringify({ card: { number: w.token } }) });
+    const decrypted = await call('x-svc-mode decrypt', decrypting, status(200), '200');
+    if (method !== 'HEAD' && decrypted.json?.card?.number !== '4111111111111111') w.problems.push(`${name} [x-svc-mode decrypt]: the token was not decrypted: ${decrypted.text}`);
+    await call('x-svc-mode decrypt with a viewer', (c) => ({ ...decrypting(c), headers: { ...decrypting(c).headers, 'x-svc-authorization': KEYS.viewer } }), status(403), '403');
   }
   // A viewer's key: the document's role table and the operation's permission say what it gets.
   const permission = operation.op['x-permission'];
