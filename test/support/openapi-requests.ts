@@ -8,7 +8,7 @@
  * with every plain string unique (`sample-<n>`), so names never collide. What a schema
  * cannot know (an id that exists, a group of a provider) comes from a hint.
  */
-import { follow, isObject, refPointer, schemaErrors, type Obj } from './openapi-validator.ts';
+import { follow, isObject, refPointer, schemaAccepts, type Obj } from './openapi-validator.ts';
 
 /** Returned by a hint: leave the property out. */
 export const OMIT: unique symbol = Symbol('omit');
@@ -122,7 +122,7 @@ function governing(ptr: string, value: unknown): string {
     const keyword = Array.isArray(schema['anyOf']) ? 'anyOf' : Array.isArray(schema['oneOf']) ? 'oneOf' : null;
     if (keyword === null) return current;
     const branches = (schema[keyword] as unknown[]).map((_, i) => `${current}/${keyword}/${i}`);
-    current = follow(branches.find((b) => schemaErrors(b, value).length === 0) ?? branches[0]!).ptr;
+    current = follow(branches.find((b) => schemaAccepts(b, value)) ?? branches[0]!).ptr;
   }
   return current;
 }
@@ -200,7 +200,7 @@ function boundaries(ptr: string, value: unknown): Array<[string, unknown]> {
  */
 export function mutations(ptr: string, body: unknown): Mutation[] {
   const out: Mutation[] = [];
-  const verdict = (candidate: unknown) => schemaErrors(ptr, candidate).length === 0;
+  const verdict = (candidate: unknown) => schemaAccepts(ptr, candidate);
   for (const [node, path, schema] of nodesIn(body, ptr)) {
     const where = (key: string | number) => [...path, key].join('.');
     if (Array.isArray(node)) {

@@ -37,9 +37,12 @@ const addFormats = ((addFormatsPlugin as unknown as { default?: typeof addFormat
   formats: readonly string[],
 ) => Ajv2020;
 
-/** A strict 2020-12 validator that knows the document's formats and OpenAPI's discriminator. */
-export function createAjv(): Ajv2020 {
-  const ajv = new Ajv2020({ strict: true, strictTypes: true, allErrors: true, allowUnionTypes: true, verbose: true });
+/**
+ * A strict 2020-12 validator that knows the document's formats and OpenAPI's discriminator.
+ * `explain: false` gives one that only answers yes or no, several times faster on large values.
+ */
+export function createAjv({ explain = true } = {}): Ajv2020 {
+  const ajv = new Ajv2020({ strict: true, strictTypes: true, allErrors: explain, allowUnionTypes: true, verbose: explain });
   addFormats(ajv, FORMATS);
   ajv.addKeyword({ keyword: 'discriminator', schemaType: 'object' });
   return ajv;
@@ -95,20 +98,36 @@ export function follow(ptr: string): { ptr: string; value: Obj } {
 // Schemas
 
 const DOCUMENT_ID = 'urn:svc-sidecar:openapi';
-const ajv = createAjv();
-// Only the parts that hold schemas are registered: the root is compiled as a schema when
-// a reference into it is first resolved, and `paths` and `components` are opaque to it.
-ajv.addKeyword({ keyword: 'paths', schemaType: 'object' });
-ajv.addKeyword({ keyword: 'components', schemaType: 'object' });
-ajv.addSchema({ $id: DOCUMENT_ID, paths: DOCUMENT['paths'], components: DOCUMENT['components'] });
+
+/** An ajv holding the document. Only the parts that hold schemas are registered: the root is
+ * compiled as a schema when a reference into it is first resolved, and `paths` and
+ * `components` are opaque to it. */
+function withDocument(ajv: Ajv2020): Ajv2020 {
+  ajv.addKeyword({ keyword: 'paths', schemaType: 'object' });
+  ajv.addKeyword({ keyword: 'components', schemaType: 'object' });
+  ajv.addSchema({ $id: DOCUMENT_ID, paths: DOCUMENT['paths'], components: DOCUMENT['components'] });
+  return ajv;
+}
+
+const ajv = withDocument(createAjv());
+const judge = withDocument(createAjv({ explain: false }));
 
 const fragment = (ptr: string) => keysOf(ptr).map((k) => `/${encodeURIComponent(k.replaceAll('~', '~0').replaceAll('/', '~1'))}`).join('');
 
-/** The compiled schema at `ptr` (compiled once); throws when it does not compile. */
-export function compiled(ptr: string): ValidateFunction {
-  const validate = ajv.getSchema(`${DOCUMENT_ID}#${fragment(ptr)}`);
+function compiledIn(instance: Ajv2020, ptr: string): ValidateFunction {
+  const validate = instance.getSchema(`${DOCUMENT_ID}#${fragment(ptr)}`);
   if (validate === undefined) throw new Error(`no schema at ${ptr}`);
   return validate;
+}
+
+/** The compiled schema at `ptr` (compiled once); throws when it does not compile. */
+export function compiled(ptr: string): ValidateFunction {
+  return compiledIn(ajv, ptr);
+}
+
+/** Whether `value` passes the schema at `ptr`, without saying why not. */
+export function schemaAccepts(ptr: string, value: unknown): boolean {
+  return compiledIn(judge, ptr)(value) === true;
 }
 
 /** Every way `value` fails the schema at `ptr`, each as `<where>: <problem>`; empty when it passes. */
