@@ -482,6 +482,16 @@ async function exercise(w: World, operation: Operation): Promise<void> {
     );
   }
 
+  // The permission comes before the slug: a caller without it learns nothing about which slugs exist.
+  if (operation.path.includes('{slug}')) {
+    await call(
+      'a viewer and an unknown slug',
+      (c) => ({ method, path: fill(operation.path, { ...c.params, slug: 'no-such-slug' }), headers: { 'x-svc-authorization': KEYS.viewer, ...contentType }, body: body(c, false) }),
+      status(403),
+      '403 before the slug is looked up',
+    );
+  }
+
   // Bodies that cannot be read.
   if (shape.bodyMedia === 'application/json') {
     const declared = Object.keys(operation.op['responses'] as Obj);
