@@ -40,7 +40,8 @@ export interface PermissionRow {
 
 /**
  * The authenticated operations of the document, in its order. A path whose every method
- * needs the same permission is one `ANY` row; `/proxy` gets a row per `x-svc-mode`.
+ * needs the same permission is one `ANY` row; `/proxy` gets a row per `x-svc-mode`. The
+ * HEAD of a GET is left out: it needs what the GET needs (said under the table).
  */
 export function permissionRows(): { rows: PermissionRow[]; open: string[] } {
   const rows: PermissionRow[] = [];
@@ -50,12 +51,14 @@ export function permissionRows(): { rows: PermissionRow[]; open: string[] } {
     const operations = METHODS.filter((m) => item[m] !== undefined).map((m) => ({ method: m.toUpperCase(), op: obj(item[m]) }));
     const first = operations[0];
     if (first === undefined) continue;
+    const all = operations.length === METHODS.length;
+    const listed = all ? operations : operations.filter((o) => o.method !== 'HEAD' || item['get'] === undefined);
     if (Array.isArray(first.op['security']) && first.op['security'].length === 0) {
-      open.push(operations.length === METHODS.length ? `any \`${path}\`` : operations.map((o) => `${o.method} \`${path}\``).join(', '));
+      open.push(all ? `any \`${path}\`` : listed.map((o) => `${o.method} \`${path}\``).join(', '));
       continue;
     }
     const same = (o: { op: Obj }) => JSON.stringify(o.op['x-permission']) === JSON.stringify(first.op['x-permission']);
-    const grouped = operations.length === METHODS.length && operations.every(same) ? [{ method: 'ANY', op: first.op }] : operations;
+    const grouped = all && operations.every(same) ? [{ method: 'ANY', op: first.op }] : listed;
     for (const { method, op } of grouped) {
       const permission = op['x-permission'] ?? null;
       if (permission === null || typeof permission === 'string') {
@@ -98,10 +101,11 @@ acting user is the key's user, or the user of a bearer access token sent with th
   which ids exist.
 - A key limited to some configurations gets 403 for any other configuration, on the
   management API and the data plane alike.
-- Data plane: the proxy slug is resolved first (an unknown slug is 404 for everyone), then
-  the permission. Decrypting a classified token also needs the classification to be open
-  to the acting user (its users, roles or provider groups); otherwise 403 and nothing is
-  decrypted.
+- Data plane: the permission is checked before the proxy slug is looked up, so a caller
+  without \`data.encrypt\` or \`data.decrypt\` gets 403 whether or not the slug exists; an
+  unknown slug is 404 for callers who hold it. Decrypting a classified token also needs
+  the classification to be open to the acting user (its users, roles or provider groups);
+  otherwise 403 and nothing is decrypted.
 - \`POST /api/v3/api-keys\` and \`POST /api/v3/users\` never create a key or user that could
   do more than the caller; a key for another user needs \`users.manage\` too.
 - A data-plane key (scope only \`data.*\`) may not log in or carry a bearer token: 403
@@ -123,7 +127,8 @@ only.
 
 ## Endpoints
 
-${ALLOWED} = allowed (the request reaches the endpoint), ${DENIED} = refused with 403.
+${ALLOWED} = allowed (the request reaches the endpoint), ${DENIED} = refused with 403. HEAD is
+answered wherever GET is, and needs the same permission.
 
 | Method | Path | Permission ${header}
 |---|---|---${rule}

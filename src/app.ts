@@ -89,6 +89,11 @@ export function buildRouter(): Router<Handler<Services>> {
   return router;
 }
 
+/** The admin listener's routes (`server.admin_listen`): health and metrics, never the API. */
+export function buildAdminRouter(): Router<Handler<Services>> {
+  return new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz).add('GET', '/metrics', metricsRoute);
+}
+
 /**
  * The end of every exchange on a listener: metrics for all, and an api log entry for what
  * DESIGN §10 logs — every authenticated /api and /proxy request on the main listener, and
@@ -213,12 +218,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   const admin =
     config.server.admin_listen === 'off'
       ? null
-      : new Listener(
-          'admin',
-          config.server.admin_listen,
-          routerHandler(new Router<Handler<Services>>().add('GET', '/healthz', healthz).add('GET', '/readyz', readyz).add('GET', '/metrics', metricsRoute), services),
-          { server, logger },
-        );
+      : new Listener('admin', config.server.admin_listen, routerHandler(buildAdminRouter(), services), { server, logger });
   const listeners = [main, ...(admin === null ? [] : [admin]), ...(relay === null ? [] : [relay.listener])];
 
   return {

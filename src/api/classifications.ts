@@ -26,7 +26,7 @@ import type { Store } from '../store/db.ts';
 import { envelope, pageRequest } from './pagination.ts';
 import { classificationView, MemberViews } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
-import { attributeName, queryIntegerList, Validator } from './validation.ts';
+import { attributeName, EMAIL_PATTERN, queryIntegerList, Validator } from './validation.ts';
 
 const COLOR = /^#[0-9A-Fa-f]{6}$/;
 const NAME_MAX = 32;
@@ -174,7 +174,7 @@ function gwsGroups(v: Validator): GwsGroup[] | undefined {
       const id = nestedText(v, `${key}.id`, item['id'], true);
       const name = nestedText(v, `${key}.name`, item['name'], false);
       const email = nestedText(v, `${key}.email`, item['email'], false);
-      if (typeof email === 'string' && !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email)) {
+      if (typeof email === 'string' && !EMAIL_PATTERN.test(email)) {
         v.fail(`${key}.email`, `The ${attributeName(`${key}.email`)} field must be a valid email address.`);
         return undefined;
       }

@@ -167,7 +167,8 @@ function validateCreate(v: Validator, store: Store): CreateInput {
 }
 
 function validateUpdate(v: Validator, store: Store, current: Configuration): ConfigurationPatch {
-  const name = v.string('name', { max: NAME_MAX });
+  // Sent, a name must be one: an empty or null name is refused, not silently ignored.
+  const name = v.string('name', { required: v.has('name'), max: NAME_MAX });
   if (typeof name === 'string' && name !== current.name && store.configurations.findByName(name) !== undefined) {
     v.fail('name', 'The name has already been taken.');
   }

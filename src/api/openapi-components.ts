@@ -13,6 +13,7 @@ import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.
 import { LOG_KINDS } from '../store/logs.ts';
 import { MAX_CURSOR_LENGTH } from './log-cursor.ts';
 import { DEFAULT_PER_PAGE, MAX_PER_PAGE } from './pagination.ts';
+import { EMAIL_PATTERN } from './validation.ts';
 
 export type Json = string | number | boolean | null | readonly Json[] | { readonly [key: string]: Json };
 export type JsonObject = { readonly [key: string]: Json };
@@ -43,14 +44,19 @@ const id: JsonObject = { type: 'integer', minimum: 1 };
 const count: JsonObject = { type: 'integer', minimum: 0 };
 const dateTime: JsonObject = { type: 'string', format: 'date-time' };
 const uuid: JsonObject = { type: 'string', format: 'uuid' };
-const email: JsonObject = { type: 'string', format: 'email' };
-const color: JsonObject = { type: 'string', pattern: '^#[0-9A-Fa-f]{6}$' };
+/** The API's own rule (src/api/validation.ts), not RFC 5322: what it takes is what it may show. */
+const email: JsonObject = { type: 'string', pattern: EMAIL_PATTERN.source, examples: ['ada@example.com'] };
+const nullableEmail: JsonObject = { type: ['string', 'null'], pattern: EMAIL_PATTERN.source };
+const color: JsonObject = { type: 'string', pattern: '^#[0-9A-Fa-f]{6}$', examples: ['#aa0000'] };
 const apiKeySecret: JsonObject = { type: 'string', pattern: '^svc_[A-Za-z0-9]{40}$', description: 'The full API key. Shown once: only its SHA-256 is stored.' };
 const apiKeyPrefix: JsonObject = { type: 'string', pattern: '^svc_[A-Za-z0-9]{8}$', description: 'The first 12 characters of the key.' };
 /** A JavaScript RegExp's source is also an ECMA-262 pattern, which is what JSON Schema uses. */
 const proxySlug: JsonObject = { type: 'string', pattern: PROXY_SLUG_PATTERN.source };
 const requestId: JsonObject = { type: 'string', pattern: '^[A-Za-z0-9._:-]{1,128}$' };
 const sha256Hex: JsonObject = { type: 'string', pattern: '^[0-9a-f]{64}$' };
+/** Every method Node's HTTP parser accepts: what a request, and so a log row, can carry. */
+const httpMethod: JsonObject = { type: 'string', enum: [...METHODS], examples: ['POST'] };
+const statusCode: JsonObject = { type: 'integer', minimum: 100, maximum: 599 };
 /** The wire names of a snapshot's sections (docs/replication.md). */
 const SNAPSHOT_SECTIONS = ['roles', 'users', 'configurations', 'classifications', 'api_keys'];
 
@@ -179,16 +185,16 @@ const activityLogEntry = shape({
   when: { type: 'string', description: 'Relative time, e.g. `5 minutes ago`.' },
   timestamp: dateTime,
   user: logUser,
-  causer_email: { type: ['string', 'null'], format: 'email' },
+  causer_email: nullableEmail,
   request_id: { type: ['string', 'null'] },
 });
 
 const apiLogEntry = shape({
   id,
   request_id: text,
-  method: text,
+  method: httpMethod,
   path: text,
-  status_code: { type: 'integer', minimum: 100, maximum: 599 },
+  status_code: statusCode,
   api_key: orNull(schemaRef('ApiKeyRef')),
   configuration: logConfiguration,
   destination: { type: ['string', 'null'], description: 'The origin a request was forwarded to.' },
@@ -216,7 +222,7 @@ const unifiedLogEntry = shape({
   action: text,
   description: text,
   details: { type: 'string', description: "The kind's own fields as JSON text." },
-  causer_email: { type: ['string', 'null'], format: 'email' },
+  causer_email: nullableEmail,
   status_code: { type: ['integer', 'null'], minimum: 100, maximum: 599 },
   request_id: { type: ['string', 'null'] },
   timestamp: dateTime,
@@ -226,10 +232,10 @@ const unifiedLogEntry = shape({
 });
 
 /** A time as log rows store it (Date#toISOString), at most 10 minutes ahead of the control plane's clock. */
-const logTime: JsonObject = { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$', description: 'UTC, milliseconds, `Z`; at most 10 minutes ahead of the control plane\'s clock.' };
+const logTime: JsonObject = { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$', examples: ['2026-01-01T00:00:00.000Z'], description: 'UTC, milliseconds, `Z`; at most 10 minutes ahead of the control plane\'s clock.' };
 const shippedRowId: JsonObject = { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'The row\'s id on the replica.' };
 const shippedUserId: JsonObject = { type: ['integer', 'null'], minimum: 1, description: 'A user of the control plane, or null.' };
-const shippedKeyId: JsonObject = { type: ['string', 'null'], minLength: 1, maxLength: 64, description: 'An API key of the control plane, or null.' };
+const shippedKeyId: JsonObject = { ...orNull(uuid), description: 'An API key of the control plane, or null.' };
 
 /** A row of `POST /api/v3/sync/logs`: an api log row as the replica stores it. */
 const syncApiRow = shape({
@@ -240,10 +246,10 @@ const syncApiRow = shape({
   status_code: { type: 'integer', minimum: 100, maximum: 599 },
   api_key_id: shippedKeyId,
   user_id: shippedUserId,
-  configuration_id: { type: ['string', 'null'], minLength: 1, maxLength: 64, description: 'A configuration of the control plane (within the key\'s scope), or null.' },
+  configuration_id: { ...orNull(uuid), description: 'A configuration of the control plane (within the key\'s scope), or null.' },
   destination: { type: ['string', 'null'], minLength: 1, maxLength: 2048 },
   duration_ms: { type: 'number', minimum: 0, maximum: 30 * 24 * 60 * 60 * 1000 },
-  ip: { type: 'string', maxLength: 45, description: 'An IPv4 or IPv6 address, or empty.' },
+  ip: { type: 'string', pattern: '^(|[0-9.]{7,15}|[0-9A-Fa-f:.]{2,45})$', examples: ['10.0.0.1', '::1', ''], description: 'An IPv4 or IPv6 address, or empty.' },
   created_at: logTime,
 });
 
@@ -251,7 +257,7 @@ const syncApiRow = shape({
 const syncUsageRow = shape({
   id: shippedRowId,
   request_id: requestId,
-  configuration_id: { type: 'string', minLength: 1, maxLength: 64, description: 'A configuration of the control plane, within the key\'s scope.' },
+  configuration_id: { ...uuid, description: 'A configuration of the control plane, within the key\'s scope.' },
   api_key_id: shippedKeyId,
   user_id: shippedUserId,
   mode: { type: 'string', enum: ['encrypt', 'decrypt'] },
@@ -336,7 +342,18 @@ const ACTION_UNAUTHORIZED = 'This action is unauthorized.';
 // ---------------------------------------------------------------------------------------
 // Request bodies
 
-const gwsGroupsInput: JsonObject = { type: ['array', 'null'], maxItems: 1000, items: schemaRef('GroupRef') };
+/** A group as a request names it: like GroupRef, with empty or null `name` and `email` read as absent. */
+const groupText: JsonObject = { type: ['string', 'null'], maxLength: 255 };
+const groupRefInput: JsonObject = {
+  type: 'object',
+  required: ['id'],
+  properties: {
+    id: { type: 'string', minLength: 1, maxLength: 255 },
+    name: groupText,
+    email: { anyOf: [{ ...email, maxLength: 255 }, { const: '' }, { type: 'null' }] },
+  },
+};
+const gwsGroupsInput: JsonObject = { type: ['array', 'null'], maxItems: 1000, items: schemaRef('GroupRefInput') };
 const memberIds: JsonObject = { type: 'array', maxItems: 1000, items: id };
 
 const classificationFields = {
@@ -364,6 +381,12 @@ const configurationValues: JsonObject = {
     'Settings of an encryption configuration, as the `{key, value}` array GET shows or as an object. Settable: `destinations`, `fields`, ' +
     '`min_decryption_version`; on create also `deterministic` and `proxy_slug`. Fixed keys may be sent back unchanged.',
   anyOf: [arrayOf({ type: 'object', required: ['key', 'value'], properties: { key: text, value: configurationValue } }), { type: 'object', additionalProperties: configurationValue }],
+};
+
+/** Laravel's `required_with`: groups name their provider, in the same request. */
+const GROUPS_NEED_CONTAINER: JsonObject = {
+  if: { type: 'object', required: ['gws_groups'], properties: { gws_groups: { type: 'array', minItems: 1 } } },
+  then: { type: 'object', required: ['provider_container_id'], properties: { provider_container_id: { type: 'string', minLength: 1 } } },
 };
 
 // ---------------------------------------------------------------------------------------
@@ -469,6 +492,7 @@ export const components: JsonObject = {
     Role: role,
     User: user,
     GroupRef: groupRef,
+    GroupRefInput: groupRefInput,
     Provider: provider,
     Classification: classification,
     Configuration: configuration,
@@ -519,18 +543,25 @@ export const components: JsonObject = {
       description: 'At most `sync.max_batch` rows (default 5,000), api and usage together: more is 413.',
       properties: {
         replica: { type: 'string', minLength: 1, maxLength: 128, description: 'The replica\'s name, shown in the logs. No control characters or bidi overrides.' },
-        instance: { type: 'string', pattern: '^[0-9a-f]{32}$', description: 'The replica\'s instance id: 128 random bits made at its first start. Rows are kept once per (instance, id).' },
-        api: arrayOf(syncApiRow),
-        usage: arrayOf(syncUsageRow),
+        instance: { type: 'string', pattern: '^[0-9a-f]{32}$', examples: ['5f0c6f1e9b2d4a7c8e3f1a2b3c4d5e6f'], description: 'The replica\'s instance id: 128 random bits made at its first start. Rows are kept once per (instance, id).' },
+        api: arrayOf(schemaRef('SyncApiLogRow')),
+        usage: arrayOf(schemaRef('SyncUsageLogRow')),
       },
     },
+    SyncApiLogRow: { ...syncApiRow, description: "An api log row as the replica's store holds it." },
+    SyncUsageLogRow: { ...syncUsageRow, description: "A usage log row as the replica's store holds it." },
     SyncLogsReceived: shape({ stored: count, duplicates: { ...count, description: 'Rows received before (a retried batch): skipped.' } }),
     Health: shape({ status: { const: 'ok' } }),
     Ready: shape({ status: { const: 'ready' } }),
     Error: error,
     ValidationError: validationError,
-    ClassificationCreate: { type: 'object', required: ['name', 'bg_color', 'fg_color'], properties: classificationFields },
-    ClassificationUpdate: { type: 'object', description: 'Any subset of the create fields; a field that is sent is checked as on create.', properties: classificationFields },
+    ClassificationCreate: { type: 'object', required: ['name', 'bg_color', 'fg_color'], properties: classificationFields, ...GROUPS_NEED_CONTAINER },
+    ClassificationUpdate: {
+      type: 'object',
+      description: 'Any subset of the create fields; a field that is sent is checked as on create.',
+      properties: classificationFields,
+      ...GROUPS_NEED_CONTAINER,
+    },
     ConfigurationCreate: {
       type: 'object',
       required: ['name'],
@@ -564,8 +595,8 @@ export const components: JsonObject = {
       properties: {
         name: { type: 'string', minLength: 1, maxLength: 64 },
         user_id: { ...id, description: 'Whose key it is; default the acting user. Another user needs `users.manage`.' },
-        permissions: arrayOf({ type: 'string', enum: [...PERMISSIONS] }, { description: "A scope within the user's permissions; empty: all of them." }),
-        configurations: arrayOf(uuid, { description: 'Configuration UUIDs the key is limited to; empty: all.' }),
+        permissions: arrayOf({ type: 'string', enum: [...PERMISSIONS] }, { maxItems: PERMISSIONS.length, description: "A scope within the user's permissions; empty: all of them." }),
+        configurations: arrayOf(uuid, { maxItems: 256, description: 'Configuration UUIDs the key is limited to; empty: all.' }),
       },
     },
     UserCreate: {
@@ -575,10 +606,10 @@ export const components: JsonObject = {
         name: { type: 'string', minLength: 1, maxLength: 255 },
         email: { ...email, maxLength: 255 },
         password: { type: 'string', minLength: 12, maxLength: 1024, description: 'Without one the user cannot log in.' },
-        roles: arrayOf({ anyOf: [{ type: 'string', enum: [...BUILT_IN_ROLES] }, id] }, { description: 'Role names or ids; none the caller could not grant itself.' }),
+        roles: arrayOf({ anyOf: [{ type: 'string', enum: [...BUILT_IN_ROLES] }, id] }, { maxItems: 16, description: 'Role names or ids; none the caller could not grant itself.' }),
       },
     },
-    Login: { type: 'object', required: ['email', 'password'], properties: { email, password: text } },
+    Login: { type: 'object', required: ['email', 'password'], properties: { email: { ...email, maxLength: 255 }, password: { type: 'string', minLength: 1, maxLength: 1024 } } },
     UnauthorizedError: errorSaying('Unauthorized.'),
     ForbiddenError: errorSaying(FORBIDDEN, ACTION_UNAUTHORIZED),
     NotFoundError: errorSaying('Not found.'),
@@ -633,10 +664,28 @@ export const components: JsonObject = {
     UnsupportedMediaType: errorResponse('The body is not JSON.', errorSaying('The request body must be JSON (Content-Type: application/json).')),
     ValidationFailed: errorResponse('Validation failed.', schemaRef('ValidationError')),
     TooManyRequests: errorResponse('Too many attempts.', errorSaying('Too many requests.'), { ...REQUEST_ID_HEADERS, 'retry-after': { $ref: '#/components/headers/RetryAfter' } }),
+    MethodNotAllowed: errorResponse('The path exists for other methods only; `Allow` lists them.', errorSaying('Method not allowed.'), {
+      ...REQUEST_ID_HEADERS,
+      allow: { description: 'The methods the path takes.', required: true, schema: { type: 'string', pattern: '^[A-Z]+(, [A-Z]+)*$' } },
+    }),
+    RequestTimeout: errorResponse(
+      "The request's headers or body did not arrive within `server.headers_timeout` or `server.request_timeout`. Sent by the HTTP parser before any route runs: no request id; the connection is closed.",
+      errorSaying('Request timeout.'),
+      {},
+    ),
+    RequestHeaderFieldsTooLarge: errorResponse(
+      'The request\'s headers exceed `server.max_header_size`. Sent by the HTTP parser before any route runs: no request id; the connection is closed.',
+      errorSaying('Request header fields too large.'),
+      {},
+    ),
     ServerError: errorResponse('An unexpected error; the stack is logged with the request id.', errorSaying('Server error.')),
     BadGateway: errorResponse('The destination could not be reached, or its answer could not be transformed.', schemaRef('Error')),
     GatewayTimeout: errorResponse('The destination did not answer in time.', errorSaying('The destination did not answer in time.')),
     NotReady: errorResponse('Not ready to take traffic.', errorSaying('The service is not ready.')),
+    RouteUnavailable: errorResponse(
+      'The route names a configuration or classification that is not in the store (deleted or renamed while running): nothing is sent on.',
+      errorSaying('The route is not available.'),
+    ),
   },
 };
 

@@ -6,18 +6,20 @@
 import type { Permission } from '../config/schema.ts';
 import { DIRECTIONS, parameterRef, REQUEST_ID_HEADERS, responseRef, schemaRef, SORTS, type JsonObject } from './openapi-components.ts';
 
-type Status = 200 | 201 | 204 | 400 | 401 | 403 | 404 | 409 | 413 | 415 | 422 | 429 | 500 | 502 | 503 | 504;
+type Status = 200 | 201 | 204 | 400 | 401 | 403 | 404 | 408 | 409 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
 
 const ERROR_RESPONSES: Partial<Record<Status, string>> = {
   400: 'BadRequest',
   401: 'Unauthorized',
   403: 'Forbidden',
   404: 'NotFound',
+  408: 'RequestTimeout',
   409: 'ManagedByControlPlane',
   413: 'PayloadTooLarge',
   415: 'UnsupportedMediaType',
   422: 'ValidationFailed',
   429: 'TooManyRequests',
+  431: 'RequestHeaderFieldsTooLarge',
   500: 'ServerError',
   502: 'BadGateway',
   503: 'NotReady',
@@ -63,8 +65,17 @@ interface OperationSpec {
   readonly parameters?: readonly JsonObject[];
   readonly requestBody?: JsonObject;
   readonly responses: Record<string, JsonObject>;
-  /** `none`: no credentials (health, this document, egress routes). */
-  readonly security?: 'none';
+  /** `none`: no credentials (health, this document, egress routes); `bearer`: an API key and a bearer token, both. */
+  readonly security?: 'none' | 'bearer';
+}
+
+/** What the HTTP parser may answer to any request, before a route sees it. */
+const PARSER_ERRORS = errors(408, 431);
+
+/** Statuses in numeric order, `default` last: how a reader scans them. */
+function sortedResponses(responses: Record<string, JsonObject>): Record<string, JsonObject> {
+  const rank = (status: string) => (status === 'default' ? 1000 : Number.parseInt(status.replace('XX', '00'), 10));
+  return Object.fromEntries(Object.entries(responses).sort(([a], [b]) => rank(a) - rank(b)));
 }
 
 export function op(spec: OperationSpec): JsonObject {
@@ -74,10 +85,10 @@ export function op(spec: OperationSpec): JsonObject {
     summary: spec.summary,
     ...(spec.description === undefined ? {} : { description: spec.description }),
     'x-permission': spec.permission,
-    ...(spec.security === 'none' ? { security: [] } : {}),
+    ...(spec.security === 'none' ? { security: [] } : spec.security === 'bearer' ? { security: [{ apiKey: [], bearer: [] }] } : {}),
     parameters: [...(spec.parameters ?? []), parameterRef('RequestId')],
     ...(spec.requestBody === undefined ? {} : { requestBody: spec.requestBody }),
-    responses: spec.responses,
+    responses: sortedResponses({ ...spec.responses, ...PARSER_ERRORS }),
   };
 }
 
@@ -99,7 +110,7 @@ const classificationPaths: Record<string, JsonObject> = {
         { name: 'sort', in: 'query', schema: { type: 'string', enum: [...SORTS], default: 'name' } },
         { name: 'direction', in: 'query', schema: { type: 'string', enum: [...DIRECTIONS], default: 'asc' } },
         { name: 'user', in: 'query', schema: { type: 'integer', minimum: 1 }, description: 'Classifications that list this user id.' },
-        { name: 'roles', in: 'query', schema: { type: 'string', pattern: '^[0-9]+(,[0-9]+)*$' }, description: 'Role ids, comma-separated: classifications listing any of them.' },
+        { name: 'roles', in: 'query', schema: { type: 'string', pattern: '^[0-9]+(,[0-9]+)*$', examples: ['1,2'] }, description: 'Role ids, comma-separated: classifications listing any of them.' },
         { name: 'roles[]', in: 'query', style: 'form', explode: true, schema: { type: 'array', items: { type: 'integer', minimum: 1 } }, description: 'Role ids, one per parameter.' },
         { name: 'providers', in: 'query', schema: { type: 'string' }, description: 'Provider configuration UUIDs (not integers), comma-separated.' },
         { name: 'providers[]', in: 'query', style: 'form', explode: true, schema: { type: 'array', items: { type: 'string', format: 'uuid' } }, description: 'Provider configuration UUIDs, one per parameter.' },
@@ -392,8 +403,9 @@ const authPaths: Record<string, JsonObject> = {
       id: 'logout',
       tag: 'auth',
       summary: 'Revoke the bearer access token of the request',
-      description: 'Without a bearer token: 401.',
+      description: 'Needs the API key and the bearer token to revoke; without a bearer token: 401.',
       permission: null,
+      security: 'bearer',
       responses: { '204': responseRef('NoContent'), ...errors(401, 403, 500) },
     }),
   },

@@ -25,13 +25,30 @@ const DATA_BODY: JsonObject = {
   required: true,
   description: 'JSON (`application/json` or `application/*+json`, UTF-8; the root an object or an array; depth at most 32) or NDJSON.',
   content: {
-    'application/json': { schema: { type: ['object', 'array'] } },
+    'application/json': { schema: { type: ['object', 'array'], examples: [{ card: { number: '4111111111111111' } }] } },
     'application/x-ndjson': { schema: { type: 'string' } },
   },
 };
 
 /** The headers of every transform's answer. */
 const TRANSFORM_HEADERS: JsonObject = { ...REQUEST_ID_HEADERS, 'x-svc-fields-transformed': { $ref: '#/components/headers/FieldsTransformed' } };
+
+/** `/proxy` takes a body with any method, GET and HEAD included; without one it only forwards. */
+const PROXY_BODY: JsonObject = {
+  ...DATA_BODY,
+  required: false,
+  description: `${String(DATA_BODY['description'])} Any method may carry one. Without a body there is nothing to transform: with \`x-svc-destination\` the request is forwarded as it is, else 400 (\`The request body is not valid JSON: the body is empty.\`).`,
+};
+
+/** An egress route transforms a body when the request has one, whatever the method. */
+const EGRESS_BODY: JsonObject = {
+  required: false,
+  description: "Transformed as the route says when it is JSON or NDJSON; any other body is forwarded as it is. Any method may carry one.",
+  content: { '*/*': { schema: {} } },
+};
+
+/** A forwarded answer says how many fields were transformed when the body was done before it. */
+const FORWARDED_HEADERS: JsonObject = { ...REQUEST_ID_HEADERS, 'x-svc-fields-transformed': { $ref: '#/components/headers/FieldsTransformedForwarded' } };
 
 const dataResult = (description: string, headers: JsonObject = TRANSFORM_HEADERS): JsonObject => ({
   description,
@@ -42,10 +59,16 @@ const dataResult = (description: string, headers: JsonObject = TRANSFORM_HEADERS
   },
 });
 
+/** Where the request may be forwarded, a 200 may also be the destination's own, of any type. */
+const forwardedResult = (description: string): JsonObject => {
+  const result = dataResult(`${description} With \`x-svc-destination\`: the destination's 200, relayed as it is.`, FORWARDED_HEADERS);
+  return { ...result, content: { ...(result['content'] as JsonObject), '*/*': { schema: {} } } };
+};
+
 /** With `x-svc-destination` the destination's answer comes back whatever it is. */
 const RELAYED: JsonObject = {
   description: "With `x-svc-destination`: the destination's status, headers (minus hop-by-hop) and body, relayed as-is.",
-  headers: { ...REQUEST_ID_HEADERS, 'x-svc-fields-transformed': { $ref: '#/components/headers/FieldsTransformedForwarded' } },
+  headers: FORWARDED_HEADERS,
   content: { '*/*': { schema: {} } },
 };
 
@@ -66,7 +89,7 @@ const encryptionPaths: Record<string, JsonObject> = {
       permission: 'data.encrypt',
       parameters: [parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
       requestBody: DATA_BODY,
-      responses: { '200': dataResult('The body with the listed fields encrypted.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, default: RELAYED },
+      responses: { '200': forwardedResult('The body with the listed fields encrypted.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, default: RELAYED },
     }),
   },
   '/api/v3/encryption/{slug}/decrypt': {
@@ -80,7 +103,7 @@ const encryptionPaths: Record<string, JsonObject> = {
       permission: 'data.decrypt',
       parameters: [parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
       requestBody: DATA_BODY,
-      responses: { '200': dataResult('The body with its tokens decrypted.'), ...DATA_ERRORS, ...FORWARD_ERRORS, default: RELAYED },
+      responses: { '200': forwardedResult('The body with its tokens decrypted.'), ...DATA_ERRORS, ...FORWARD_ERRORS, default: RELAYED },
     }),
   },
   '/api/v3/encryption/{slug}/rewrap': {
@@ -114,8 +137,8 @@ function proxyPath(): JsonObject {
       description: 'Lives at `{account_url}/proxy/{slug}`, outside `/api`. Any method; with `x-svc-destination` the method is preserved.',
       permission: { encrypt: 'data.encrypt', decrypt: 'data.decrypt' },
       parameters: [parameterRef('Mode'), parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
-      ...(method === 'get' || method === 'head' ? {} : { requestBody: { ...DATA_BODY, required: false } }),
-      responses: { '200': dataResult('The transformed body.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, default: RELAYED },
+      requestBody: PROXY_BODY,
+      responses: bodiless(method, { '200': forwardedResult('The transformed body.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, default: RELAYED }),
     });
   }
   return item;
@@ -133,8 +156,18 @@ function egressPath(): JsonObject {
         'not by an API key (the pod is the trust boundary). `{rest}` spans the rest of the path, slashes included.',
       permission: null,
       security: 'none',
-      ...(method === 'get' || method === 'head' ? {} : { requestBody: { ...DATA_BODY, required: false } }),
-      responses: { ...errors(400), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 422), ...KEY_DESTROYED, ...errors(500, 502, 504), default: RELAYED },
+      requestBody: EGRESS_BODY,
+      responses: bodiless(method, {
+        '2XX': { ...RELAYED, description: "The destination's answer, its body transformed back as the route says." },
+        ...errors(400),
+        '403': responseRef('DataForbidden'),
+        ...errors(404, 413, 415, 422),
+        ...KEY_DESTROYED,
+        ...errors(500, 502),
+        '503': responseRef('RouteUnavailable'),
+        ...errors(504),
+        default: RELAYED,
+      }),
     });
   }
   return item;
@@ -182,7 +215,7 @@ const operationPaths: Record<string, JsonObject> = {
       permission: null,
       security: 'none',
       responses: {
-        '200': { description: 'The Prometheus text format.', content: { 'text/plain': { schema: { type: 'string' } } } },
+        '200': { description: 'The Prometheus text format.', headers: REQUEST_ID_HEADERS, content: { 'text/plain': { schema: { type: 'string' } } } },
         ...errors(500),
       },
     }),
@@ -202,6 +235,61 @@ const operationPaths: Record<string, JsonObject> = {
     }),
   },
 };
+
+// ---------------------------------------------------------------------------------------
+// HEAD
+
+/** A response as HEAD gets it: the same description and headers, no content. */
+function headResponse(response: JsonObject): JsonObject {
+  const ref = response['$ref'];
+  const resolved = typeof ref === 'string' ? ((components['responses'] as JsonObject)[ref.split('/').pop()!] as JsonObject) : response;
+  return {
+    description: resolved['description']!,
+    ...(resolved['headers'] === undefined ? {} : { headers: resolved['headers'] }),
+  };
+}
+
+/**
+ * HEAD answers have no body: for `head`, each response keeps its description and headers
+ * only. The HTTP parser's 408 and 431 are the exception: it answers before it knows the
+ * method, so they are sent whole.
+ */
+function bodiless(method: string, responses: Record<string, JsonObject>): Record<string, JsonObject> {
+  if (method !== 'head') return responses;
+  return Object.fromEntries(Object.entries(responses).map(([status, response]) => [status, PARSER_STATUSES.has(status) ? response : headResponse(response)]));
+}
+
+const PARSER_STATUSES = new Set(['408', '431']);
+
+/** The HEAD twin of a GET operation (the router answers HEAD wherever it answers GET). */
+function headOf(get: JsonObject): JsonObject {
+  return {
+    ...get,
+    operationId: `${String(get['operationId'])}Head`,
+    summary: `${String(get['summary'])} (headers only)`,
+    description: 'As GET, with the same status and headers, and no body.',
+    responses: bodiless('head', get['responses'] as Record<string, JsonObject>),
+  };
+}
+
+/** Every path with a GET but no HEAD of its own gets the HEAD the router serves there. */
+function withHeads(paths: Record<string, JsonObject>): Record<string, JsonObject> {
+  const out: Record<string, JsonObject> = {};
+  for (const [path, item] of Object.entries(paths)) {
+    const get = item['get'];
+    if (get === undefined || item['head'] !== undefined) {
+      out[path] = item;
+      continue;
+    }
+    const withHead: Record<string, Json> = {};
+    for (const [key, value] of Object.entries(item)) {
+      withHead[key] = value;
+      if (key === 'get') withHead['head'] = headOf(get as JsonObject);
+    }
+    out[path] = withHead;
+  }
+  return out;
+}
 
 /**
  * What each built-in role holds (DESIGN §9): owner and administrator everything,
@@ -234,7 +322,8 @@ export const openApiDocument: JsonObject = deepFreeze<JsonObject>({
     description:
       'Every `/api` and `/proxy` request carries an API key in `x-svc-authorization`; an access token from login, sent as ' +
       '`authorization: Bearer`, makes its user the acting user. Effective permissions are the key\'s scope ∩ the acting user\'s role permissions; ' +
-      'each operation names the one it needs in `x-permission`. Errors are `{message}`, plus `errors` on 422. See docs/api.md.',
+      'each operation names the one it needs in `x-permission`. Errors are `{message}`, plus `errors` on 422. Every path answers HEAD wherever it answers GET, and ' +
+      'a method it does not list with 405 and `Allow` (`x-svc-other-methods`); a path that is not here answers 404. See docs/api.md.',
     license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
   },
   servers: [
@@ -258,13 +347,15 @@ export const openApiDocument: JsonObject = deepFreeze<JsonObject>({
     { name: 'operations', description: 'Health, metrics and this document.' },
   ],
   'x-roles': roleTable(),
-  paths: {
+  /** The answer to a method a path does not list (the router's, on every listener). */
+  'x-svc-other-methods': responseRef('MethodNotAllowed'),
+  paths: withHeads({
     ...managementPaths,
     ...encryptionPaths,
     '/proxy/{slug}': proxyPath(),
     '/egress/{name}/{rest}': egressPath(),
     ...operationPaths,
-  },
+  }),
   components,
 });
 

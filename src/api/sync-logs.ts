@@ -15,7 +15,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import type { Caller } from '../auth/caller.ts';
 import type { Services } from '../services.ts';
-import { SyncBatchTooLargeError, ValidationError, type ValidationErrors } from '../errors.ts';
+import { BadRequestError, SyncBatchTooLargeError, ValidationError, type ValidationErrors } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendJson } from '../http/respond.ts';
@@ -96,7 +96,10 @@ const batchSchema = z.strictObject({
  * may resend freely. No activity entry: this is log traffic, not a management change.
  */
 export async function receiveLogs(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
-  const body = batchSchema.safeParse(await readJson(ctx, LOGS_BODY_LIMIT));
+  const raw = await readJson(ctx, LOGS_BODY_LIMIT);
+  // As on every other endpoint: a body that is no object is a 400, not a 422 on `body`.
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new BadRequestError('The request body must be a JSON object.');
+  const body = batchSchema.safeParse(raw);
   if (!body.success) throw new ValidationError(validationErrors(body.error.issues));
   const batch = body.data;
   // The row count first: a batch over the limit is refused before any row is looked at.

@@ -10,6 +10,12 @@ export function attributeName(field: string): string {
   return field.replaceAll('_', ' ');
 }
 
+/**
+ * What the API takes for an email: something, `@`, something with a dot, no whitespace.
+ * The OpenAPI document states this same pattern, so clients see the rule that applies.
+ */
+export const EMAIL_PATTERN = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+
 export interface StringRule {
   required?: boolean;
   nullable?: boolean;
@@ -83,7 +89,7 @@ export class Validator {
   email(field: string, rule: { required?: boolean } = {}): string | undefined {
     const value = this.string(field, { required: rule.required, max: 255 });
     if (typeof value !== 'string') return undefined;
-    if (!/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(value)) {
+    if (!EMAIL_PATTERN.test(value)) {
       this.fail(field, `The ${attributeName(field)} field must be a valid email address.`);
       return undefined;
     }

@@ -8,7 +8,7 @@
 import { ClassificationAccess } from '../auth/classification-access.ts';
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { requireConfigurationScope, requirePermission, type Caller } from '../auth/caller.ts';
-import { BadRequestError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
+import { BadRequestError, InvalidJsonError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
 import { detectFormat, JSON_FORMAT, NDJSON_FORMAT, type BodyFormat } from '../fields/formats.ts';
 import { FieldMatcher } from '../fields/paths.ts';
 import { hasBody } from '../http/body.ts';
@@ -130,8 +130,14 @@ export function resolveFieldPaths(ctx: RequestContext, services: Services, confi
 /** The formats the encryption endpoints and `/proxy` take. */
 const API_FORMATS: readonly BodyFormat[] = [JSON_FORMAT, NDJSON_FORMAT];
 
-/** JSON or NDJSON, uncompressed and UTF-8 (a compressed body cannot be transformed). */
+/**
+ * JSON or NDJSON, uncompressed and UTF-8 (a compressed body cannot be transformed). A
+ * request with no body at all, whatever its method or content type, has nothing to
+ * transform: it is refused as an empty body is, so a bodiless GET learns what is missing,
+ * not that JSON needs a content type.
+ */
 export function bodyFormat(ctx: RequestContext): BodyFormat {
+  if (!hasBody(ctx)) throw new InvalidJsonError('the body is empty');
   const format = detectFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding'], API_FORMATS);
   if (typeof format === 'string') throw new UnsupportedMediaTypeError();
   return format;

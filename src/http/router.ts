@@ -104,9 +104,16 @@ export class Router<H> {
     }
     if (at === undefined || at.handlers.size === 0) throw new NotFoundError();
     const route = at.handlers.get(method) ?? (method === 'HEAD' ? at.handlers.get('GET') : undefined);
-    if (route === undefined) throw new MethodNotAllowedError([...at.handlers.keys()]);
+    if (route === undefined) throw new MethodNotAllowedError(allowedMethods(at.handlers));
     return { handler: route.handler, params, template: route.template };
   }
+}
+
+/** The methods a path takes, for `Allow`: its routes, and HEAD wherever GET answers it. */
+function allowedMethods(handlers: ReadonlyMap<string, unknown>): string[] {
+  const methods = [...handlers.keys()];
+  if (handlers.has('GET') && !handlers.has('HEAD')) methods.splice(methods.indexOf('GET') + 1, 0, 'HEAD');
+  return methods;
 }
 
 function decodeSegment(raw: string): string {

@@ -361,6 +361,19 @@ test('PUT /configurations/{id} changes name, destinations and fields; fixed valu
   assert.equal(app.services.store.configurations.findById(workspace.id)?.extra['groups'] !== undefined, true, 'provider groups survive an update');
 });
 
+test('PUT /configurations/{id} with an empty or null name is refused with 422, never read as "unchanged"', async (t) => {
+  const { url } = await startApp(t);
+  const payments = (await call(url, LIST, { method: 'GET' })).json.data[0];
+  for (const name of ['', null]) {
+    const res = await call(url, `${LIST}/${payments.id}`, { method: 'PUT', body: json({ name, values: { fields: 'ssn' } }) });
+    assert.equal(res.status, 422, JSON.stringify(name));
+    assert.deepEqual(res.json, { message: 'The name field is required.', errors: { name: ['The name field is required.'] } });
+  }
+  const after = (await call(url, `${LIST}/${payments.id}`, { method: 'GET' })).json;
+  assert.equal(after.name, payments.name);
+  assert.deepEqual(valuesOf(after), valuesOf(payments), 'a refused update changes nothing');
+});
+
 test('DELETE /configurations/{id} removes it and its codec; its slug stops working', async (t) => {
   const { url, app } = await startApp(t);
   const enc = await call(url, '/api/v3/encryption/payments/encrypt', { body: '{"card":{"number":"4111"}}' });

@@ -36,6 +36,50 @@ test('/proxy without a destination returns the transformed JSON; x-svc-mode pick
   assert.equal((await call(url, '/proxy/nope', { body: '{}' })).status, 404);
 });
 
+/** A request through node:http, which (unlike fetch) sends a body with GET and HEAD too. */
+function raw(url: string, method: string, headers: Record<string, string>, body: string): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (text += c));
+      res.on('end', () => resolve({ status: res.statusCode!, text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+test('a request without a body has nothing to transform: 400 on every method without a destination, forwarded as it is with one', async (t) => {
+  const echo = await startEcho(t);
+  const { url } = await startWith(t, [`${echo.url}/`]);
+  const empty = { message: 'The request body is not valid JSON: the body is empty.' };
+  // No content type either: the answer names what is missing, not a media type.
+  for (const method of ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']) {
+    const res = await call(url, '/proxy/payments', { method });
+    assert.equal(res.status, 400, method);
+    if (method !== 'HEAD') assert.deepEqual(res.json, empty, method);
+  }
+  for (const path of ['/api/v3/encryption/payments/encrypt', '/api/v3/encryption/payments/decrypt', '/api/v3/encryption/payments/rewrap']) {
+    assert.deepEqual((await call(url, path, { method: 'POST' })).json, empty, path);
+  }
+  assert.equal(echo.received.length, 0);
+
+  const forwarded = await call(url, '/proxy/payments', { method: 'GET', headers: { 'x-svc-destination': `${echo.url}/status` } });
+  assert.equal(forwarded.status, 201);
+  assert.equal(echo.received.length, 1);
+  assert.equal(echo.received[0]!.method, 'GET');
+  assert.equal(echo.received[0]!.body.length, 0);
+
+  // A GET or HEAD that does carry a JSON body is transformed like any other.
+  const headers = { 'x-svc-authorization': KEYS.owner, 'content-type': 'application/json', 'x-svc-fields': 'ssn' };
+  const get = await raw(`${url}/proxy/payments`, 'GET', headers, '{"ssn":"1"}');
+  assert.equal(get.status, 200);
+  assert.match(JSON.parse(get.text).ssn, TOKEN);
+  const head = await raw(`${url}/proxy/payments`, 'HEAD', headers, '{"ssn":"1"}');
+  assert.deepEqual(head, { status: 200, text: '' });
+});
+
 test('forwarding keeps method, path, query and headers, strips x-svc-* and hop-by-hop, transforms the body, relays the answer', async (t) => {
   const echo = await startEcho(t);
   const { url } = await startWith(t, [`${echo.url}/v1/`]);

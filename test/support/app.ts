@@ -71,13 +71,15 @@ export interface StartOptions extends Pick<AppOptions, 'resolve'> {
   readonly publicUrl?: string;
   /** Start the admin listener (metrics, health) on a free port too. */
   readonly admin?: boolean;
+  /** More settings of the `keys:` block (extraYaml cannot: it is written here), e.g. `destroy_after: 0s`. */
+  readonly keys?: string;
 }
 
-export async function startApp(t: TestContext, extraYaml = '', seed = SEED, { publicUrl, admin, ...options }: StartOptions = {}): Promise<Running> {
+export async function startApp(t: TestContext, extraYaml = '', seed = SEED, { publicUrl, admin, keys, ...options }: StartOptions = {}): Promise<Running> {
   const text = `
 server: { listen: 127.0.0.1:0, admin_listen: "${admin === true ? '127.0.0.1:0' : 'off'}", body_limit: 1mb${publicUrl === undefined ? '' : `, public_url: "${publicUrl}"`} }
 store: { path: ":memory:" }
-keys: { master_key_file: /nonexistent/never-used.key }
+keys: { master_key_file: /nonexistent/never-used.key${keys === undefined ? '' : `, ${keys}`} }
 logging: { level: debug }
 ${extraYaml}
 ${seed}`;
