@@ -9,6 +9,7 @@ import { Authenticator } from './auth/caller.ts';
 import { generateApiKey, hashApiKey } from './auth/api-keys.ts';
 import { hashPassword, verifyPassword } from './auth/passwords.ts';
 import { parseListen, type Config } from './config/load.ts';
+import { checkRouteReferences } from './config/route-references.ts';
 import { wrapDataKey } from './crypto/data-keys.ts';
 import { Keyring } from './crypto/keyring.ts';
 import { loadMasterKey, type MasterKey } from './crypto/master-key.ts';
@@ -133,6 +134,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
       logSeedResult(logger, seeded);
       createdApiKeys = seeded.createdApiKeys;
     }
+    checkRouteReferences(config, store);
   } catch (err) {
     store.close();
     throw err;
