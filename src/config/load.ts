@@ -58,8 +58,9 @@ function readSource(path: string): string {
   try {
     return readFileSync(path, 'utf8');
   } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-    throw new ConfigError([`${path}: cannot read the file (${reason})`], path, { cause: error });
+    const code = (error as NodeJS.ErrnoException).code;
+    const problem = code === 'EISDIR' ? 'is a directory, not a configuration file' : `cannot read the file (${code ?? (error as Error).message})`;
+    throw new ConfigError([`${path}: ${problem}`], path, { cause: error });
   }
 }
 

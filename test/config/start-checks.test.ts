@@ -220,18 +220,44 @@ test('a store path or master key file that is a directory, or that lies under a 
   ]);
 });
 
+test('a --config path that is a directory says so', (t) => {
+  const dir = tempDir(t);
+  assert.throws(
+    () => loadConfig({ path: dir, env: {} }),
+    (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0] === `${dir}: is a directory, not a configuration file`,
+  );
+});
+
+function serve(config: string): Promise<{ code: number | null; stderr: string }> {
+  const env = { ...process.env, SVC_MASTER_KEY: MASTER };
+  return new Promise((resolve) => {
+    // The timeout fails a start that would listen instead of exiting.
+    execFile(process.execPath, [MAIN, 'serve', '--config', config], { env, timeout: 60_000 }, (error, _stdout, stderr) => {
+      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : null, stderr });
+    });
+  });
+}
+
+test('serve with a route naming what an existing store does not hold exits 1 listing it like any other config problem', async (t) => {
+  const dir = tempDir(t);
+  const files = `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: "${join(dir, 'svc.db')}" }\nlogging: { level: silent }\n`;
+  await start(`${files}seed: { configurations: [{ name: payments }] }\n`).close();
+  const config = join(dir, 'svc.yaml');
+  writeFileSync(config, `${files}egress: [{ name: vendor, destination: "https://vendor.example", configuration: paymnets }]\n`);
+  const run = await serve(config);
+  assert.equal(run.code, 1, run.stderr);
+  assert.equal(
+    run.stderr,
+    `svc-sidecar: ${config} is invalid:\n  - egress.0.configuration: no configuration is named "paymnets" (did you mean "payments"?): the store holds none, after seeding\n`,
+  );
+});
+
 test('serve with a master key file that is a directory exits 1 naming the key and the path, without a stack trace', async (t) => {
   const dir = tempDir(t);
   mkdirSync(join(dir, 'master.key'));
   const config = join(dir, 'svc.yaml');
   writeFileSync(config, `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: "${join(dir, 'svc.db')}" }\nkeys: { master_key_file: "${join(dir, 'master.key')}" }\n`);
-  const env = { ...process.env };
-  delete env['SVC_MASTER_KEY'];
-  const run = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-    execFile(process.execPath, [MAIN, 'serve', '--config', config], { env, timeout: 20_000 }, (error, _stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : null, stderr });
-    });
-  });
+  const run = await serve(config);
   assert.equal(run.code, 1, run.stderr);
   assert.ok(run.stderr.includes(`keys.master_key_file: "${join(dir, 'master.key')}" is a directory`), run.stderr);
   assert.doesNotMatch(run.stderr, /\n\s+at /, 'no stack trace');
