@@ -9,6 +9,7 @@ import { Authenticator } from './auth/caller.ts';
 import { generateApiKey, hashApiKey } from './auth/api-keys.ts';
 import { hashPassword, verifyPassword } from './auth/passwords.ts';
 import type { Config } from './config/load.ts';
+import { checkRouteReferences } from './config/route-references.ts';
 import { timingSafeEqual } from 'node:crypto';
 import { unwrapDataKey, wrapDataKey } from './crypto/data-keys.ts';
 import { Keyring } from './crypto/keyring.ts';
@@ -164,6 +165,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
       logSeedResult(logger, seeded);
       createdApiKeys = seeded.createdApiKeys;
     }
+    checkRouteReferences(config, store);
   } catch (err) {
     store.close();
     throw err;

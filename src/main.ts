@@ -1,19 +1,20 @@
 #!/usr/bin/env node
 /**
- * Entry point: `node src/main.ts <command>` (see src/cli/run.ts for the commands).
+ * Entry point: `node src/main.ts <command>` (the commands: src/cli/run.ts).
  *
- * Node strips TypeScript types while loading each module, and the stripper keeps tens of
- * megabytes for the life of the process. Node's compile cache stores the stripped and
- * compiled modules, so later starts skip that work and its memory. It has to be enabled
- * before the modules load: hence this file imports the rest dynamically. The cache lives
- * in NODE_COMPILE_CACHE, else the OS temp directory; a cache that cannot be written is
- * simply not used.
+ * Written to load on any Node that runs TypeScript files (no type syntax, no static import)
+ * so that an older Node says which one is needed instead of failing somewhere inside the
+ * modules it cannot run. Node releases before 22.18 refuse a `.ts` file before running any
+ * of it; for them `npm start` and `npx svc-sidecar` are the way, as they use the Node 24
+ * that `npm ci` installs into node_modules.
  */
-import { enableCompileCache, getCompileCacheDir } from 'node:module';
+const NEEDED_MAJOR = 24;
 
-enableCompileCache();
-// Worker threads (the log writer) start their own module loader: point them at the same cache.
-const cacheDir = getCompileCacheDir();
-if (cacheDir !== undefined) process.env['NODE_COMPILE_CACHE'] ??= cacheDir;
-const { run } = await import('./cli/run.ts');
-await run(process.argv.slice(2));
+if (Number.parseInt(process.versions.node, 10) < NEEDED_MAJOR) {
+  process.stderr.write(
+    `svc-sidecar needs Node.js ${NEEDED_MAJOR} or later, and this is Node.js ${process.version}: run "npm ci" in the project (it installs Node ${NEEDED_MAJOR} into node_modules), then "npm start" or "npx svc-sidecar serve --config <file>".\n`,
+  );
+  process.exit(1);
+}
+
+await import('./cli/start.ts');

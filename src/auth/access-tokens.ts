@@ -5,6 +5,7 @@
  */
 import { createSecretKey, randomBytes, type webcrypto } from 'node:crypto';
 import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import { isCanonicalBase64url } from '../crypto/base64url.ts';
 import { UnauthorizedError } from '../errors.ts';
 
 /** HKDF info for the signing secret; changing it invalidates every token issued. */
@@ -62,6 +63,9 @@ export class AccessTokens {
    * client learns nothing about which check failed.
    */
   async verify(token: string): Promise<AccessTokenClaims> {
+    // jose decodes with atob, which takes padding, whitespace and non-zero unused bits: one
+    // signature would have many accepted spellings. Only the text we issued is accepted.
+    if (!isCompactJws(token)) throw new UnauthorizedError();
     let payload;
     try {
       ({ payload } = await jwtVerify(token, this.#key, {
@@ -79,4 +83,12 @@ export class AccessTokens {
     }
     return { userId, jti: payload.jti, expiresAt: payload.exp };
   }
+}
+
+/** `header.payload.signature`, each part canonical unpadded base64url (RFC 7515 §2, §7.1). */
+function isCompactJws(token: string): boolean {
+  const first = token.indexOf('.');
+  const second = token.indexOf('.', first + 1);
+  if (first <= 0 || second <= first + 1 || second === token.length - 1 || token.indexOf('.', second + 1) !== -1) return false;
+  return isCanonicalBase64url(token, 0, first) && isCanonicalBase64url(token, first + 1, second) && isCanonicalBase64url(token, second + 1, token.length);
 }

@@ -21,25 +21,48 @@ import { InvalidFieldPathsError, SvcError, ValidationError } from '../errors.ts'
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { createLogger } from '../telemetry/logger.ts';
+import type { OptionTable } from './args.ts';
 
-/** The options `keys` adds to the command line (merged into main's parseArgs table). */
-export const KEYS_OPTIONS = {
-  configuration: { type: 'string' },
-  fields: { type: 'string' },
-  version: { type: 'string' },
-  confirm: { type: 'string' },
-  force: { type: 'boolean' },
-  ndjson: { type: 'boolean' },
-} as const;
+/** Each subcommand's usage, help and options (`--config` and `--help` are added by run.ts). */
+export const KEYS_COMMANDS = {
+  rotate: {
+    usage: 'keys rotate --configuration <name|slug>',
+    summary: 'add the next key version and print it',
+    about: 'Adds the next key version to an encryption configuration and prints its number. New tokens use it at once; older versions still decrypt.',
+    options: {
+      configuration: { type: 'string', value: '<name|slug>', required: true, description: 'the encryption configuration, by name or proxy slug' },
+    },
+  },
+  rewrap: {
+    usage: 'keys rewrap --configuration <name|slug> [--fields a,b] [--ndjson] < in.json > out.json',
+    summary: 're-encrypt the tokens of a JSON (or NDJSON) document under the newest version',
+    about: 'Reads a JSON (or NDJSON) document on stdin and writes it to stdout with its tokens re-encrypted under the newest key version; bytes outside the tokens are unchanged. Nothing is written to stdout if a token does not open.',
+    options: {
+      configuration: { type: 'string', value: '<name|slug>', required: true, description: 'the encryption configuration, by name or proxy slug' },
+      fields: { type: 'string', value: '<a,b>', description: 'only these field paths (default: every token anywhere)' },
+      ndjson: { type: 'boolean', description: 'the document is NDJSON: one JSON value per line' },
+    },
+  },
+  destroy: {
+    usage: 'keys destroy --configuration <name|slug> --version <N> --confirm <name>/v<N> [--force]',
+    summary: 'erase key version N for good: its tokens can never be decrypted again',
+    about: 'Erases key version N of an encryption configuration from the store. Its tokens can never be decrypted again: rewrap them first. The current version cannot be destroyed.',
+    options: {
+      configuration: { type: 'string', value: '<name|slug>', required: true, description: 'the encryption configuration, by name or proxy slug' },
+      // Required too; checked by keys() with messages that say why (`--confirm` must repeat the name).
+      version: { type: 'string', value: '<N>', description: 'the key version to destroy' },
+      confirm: { type: 'string', value: '<name>/v<N>', description: 'the configuration name and version again, e.g. payments/v1' },
+      force: { type: 'boolean', description: 'even if the version was current less than keys.destroy_after ago' },
+    },
+  },
+} as const satisfies Record<string, KeysCommandSpec>;
 
-export const KEYS_USAGE = `  keys rotate  --configuration <name|slug>
-            add the next key version and print it
-  keys rewrap  --configuration <name|slug> [--fields a,b] [--ndjson] < in.json > out.json
-            re-encrypt the tokens of a JSON (or NDJSON) document under the newest version
-  keys destroy --configuration <name|slug> --version <N> --confirm <name>/v<N> [--force]
-            erase key version N for good: its tokens can never be decrypted again;
-            --force: even if it was current less than keys.destroy_after ago
-`;
+export interface KeysCommandSpec {
+  readonly usage: string;
+  readonly summary: string;
+  readonly about: string;
+  readonly options: OptionTable;
+}
 
 export interface KeysArgs {
   readonly configuration?: string;
@@ -93,7 +116,7 @@ export async function keys(config: Config, positionals: readonly string[], args:
     }
   } catch (err) {
     if (err instanceof KeysCommandError) {
-      say(err.message);
+      say(err.exitCode === 2 && sub !== undefined ? `${err.message}. See "svc-sidecar keys ${sub} --help".` : err.message);
       return err.exitCode;
     }
     if (err instanceof SvcError) {
@@ -110,7 +133,7 @@ export async function keys(config: Config, positionals: readonly string[], args:
 /** Everything that can be checked before the store is opened. */
 function checkArgs(config: Config, sub: string | undefined, positionals: readonly string[], args: KeysArgs): Subcommand {
   if (sub === undefined || !(SUBCOMMANDS as readonly string[]).includes(sub)) {
-    throw new KeysCommandError(`expected one of ${SUBCOMMANDS.join(', ')}\n\n${KEYS_USAGE}`, 2);
+    throw new KeysCommandError(`expected one of ${SUBCOMMANDS.join(', ')}`, 2);
   }
   if (positionals.length > 1) throw new KeysCommandError(`unexpected argument "${positionals[1]}"`, 2);
   if (args.configuration === undefined || args.configuration.trim() === '') {
@@ -123,7 +146,6 @@ function checkArgs(config: Config, sub: string | undefined, positionals: readonl
   if (command !== 'destroy' && (args.version !== undefined || args.confirm !== undefined)) {
     throw new KeysCommandError('--version and --confirm apply to destroy only', 2);
   }
-  if (command !== 'destroy' && args.force !== undefined) throw new KeysCommandError('--force applies to destroy only', 2);
   if (command === 'destroy') {
     if (args.version === undefined || !/^[1-9][0-9]{0,9}$/.test(args.version)) throw new KeysCommandError('--version <N> (a key version, 1 or more) is required', 2);
     if (args.confirm === undefined) throw new KeysCommandError(`--confirm <configuration name>/v${args.version} is required: destroying a key version cannot be undone`, 2);

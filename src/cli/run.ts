@@ -1,69 +1,194 @@
 /**
- * The command line: `svc-sidecar serve [--config path]` and
- * `svc-sidecar init [--config path] [--name N] [--email E]` and
- * `svc-sidecar keys rotate|rewrap|destroy [--config path] --configuration C ...` (src/cli/keys.ts).
+ * The command line: `svc-sidecar serve`, `svc-sidecar init` and `svc-sidecar keys
+ * rotate|rewrap|destroy` (src/cli/keys.ts). Each command declares its options once; its
+ * `--help` and its parsing are made from that table (src/cli/args.ts).
+ *
+ * Exit codes: 0 done, 1 refused or failed (an invalid configuration included), 2 the
+ * command line was wrong (one line on stderr, pointing at the command's --help).
  */
 import { randomBytes } from 'node:crypto';
-import { parseArgs } from 'node:util';
 import { createApp, type App } from '../app.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import { hashPassword } from '../auth/passwords.ts';
-import { keys, KEYS_OPTIONS, KEYS_USAGE } from './keys.ts';
+import { optionsHelp, parseOptions, UsageError, type OptionSpec, type OptionTable, type OptionValues } from './args.ts';
+import { keys, KEYS_COMMANDS } from './keys.ts';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, type Config } from '../config/load.ts';
+import { nearestName } from '../util/nearest.ts';
 import { isUniqueViolation } from '../store/sql.ts';
 import { createLogger } from '../telemetry/logger.ts';
 
 const DEFAULT_OWNER_NAME = 'Owner';
 const DEFAULT_OWNER_EMAIL = 'owner@svc-sidecar.local';
 
-const USAGE = `usage: svc-sidecar <command> [options]
+const CONFIG_OPTION: OptionSpec = { type: 'string', short: 'c', value: '<path>', description: `configuration file (default ${DEFAULT_CONFIG_PATH})` };
+const HELP_OPTION: OptionSpec = { type: 'boolean', short: 'h', description: 'show this help' };
+
+interface Command {
+  /** As typed after `svc-sidecar`: `serve`, `keys rotate`. */
+  readonly name: string;
+  readonly usage: string;
+  readonly summary: string;
+  readonly about: string;
+  readonly options: OptionTable;
+  run(config: Config, configPath: string, values: OptionValues, positionals: string[]): Promise<number>;
+}
+
+const COMMANDS: readonly Command[] = [
+  {
+    name: 'serve',
+    usage: 'serve [--config <path>]',
+    summary: 'run the sidecar (the default command)',
+    about:
+      'Runs the sidecar until SIGTERM or SIGINT: the main listener, the admin listener and, when configured, the relay. ' +
+      'The configuration is checked first and every problem is listed (exit 1). API keys the seed generates are printed once, on stderr.',
+    options: { config: CONFIG_OPTION, help: HELP_OPTION },
+    run: (config, configPath) => serve(config, configPath),
+  },
+  {
+    name: 'init',
+    usage: 'init [--config <path>] [--name <name>] [--email <email>]',
+    summary: 'create an owner user and an API key in the store, print them once, and exit',
+    about:
+      'Creates an owner user and an API key for them in the configured store (seeded as at start) and prints both once on stdout; ' +
+      'only hashes are stored. Never listens. Refused when a user with the email exists, and on a replica (state.source: control-plane).',
+    options: {
+      config: CONFIG_OPTION,
+      name: { type: 'string', value: '<name>', description: `the owner's name (default ${DEFAULT_OWNER_NAME})` },
+      email: { type: 'string', value: '<email>', description: `the owner's email (default ${DEFAULT_OWNER_EMAIL})` },
+      help: HELP_OPTION,
+    },
+    run: (config, _path, values) => init(config, stringOf(values['name']) ?? DEFAULT_OWNER_NAME, stringOf(values['email']) ?? DEFAULT_OWNER_EMAIL),
+  },
+  ...Object.entries(KEYS_COMMANDS).map(
+    ([sub, spec]): Command => ({
+      name: `keys ${sub}`,
+      usage: spec.usage,
+      summary: spec.summary,
+      about: `${spec.about} Works on the store and master key the configuration names; a running service on the same store follows at its next request.`,
+      options: { config: CONFIG_OPTION, ...spec.options, help: HELP_OPTION },
+      run: (config, _path, values, positionals) =>
+        keys(config, [sub, ...positionals], {
+          configuration: stringOf(values['configuration']),
+          fields: stringOf(values['fields']),
+          version: stringOf(values['version']),
+          confirm: stringOf(values['confirm']),
+          force: values['force'] === true,
+          ndjson: values['ndjson'] === true,
+        }),
+    }),
+  ),
+];
+
+const KEYS_SUBCOMMANDS = Object.keys(KEYS_COMMANDS);
+
+const HELP = `usage: svc-sidecar <command> [options]
 
 commands:
-  serve     run the sidecar (the default)
-  init      create an owner user and an API key in the store, print them once, and exit
-${KEYS_USAGE}
-options:
-  -c, --config <path>   configuration file (default ${DEFAULT_CONFIG_PATH})
-      --name <name>     init: the owner's name (default ${DEFAULT_OWNER_NAME})
-      --email <email>   init: the owner's email (default ${DEFAULT_OWNER_EMAIL})
-  -h, --help            show this help
+${COMMANDS.map((command) => `  ${command.usage}\n            ${command.summary}`).join('\n')}
+
+Every command takes --config <path> (default ${DEFAULT_CONFIG_PATH}) and has its own help:
+svc-sidecar <command> --help (svc-sidecar keys rotate --help).
 `;
 
+const KEYS_HELP = `usage: svc-sidecar keys <${KEYS_SUBCOMMANDS.join('|')}> [options]
+
+Key versions of an encryption configuration, without going through HTTP:
+${COMMANDS.filter((command) => command.name.startsWith('keys ')).map((command) => `  ${command.usage}\n            ${command.summary}`).join('\n')}
+
+Each has its own help: svc-sidecar keys rotate --help.
+`;
+
+function commandHelp(command: Command): string {
+  return `usage: svc-sidecar ${command.usage}\n\n${wrap(command.about)}\n\noptions:\n${optionsHelp(command.options)}\n`;
+}
+
 async function main(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      config: { type: 'string', short: 'c' },
-      name: { type: 'string' },
-      email: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-      ...KEYS_OPTIONS,
-    },
-  });
-  const command = positionals[0] ?? 'serve';
-  if (values.help === true) {
-    process.stdout.write(USAGE);
-    return 0;
+  const [first, second] = argv;
+  // No command, or options first: serve (`svc-sidecar --config x`), or the overall help.
+  if (first === undefined || first.startsWith('-')) {
+    if (first === '-h' || first === '--help') return help(HELP);
+    return runCommand(commandNamed('serve'), argv);
   }
-  if (command !== 'serve' && command !== 'init' && command !== 'keys') {
-    process.stderr.write(`unknown command "${command}"\n\n${USAGE}`);
-    return 2;
+  if (first === 'keys') {
+    if (second === undefined || second.startsWith('-')) {
+      if (argv.includes('-h') || argv.includes('--help')) return help(KEYS_HELP);
+      throw new UsageError('keys', `expected one of ${KEYS_SUBCOMMANDS.join(', ')}`);
+    }
+    const command = COMMANDS.find((candidate) => candidate.name === `keys ${second}`);
+    if (command === undefined) throw new UsageError('keys', `unknown command "keys ${second}"${didYouMean(second, KEYS_SUBCOMMANDS)}: expected one of ${KEYS_SUBCOMMANDS.join(', ')}`);
+    return runCommand(command, argv.slice(2));
   }
-  const configPath = values.config ?? DEFAULT_CONFIG_PATH;
+  const command = COMMANDS.find((candidate) => candidate.name === first);
+  if (command === undefined) {
+    const names = ['serve', 'init', 'keys'];
+    throw new UsageError('', `unknown command "${first}"${didYouMean(first, names)}: expected one of ${names.join(', ')}`);
+  }
+  return runCommand(command, argv.slice(1));
+}
+
+async function runCommand(command: Command, args: string[]): Promise<number> {
+  const { values, positionals, help: wantsHelp } = parseOptions(command.name, command.options, args);
+  if (wantsHelp) return help(commandHelp(command));
+  if (!command.name.startsWith('keys ') && positionals.length > 0) {
+    const extra = positionals[0]!;
+    // `svc-sidecar --config x init`: the command was taken for an argument of serve.
+    const hint = command.name === 'serve' && ['init', 'keys'].includes(extra) ? ` (the command comes first: svc-sidecar ${extra} --config <path>)` : '';
+    throw new UsageError(command.name, `unexpected argument "${extra}"${hint}`);
+  }
+  const configPath = stringOf(values['config']) ?? DEFAULT_CONFIG_PATH;
   let config;
   try {
     config = loadConfig({ path: configPath, env: process.env });
   } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`svc-sidecar: ${configPath} is invalid:\n${err.problems.map((p) => `  - ${p}`).join('\n')}\n`);
-      return 1;
-    }
+    if (err instanceof ConfigError) return reportConfigError(configPath, err);
     throw err;
   }
-  if (command === 'keys') return keys(config, positionals.slice(1), values);
-  if (command === 'init') return init(config, values.name ?? DEFAULT_OWNER_NAME, values.email ?? DEFAULT_OWNER_EMAIL);
-  return serve(config, configPath);
+  try {
+    return await command.run(config, configPath, values, positionals);
+  } catch (err) {
+    // createApp checks what only the store can tell (the names routes refer to).
+    if (err instanceof ConfigError) return reportConfigError(configPath, err);
+    throw err;
+  }
+}
+
+function reportConfigError(configPath: string, err: ConfigError): number {
+  process.stderr.write(`svc-sidecar: ${configPath} is invalid:\n${err.problems.map((p) => `  - ${p}`).join('\n')}\n`);
+  return 1;
+}
+
+function help(text: string): number {
+  process.stdout.write(text);
+  return 0;
+}
+
+function commandNamed(name: string): Command {
+  return COMMANDS.find((command) => command.name === name)!;
+}
+
+function didYouMean(name: string, known: readonly string[]): string {
+  const nearest = nearestName(name, known);
+  return nearest === undefined ? '' : ` (did you mean "${nearest}"?)`;
+}
+
+function stringOf(value: string | boolean | undefined): string | undefined {
+  return typeof value === 'string' ? value : undefined;
+}
+
+/** Help paragraphs at about 88 columns. */
+function wrap(text: string, width = 88): string {
+  const lines: string[] = [];
+  let line = '';
+  for (const word of text.split(' ')) {
+    if (line !== '' && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else {
+      line = line === '' ? word : `${line} ${word}`;
+    }
+  }
+  if (line !== '') lines.push(line);
+  return lines.join('\n');
 }
 
 async function serve(config: Config, configPath: string): Promise<number> {
@@ -176,6 +301,12 @@ export function run(argv: string[]): Promise<void> {
       process.exitCode = code;
     },
     (err: unknown) => {
+      if (err instanceof UsageError) {
+        const command = err.command === '' ? 'svc-sidecar' : `svc-sidecar ${err.command}`;
+        process.stderr.write(`${command}: ${err.message}. See "${command} --help".\n`);
+        process.exitCode = 2;
+        return;
+      }
       process.stderr.write(`svc-sidecar: ${err instanceof Error ? err.message : String(err)}\n`);
       process.exitCode = 1;
     },

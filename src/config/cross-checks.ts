@@ -5,10 +5,11 @@
  */
 
 import { formatPath, type ConfigPath, type Problem } from './problems.ts';
+import { routeReferenceProblems, seedNames } from './route-references.ts';
+import { asRecord, items, type Item } from './tree.ts';
 
-type Item = { path: ConfigPath; value: Record<string, unknown> };
-
-export function crossCheck(config: unknown): Problem[] {
+/** `storeIsNew`: the store will hold exactly the seed, so routes can be checked against it. */
+export function crossCheck(config: unknown, options: { storeIsNew: boolean }): Problem[] {
   const problems: Problem[] = [];
   const root = asRecord(config);
   if (root === undefined) return problems;
@@ -36,7 +37,10 @@ export function crossCheck(config: unknown): Problem[] {
   unique(egress, 'name', problems);
 
   const kinds = checkConfigurationKinds(configurations, problems);
-  checkReferences(kinds, classifications, routes, egress, problems);
+  checkProviderReferences(kinds, classifications, problems);
+  // A replica's names come from the control plane: its seed only bootstraps it.
+  const replica = asRecord(root.state)?.source === 'control-plane';
+  problems.push(...routeReferenceProblems(root, seedNames(root, options.storeIsNew && !replica)));
   return problems;
 }
 
@@ -90,19 +94,13 @@ function checkConfigurationKinds(configurations: Item[], problems: Problem[]): M
  * A name that matches no seeded configuration is allowed (it may have been created through
  * the API); a name that matches one of the wrong kind is a mistake we can see now.
  */
-function checkReferences(kinds: Map<string, Kind>, classifications: Item[], routes: Item[], egress: Item[], problems: Problem[]): void {
+function checkProviderReferences(kinds: Map<string, Kind>, classifications: Item[], problems: Problem[]): void {
   for (const classification of classifications) {
     for (const provider of items(classification.value.providers, [...classification.path, 'providers'])) {
       const name = provider.value.configuration;
       if (typeof name === 'string' && kinds.get(name) === 'encryption') {
         problems.push({ path: [...provider.path, 'configuration'], message: `"${name}" is an encryption configuration, not a provider configuration` });
       }
-    }
-  }
-  for (const route of [...routes, ...egress]) {
-    const name = route.value.configuration;
-    if (typeof name === 'string' && kinds.get(name) === 'provider') {
-      problems.push({ path: [...route.path, 'configuration'], message: `"${name}" is a provider configuration; routes need an encryption configuration` });
     }
   }
 }
@@ -128,18 +126,4 @@ function unique(
       problems.push({ path: [...path, key], message: `duplicate ${key}${shown} (also at ${formatPath(first)})` });
     }
   }
-}
-
-function items(list: unknown, path: ConfigPath): Item[] {
-  if (!Array.isArray(list)) return [];
-  const out: Item[] = [];
-  list.forEach((entry: unknown, index) => {
-    const value = asRecord(entry);
-    if (value !== undefined) out.push({ path: [...path, index], value });
-  });
-  return out;
-}
-
-function asRecord(value: unknown): Record<string, unknown> | undefined {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
 }

@@ -6,28 +6,19 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, parseDocument, type YAMLError } from 'yaml';
 import type { z } from 'zod';
+import { ConfigError } from './config-error.ts';
 import { interpolate } from './interpolate.ts';
+import { nearestName } from '../util/nearest.ts';
 import { formatProblem, isWithin, type Problem } from './problems.ts';
+import { knownKeysAt } from './schema-keys.ts';
 import { configSchema, type Config } from './schema.ts';
 
+export { ConfigError } from './config-error.ts';
 export { parseListen, type ListenAddress } from './listen.ts';
 export type { Config } from './schema.ts';
 
 /** Relative to the working directory, like the paths inside the file. */
 export const DEFAULT_CONFIG_PATH = 'config/svc.yaml';
-
-export class ConfigError extends Error {
-  /** Every problem found, each `path.to.key: message`. */
-  readonly problems: readonly string[];
-
-  constructor(problems: readonly string[], source?: string, options?: { cause?: unknown }) {
-    const where = source === undefined ? '' : ` in ${source}`;
-    const count = problems.length === 1 ? '1 problem' : `${problems.length} problems`;
-    super(`Invalid configuration${where} (${count}):\n  ${problems.join('\n  ')}`, options);
-    this.name = 'ConfigError';
-    this.problems = Object.freeze([...problems]);
-  }
-}
 
 export interface LoadConfigOptions {
   /** File to read; also names the source in error messages when `text` is given. */
@@ -67,8 +58,9 @@ function readSource(path: string): string {
   try {
     return readFileSync(path, 'utf8');
   } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-    throw new ConfigError([`${path}: cannot read the file (${reason})`], path, { cause: error });
+    const code = (error as NodeJS.ErrnoException).code;
+    const problem = code === 'EISDIR' ? 'is a directory, not a configuration file' : `cannot read the file (${code ?? (error as Error).message})`;
+    throw new ConfigError([`${path}: ${problem}`], path, { cause: error });
   }
 }
 
@@ -97,7 +89,11 @@ function schemaProblems(issues: readonly z.core.$ZodIssue[]): Problem[] {
   for (const issue of issues) {
     const path = issue.path.map((segment) => (typeof segment === 'number' ? segment : String(segment)));
     if (issue.code === 'unrecognized_keys') {
-      for (const key of issue.keys) problems.push({ path: [...path, key], message: 'unknown key' });
+      const known = knownKeysAt(configSchema, path);
+      for (const key of issue.keys) {
+        const nearest = nearestName(key, known);
+        problems.push({ path: [...path, key], message: nearest === undefined ? 'unknown key' : `unknown key "${key}" (did you mean "${nearest}"?)` });
+      }
     } else if (issue.code === 'invalid_type' && path.length === 0) {
       problems.push({ path, message: 'expected a mapping of sections (server, store, seed, ...)' });
     } else {

@@ -8,8 +8,11 @@
  */
 
 import { z } from 'zod';
+import { InvalidFieldPathsError } from '../errors.ts';
+import { compileFieldPaths } from '../fields/paths.ts';
 import { crossCheck } from './cross-checks.ts';
-import { parseListen } from './listen.ts';
+import { fileProblems, storeIsNew } from './files.ts';
+import { LISTEN_HINT, parseListen, portAloneMessage } from './listen.ts';
 import { parseDuration, parseSize } from './units.ts';
 
 /** DESIGN §9: roles are built in, the seed can only refer to them. */
@@ -66,22 +69,30 @@ function isHttpUrl(value: string): boolean {
   return url !== null && (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
 }
 
-const listen = z.string().superRefine((value, ctx) => {
-  try {
-    parseListen(value);
-  } catch (error) {
-    ctx.addIssue({ code: 'custom', message: (error as Error).message });
-  }
-});
+/**
+ * `listen: 8080` is a YAML number, which would otherwise get zod's "expected string": the
+ * operator needs to hear that a host is missing, as for the string "8080".
+ */
+function listenAddress(or = '') {
+  return z
+    .string({
+      error: (issue) => {
+        if (issue.input === undefined) return undefined;
+        return `${typeof issue.input === 'number' ? portAloneMessage(issue.input) : `${LISTEN_HINT}, got ${JSON.stringify(issue.input)}`}${or}`;
+      },
+    })
+    .superRefine((value, ctx) => {
+      if (or !== '' && value === 'off') return;
+      try {
+        parseListen(value);
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: `${(error as Error).message}${or}` });
+      }
+    });
+}
 
-const adminListen = z.string().superRefine((value, ctx) => {
-  if (value === 'off') return;
-  try {
-    parseListen(value);
-  } catch (error) {
-    ctx.addIssue({ code: 'custom', message: `${(error as Error).message} (or "off" to disable the admin listener)` });
-  }
-});
+const listen = listenAddress();
+const adminListen = listenAddress('; or "off" to disable the admin listener');
 
 function withUnit(parse: (input: unknown) => number, fallback: string, min: number) {
   return z
@@ -114,6 +125,36 @@ function wholeNumber(min: number) {
     (value) => (typeof value === 'string' && /^\d+$/.test(value.trim()) ? Number(value) : value),
     z.number().int().min(min),
   );
+}
+
+/**
+ * Field paths (DESIGN §6), compiled here only to be checked: a path the data plane could
+ * not compile is reported with the file's other problems, at its index.
+ */
+const fieldPaths = z.array(text).superRefine((paths, ctx) => {
+  let valid = true;
+  paths.forEach((path, index) => {
+    const problem = fieldPathProblem(path);
+    if (problem !== undefined) {
+      valid = false;
+      ctx.addIssue({ code: 'custom', path: [index], message: problem });
+    }
+  });
+  // Limits that apply to the list as a whole (number of paths, total length).
+  if (valid) {
+    const problem = fieldPathProblem(paths);
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+  }
+});
+
+function fieldPathProblem(paths: string | readonly string[]): string | undefined {
+  try {
+    compileFieldPaths(paths);
+    return undefined;
+  } catch (error) {
+    if (!(error instanceof InvalidFieldPathsError)) throw error;
+    return error.message.replace(/^The x-svc-fields header is invalid: /, '').replace(/\.$/, '');
+  }
 }
 
 const boolean = z.preprocess((value) => (value === 'true' ? true : value === 'false' ? false : value), z.boolean());
@@ -191,7 +232,7 @@ const seedConfigurationSchema = z
     type: z.enum(['encryption', 'provider']).optional(),
     provider: z.literal('google').optional(),
     proxy_slug: z.string().regex(PROXY_SLUG_PATTERN, 'expected 3-64 lowercase letters, digits or dashes, not starting with a dash').optional(),
-    fields: z.array(text).default([]),
+    fields: fieldPaths.default([]),
     destinations: z.array(httpUrl).default([]),
     deterministic: boolean.default(false),
     min_decryption_version: wholeNumber(1).optional(),
@@ -236,12 +277,25 @@ const seedSchema = z.strictObject({
   classifications: z.array(seedClassificationSchema).default([]),
 });
 
-const transformSchema = z.strictObject({
-  encrypt: z.array(text).optional(),
-  decrypt: z.array(text).optional(),
-  /** Classification id or slug, as in `x-svc-classification`. */
-  classification: text.optional(),
-});
+const transformSchema = z
+  .strictObject({
+    encrypt: fieldPaths.optional(),
+    decrypt: fieldPaths.optional(),
+    /** Classification id or slug, as in `x-svc-classification`. */
+    classification: text.optional(),
+  })
+  // Reported even beside an unknown key in the same transform (only presence is read).
+  .superRefine(
+    (transform, ctx) => {
+      if (typeof transform !== 'object' || transform === null) return;
+      if (transform.encrypt !== undefined && transform.decrypt !== undefined) {
+        ctx.addIssue({ code: 'custom', message: 'give encrypt or decrypt, not both' });
+      } else if (transform.encrypt === undefined && transform.decrypt === undefined && transform.classification !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['classification'], message: 'applies only with encrypt or decrypt' });
+      }
+    },
+    { when: () => true },
+  );
 
 const relayRouteSchema = z.strictObject({
   name: text.optional(),
@@ -351,7 +405,7 @@ export const configSchema = z
   // user sees every problem in one go (they read the partial value defensively).
   .superRefine(
     (config, ctx) => {
-      for (const problem of crossCheck(config)) {
+      for (const problem of [...crossCheck(config, { storeIsNew: storeIsNew(config) }), ...fileProblems(config)]) {
         ctx.addIssue({ code: 'custom', path: [...problem.path], message: problem.message });
       }
     },

@@ -16,6 +16,7 @@
  */
 
 import { createHmac, type KeyObject } from 'node:crypto';
+import { base64urlDecodedLength, decodeBase64urlInto, isCanonicalBase64url } from './base64url.ts';
 import { MAX_KEY_VERSION, type Keyring, type KeyMaterial } from './keyring.ts';
 import { fillRandomPooled } from './random.ts';
 import {
@@ -90,7 +91,8 @@ const PREFIX_REUSE_LIMIT = 4096;
 /** Subkeys cached per key version, across two generations (see SubkeyCache). */
 const SUBKEY_CACHE_GENERATION = 512;
 
-const TOKEN_SHAPE = /^svc:([1-9][0-9]{0,9}):([A-Za-z0-9_-]+):([A-Za-z0-9_-]+):\$$/;
+/** `svc:` + at most 10 digits: where the colon after `kv` must be by. */
+const KV_END_MAX = 4 + 10;
 const AAD_MAGIC = Buffer.from('svc:', 'latin1');
 const COLON = 0x3a;
 const EMPTY = Buffer.alloc(0);
@@ -144,29 +146,6 @@ function writeLeb128(value: number, buf: Buffer, offset: number): number {
   return offset;
 }
 
-function base64urlValue(code: number): number {
-  if (code >= 0x41 && code <= 0x5a) return code - 0x41;
-  if (code >= 0x61 && code <= 0x7a) return code - 0x61 + 26;
-  if (code >= 0x30 && code <= 0x39) return code - 0x30 + 52;
-  return code === 0x2d ? 62 : 63;
-}
-
-/**
- * Decoded byte length of canonical unpadded base64url text, or -1. Canonical means the
- * bits below the last whole byte are zero: otherwise several spellings would decode to
- * one token, and a token's text would not be the one thing the AAD vouches for. The
- * caller has already checked the alphabet.
- */
-function canonicalDecodedLength(text: string): number {
-  const rest = text.length % 4;
-  const whole = (text.length - rest) / 4;
-  if (rest === 0) return whole * 3;
-  if (rest === 1) return -1;
-  const last = base64urlValue(text.charCodeAt(text.length - 1));
-  if (rest === 2) return (last & 0x0f) === 0 ? whole * 3 + 1 : -1;
-  return (last & 0x03) === 0 ? whole * 3 + 2 : -1;
-}
-
 /**
  * Parses the meta at buf[start..end) into the header fields; returns false if it breaks
  * any rule. `out.version` is left to the caller.
@@ -200,21 +179,34 @@ function parseMeta(buf: Buffer, start: number, end: number, out: TokenHeader): b
   return true;
 }
 
-type TokenParts = { version: number; kvText: string; metaText: string; metaLength: number; ctText: string; ctLength: number };
+/** Where a token's parts are in its text, and the sizes its meta and ct decode to. */
+type TokenParts = { version: number; kvEnd: number; metaEnd: number; metaLength: number; ctLength: number };
 
+/**
+ * Splits `svc:<kv>:<meta>:<ct>:$` by position. The meta and ct sizes are those of canonical
+ * base64url (src/crypto/base64url.ts); their characters are checked as they are decoded.
+ */
 function splitToken(token: string): TokenParts | null {
-  const m = TOKEN_SHAPE.exec(token);
-  if (m === null) return null;
-  const kvText = m[1]!;
-  const metaText = m[2]!;
-  const ctText = m[3]!;
-  const version = Number(kvText);
+  if (!token.startsWith('svc:') || !token.endsWith(':$')) return null;
+  const kvEnd = token.indexOf(':', 4);
+  if (kvEnd < 5 || kvEnd > KV_END_MAX || token.charCodeAt(4) === 0x30) return null;
+  let version = 0;
+  for (let i = 4; i < kvEnd; i++) {
+    const digit = token.charCodeAt(i) - 0x30;
+    if (digit < 0 || digit > 9) return null;
+    version = version * 10 + digit;
+  }
   if (version > MAX_KEY_VERSION) return null;
-  const metaLength = canonicalDecodedLength(metaText);
+  const metaEnd = token.indexOf(':', kvEnd + 1);
+  const ctEnd = token.length - 2;
+  // Exactly one colon between meta and the end: `:` is outside the alphabet anyway, but a
+  // token with a fifth field must not parse as one with a shorter ct.
+  if (metaEnd === -1 || metaEnd >= ctEnd || token.indexOf(':', metaEnd + 1) !== ctEnd) return null;
+  const metaLength = base64urlDecodedLength(token, kvEnd + 1, metaEnd);
   if (metaLength < META_MIN || metaLength > META_MAX) return null;
-  const ctLength = canonicalDecodedLength(ctText);
+  const ctLength = base64urlDecodedLength(token, metaEnd + 1, ctEnd);
   if (ctLength < XAES_TAG_SIZE) return null;
-  return { version, kvText, metaText, metaLength, ctText, ctLength };
+  return { version, kvEnd, metaEnd, metaLength, ctLength };
 }
 
 /**
@@ -378,16 +370,20 @@ export class TokenCodec {
   decrypt(token: string, check?: (header: TokenHeader) => void): DecryptedToken {
     const parts = splitToken(token);
     if (parts === null) throw new TokenError('malformed');
-    const { kvText, metaLength } = parts;
+    const { kvEnd, metaEnd, metaLength } = parts;
 
     // The meta is decoded straight into its place at the tail of the AAD.
-    const metaOffset = AAD_MAGIC.length + this.#id.length + kvText.length + 1;
+    const kvLength = kvEnd - 4;
+    const metaOffset = AAD_MAGIC.length + this.#id.length + kvLength + 1;
     const aad = Buffer.allocUnsafe(metaOffset + metaLength);
     AAD_MAGIC.copy(aad, 0);
     this.#id.copy(aad, AAD_MAGIC.length);
-    aad.write(kvText, AAD_MAGIC.length + this.#id.length, 'latin1');
+    for (let i = 0; i < kvLength; i++) aad[AAD_MAGIC.length + this.#id.length + i] = token.charCodeAt(4 + i);
     aad[metaOffset - 1] = COLON;
-    aad.write(parts.metaText, metaOffset, 'base64url');
+    if (decodeBase64urlInto(token, kvEnd + 1, metaEnd, aad, metaOffset) !== metaLength) throw new TokenError('malformed');
+    // Decoded before anything is looked up, so a malformed token is malformed whatever its version.
+    const sealed = Buffer.allocUnsafe(parts.ctLength);
+    if (decodeBase64urlInto(token, metaEnd + 1, token.length - 2, sealed, 0) !== parts.ctLength) throw new TokenError('malformed');
 
     const result: DecryptedToken = { type: 's', classificationId: 0, deterministic: false, version: parts.version, plaintext: EMPTY };
     if (!parseMeta(aad, metaOffset, aad.length, result)) throw new TokenError('malformed');
@@ -399,7 +395,6 @@ export class TokenCodec {
     }
     const nonceOffset = aad.length - XAES_NONCE_SIZE;
     const subkey = this.#cacheFor(material).get(aad, nonceOffset);
-    const sealed = Buffer.from(parts.ctText, 'base64url');
     try {
       result.plaintext = xaesOpenWithSubkey(subkey, aad.subarray(nonceOffset), sealed, aad);
     } catch {
@@ -412,7 +407,9 @@ export class TokenCodec {
   static peek(token: string): TokenHeader | null {
     const parts = splitToken(token);
     if (parts === null) return null;
-    const meta = Buffer.from(parts.metaText, 'base64url');
+    const meta = Buffer.allocUnsafe(parts.metaLength);
+    if (decodeBase64urlInto(token, parts.kvEnd + 1, parts.metaEnd, meta, 0) !== parts.metaLength) return null;
+    if (!isCanonicalBase64url(token, parts.metaEnd + 1, token.length - 2)) return null;
     const header: TokenHeader = { version: parts.version, type: 's', classificationId: 0, deterministic: false };
     return parseMeta(meta, 0, meta.length, header) ? header : null;
   }

@@ -34,11 +34,11 @@ export class EgressRoutes {
 
   constructor(config: readonly EgressConfig[]) {
     const routes = new Map<string, EgressRoute>();
-    config.forEach((entry, i) => {
+    config.forEach((entry) => {
       const url = new URL(entry.destination);
       const prefix = url.pathname.endsWith('/') ? url.pathname.slice(0, -1) : url.pathname;
       const userinfo = url.username === '' && url.password === '' ? '' : `${url.username}:${url.password}@`;
-      const compiled = compileTransformRoute(`egress:${entry.name}`, `egress[${i}]`, entry);
+      const compiled = compileTransformRoute(`egress:${entry.name}`, entry);
       routes.set(entry.name, {
         ...compiled,
         echoes: compiled.request?.mode === 'decrypt' && entry.response === undefined,

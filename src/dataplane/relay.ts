@@ -38,7 +38,7 @@ export interface RelayRoute extends TransformRoute {
 export function compileRelayRoutes(config: RelayConfig): RelayRoute[] {
   return config.routes.map((route, i) => ({
     // An unnamed route is named by its position, so its log entries still say which.
-    ...compileTransformRoute(`relay:${route.name ?? `route-${i + 1}`}`, `relay.routes[${i}]`, route),
+    ...compileTransformRoute(`relay:${route.name ?? `route-${i + 1}`}`, route),
     method: route.match.method ?? null,
     path: compileGlob(route.match.path),
   }));

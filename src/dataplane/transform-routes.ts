@@ -11,9 +11,8 @@
  * access. A `classification` on a decrypt transform still requires every token to carry
  * it (403 on a request, 502 on a response).
  */
-import { ConfigError } from '../config/load.ts';
 import type { RouteTransform } from '../config/schema.ts';
-import { InvalidFieldPathsError, RouteUnavailableError } from '../errors.ts';
+import { RouteUnavailableError } from '../errors.ts';
 import type { TokenCodec } from '../crypto/token.ts';
 import { SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
@@ -50,34 +49,23 @@ export interface RouteSettings {
   readonly response?: RouteTransform | 'passthrough' | undefined;
 }
 
-/** Compiles a route's field paths; a bad route stops the start with a ConfigError naming it. */
-export function compileTransformRoute(label: string, where: string, settings: RouteSettings): TransformRoute {
+/**
+ * Compiles a route's field paths. The configuration's schema has already checked them
+ * (one direction at a time, valid paths), with the file's other problems.
+ */
+export function compileTransformRoute(label: string, settings: RouteSettings): TransformRoute {
   return {
     label,
     configuration: settings.configuration,
-    request: compileTransform(settings.request, `${where}.request`),
-    response: settings.response === 'passthrough' ? null : compileTransform(settings.response, `${where}.response`),
+    request: compileTransform(settings.request),
+    response: settings.response === 'passthrough' ? null : compileTransform(settings.response),
   };
 }
 
-function compileTransform(spec: RouteTransform | undefined, where: string): TransformSpec | null {
-  if (spec === undefined) return null;
-  if (spec.encrypt !== undefined && spec.decrypt !== undefined) throw new ConfigError([`${where}: give encrypt or decrypt, not both`]);
-  const paths = spec.encrypt ?? spec.decrypt;
-  if (paths === undefined) {
-    if (spec.classification !== undefined) throw new ConfigError([`${where}.classification: applies only with encrypt or decrypt`]);
-    return null;
-  }
-  const mode: Mode = spec.encrypt !== undefined ? 'encrypt' : 'decrypt';
-  let matcher: FieldMatcher | null;
-  try {
-    matcher = compileFieldPaths(paths);
-  } catch (err) {
-    if (!(err instanceof InvalidFieldPathsError)) throw err;
-    const detail = err.message.replace(/^The x-svc-fields header is invalid: /, '').replace(/\.$/, '');
-    throw new ConfigError([`${where}.${mode}: ${detail}`]);
-  }
-  return { mode, matcher, classification: spec.classification ?? null };
+function compileTransform(spec: RouteTransform | undefined): TransformSpec | null {
+  const paths = spec?.encrypt ?? spec?.decrypt;
+  if (spec === undefined || paths === undefined) return null;
+  return { mode: spec.encrypt !== undefined ? 'encrypt' : 'decrypt', matcher: compileFieldPaths(paths), classification: spec.classification ?? null };
 }
 
 /**

@@ -2,7 +2,7 @@
  * Writing responses, and the one place where errors become responses (DESIGN §7).
  */
 import type { Logger } from 'pino';
-import { InternalError, SvcError } from '../errors.ts';
+import { InternalError, NotReadyError, SvcError } from '../errors.ts';
 import type { RequestContext } from './context.ts';
 
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
@@ -50,10 +50,13 @@ export function sendEmpty(ctx: RequestContext, status: number): void {
   ctx.res.end();
 }
 
-/** Maps any thrown value to its response; unexpected ones are logged with their stack. */
+/**
+ * Maps any thrown value to its response; unexpected ones are logged with their stack. A
+ * not-ready `/readyz` is the probe doing its job (starting, draining), not a failure.
+ */
 export function sendError(ctx: RequestContext, err: unknown, logger: Logger): void {
   const error = err instanceof SvcError ? err : new InternalError(err);
-  if (error.status >= 500) {
+  if (error.status >= 500 && !(error instanceof NotReadyError)) {
     logger.error({ err: error.cause ?? error, requestId: ctx.id, route: ctx.route, code: error.code }, 'request failed');
   } else if (logger.isLevelEnabled('debug')) {
     logger.debug({ requestId: ctx.id, route: ctx.route, code: error.code, status: error.status }, 'request refused');

@@ -6,7 +6,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { BadRequestError } from '../errors.ts';
-import { nearest } from '../util/nearest.ts';
+import { nearestName } from '../util/nearest.ts';
 
 export const SVC_REQUEST_HEADERS: readonly string[] = [
   'x-svc-authorization',
@@ -26,7 +26,7 @@ export function refuseUnknownSvcHeaders(headers: IncomingHttpHeaders): void {
   for (const name in headers) {
     if (!name.startsWith('x-svc-') || KNOWN.has(name)) continue;
     const shown = name.length > SHOWN ? `${name.slice(0, SHOWN)}…` : name;
-    const suggestion = nearest(name, SVC_REQUEST_HEADERS);
-    throw new BadRequestError(`Unknown header ${shown}.${suggestion === null ? '' : ` Did you mean ${suggestion}?`}`);
+    const suggestion = nearestName(name, SVC_REQUEST_HEADERS);
+    throw new BadRequestError(`Unknown header ${shown}.${suggestion === undefined ? '' : ` Did you mean ${suggestion}?`}`);
   }
 }

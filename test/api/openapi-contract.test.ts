@@ -36,6 +36,7 @@ seed:
     - { name: viewer, user: viewer@example.com, key: ${KEYS.viewer} }
   configurations:
     - { name: payments, proxy_slug: payments, fields: [card.number], destinations: ["ECHO/", "CLOSED/"] }
+    - { name: doomed, proxy_slug: doomed }
     - name: workspace
       type: provider
       provider: google
@@ -143,13 +144,16 @@ async function buildWorld(t: TestContext): Promise<World> {
   const egress = [
     `  - { name: vendor, destination: "${echo.url}", configuration: payments, request: { decrypt: [card.number] } }`,
     `  - { name: down, destination: "${closed}", configuration: payments }`,
-    `  - { name: gone, destination: "${echo.url}", configuration: no-such-configuration }`,
+    `  - { name: gone, destination: "${echo.url}", configuration: doomed }`,
   ];
   // No destroy grace: a version rotated a moment ago may be destroyed, with or without force.
   const running = await startApp(t, `egress:\n${egress.join('\n')}`, SEED.replace('ECHO', echo.url).replace('CLOSED', closed), { admin: true, keys: 'destroy_after: 0s' });
   const partial = { url: running.url, problems: [] as string[], requests: 0, operationsCalled: new Set<string>() } as unknown as World;
   const users = await must(partial, 'GET', '/api/v3/users');
   const roles = await must(partial, 'GET', '/api/v3/roles');
+  // The `gone` egress route's configuration is deleted while the service runs: its 503.
+  const doomed = running.app.services.store.configurations.findByName('doomed')!;
+  await must(partial, 'DELETE', `/api/v3/configurations/${doomed.id}`);
   const configurations = await must(partial, 'GET', '/api/v3/configurations');
   const classifications = await must(partial, 'GET', '/api/v3/classifications');
   const keys = await must(partial, 'GET', '/api/v3/api-keys');

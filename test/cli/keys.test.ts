@@ -218,10 +218,10 @@ test('keys: bad usage exits 2, refusals exit 1, and no secret is printed', async
   const cases: Array<[string[], number, RegExp]> = [
     [f.keys(), 2, /expected one of rotate, rewrap, destroy/],
     [f.keys('spin', '--configuration', 'payments'), 2, /expected one of rotate, rewrap, destroy/],
-    [f.keys('rotate'), 2, /--configuration <name or proxy slug> is required/],
+    [f.keys('rotate'), 2, /--configuration <name\|slug> is required\. See "svc-sidecar keys rotate --help"/],
     [f.keys('rotate', 'extra', '--configuration', 'payments'), 2, /unexpected argument "extra"/],
-    [f.keys('rotate', '--configuration', 'payments', '--version', '1'), 2, /--version and --confirm apply to destroy only/],
-    [f.keys('rotate', '--configuration', 'payments', '--force'), 2, /--force applies to destroy only/],
+    [f.keys('rotate', '--configuration', 'payments', '--version', '1'), 2, /unknown option --version\. See "svc-sidecar keys rotate --help"/],
+    [f.keys('rotate', '--configuration', 'payments', '--force'), 2, /unknown option --force\. See "svc-sidecar keys rotate --help"/],
     [f.keys('destroy', '--configuration', 'payments', '--version', 'one', '--confirm', 'x'), 2, /--version <N>/],
     [f.keys('rotate', '--configuration', 'nope'), 1, /no configuration is named "nope" or has that proxy slug/],
     [f.keys('rotate', '--configuration', 'workspace'), 1, /only encryption configurations have keys/],

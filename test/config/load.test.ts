@@ -134,6 +134,9 @@ describe('defaults', () => {
         '      response: { decrypt: [ssn] }',
         'egress:',
         '  - { name: stripe, destination: https://api.stripe.com, configuration: payments, request: { decrypt: [card.number] } }',
+        'seed:',
+        '  configurations: [{ name: payments }]',
+        '  classifications: [{ name: PHI, bg_color: "#aa0000", fg_color: "#ffffff" }]',
       ].join('\n'),
       env: {},
     });
@@ -174,6 +177,7 @@ describe('problems are all reported at once, with paths', () => {
         'seed:',
         '  users: [{ name: A, email: a@example.com, admin: true }]',
         '  roles: [{ name: x }]',
+        '  configurations: [{ name: c }]',
         '  classifications:',
         '    - name: PHI',
         '      bg_color: "#000000"',
@@ -190,7 +194,7 @@ describe('problems are all reported at once, with paths', () => {
       'seed.classifications.0.providers.0.gws_groups.0.nope: unknown key',
       'seed.roles: unknown key',
       'seed.users.0.admin: unknown key',
-      'server.lisen: unknown key',
+      'server.lisen: unknown key "lisen" (did you mean "listen"?)',
       'state.control_plane.timeout: unknown key',
     ]);
   });
@@ -212,7 +216,7 @@ describe('problems are all reported at once, with paths', () => {
     assertProblem('server: { listen: "::1:8080" }', /^server\.listen: expected host:port/);
     assertProblem('server: { listen: "localhost:99999" }', /^server\.listen: port 99999 is out of range/);
     assertProblem('server: { admin_listen: "nope" }', /^server\.admin_listen: expected host:port.*"off"/);
-    assertProblem('relay: { listen: 8081, upstream: "http://a" }', /^relay\.listen: Invalid input: expected string/);
+    assertProblem('relay: { listen: 8081, upstream: "http://a" }', /^relay\.listen: expected host:port such as 127\.0\.0\.1:8081/);
   });
 
   it('rejects bad sizes, durations and numbers', () => {

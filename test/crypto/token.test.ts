@@ -355,6 +355,34 @@ test('non-canonical base64url (non-zero trailing bits) is malformed, not authent
   }
 });
 
+test('meta and ct accept only their canonical base64url: unused bits, padding, other alphabets and lookalikes are malformed', () => {
+  const codec = new TokenCodec(ring(), { deterministic: false });
+  // Classification ids 0, 300 and 40,000 give metas of 28, 29 and 30 bytes (both partial
+  // remainders and none); plaintexts of 1 to 3 bytes do the same for ct.
+  for (const classification of [0, 300, 40_000]) {
+    for (const length of [1, 2, 3]) {
+      const token = codec.encryptor(classification).encrypt(Buffer.alloc(length, 0x61), 's');
+      assert.equal(codec.decrypt(token).plaintext.length, length);
+      const [, kv, meta, ct] = token.split(':') as [string, string, string, string];
+      const variants: string[] = [];
+      for (const [part, edit] of [
+        [meta, (m: string) => `svc:${kv}:${m}:${ct}:$`],
+        [ct, (c: string) => `svc:${kv}:${meta}:${c}:$`],
+      ] as const) {
+        const last = B64URL.indexOf(part.at(-1)!);
+        if (part.length % 4 !== 0) variants.push(edit(part.slice(0, -1) + B64URL[last | 1]));
+        variants.push(edit(`${part}${'='.repeat((4 - (part.length % 4)) % 4 || 4)}`));
+        variants.push(edit(`Ａ${part.slice(1)}`));
+        variants.push(edit(`${part.slice(0, 4)}\u00c0${part.slice(5)}`));
+      }
+      for (const variant of variants) {
+        assert.equal(reasonOf(() => codec.decrypt(variant)), 'malformed', variant);
+        assert.equal(TokenCodec.peek(variant), null, variant);
+      }
+    }
+  }
+});
+
 test('TokenError messages are generic', () => {
   const codec = new TokenCodec(ring(), { deterministic: false });
   const token = codec.encryptor(0).encrypt(Buffer.from('top-secret-value'), 's');

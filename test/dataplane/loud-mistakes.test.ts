@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { call, startApp } from '../support/app.ts';
 import { startEcho } from '../support/destinations.ts';
-import { editDistance, nearest } from '../../src/util/nearest.ts';
+import { editDistance, nearestName } from '../../src/util/nearest.ts';
 
 test('a misspelt x-svc- header is refused with the name it most likely meant, on /proxy, the data endpoints and the management API', async (t) => {
   const { url } = await startApp(t);
@@ -56,11 +56,12 @@ egress:
   assert.equal(JSON.parse(echo.received[0]!.body.toString()).a, 'x');
 });
 
-test('nearest: within two edits, the closest wins', () => {
-  assert.equal(editDistance('kitten', 'sitting'), 3);
-  assert.equal(editDistance('abc', 'abc'), 0);
+test('nearest: within two edits (fewer for short names), the closest wins; a swap is one edit', () => {
+  assert.equal(editDistance('kitten', 'sitting', 10), 3);
+  assert.equal(editDistance('abc', 'abc', 10), 0);
   assert.equal(editDistance('abcdef', 'x', 3), 3);
-  assert.equal(nearest('listn', ['listen', 'admin_listen']), 'listen');
-  assert.equal(nearest('lis', ['listen']), null);
-  assert.equal(nearest('x-svc-mod', ['x-svc-mode', 'x-svc-fields']), 'x-svc-mode');
+  assert.equal(editDistance('x-svc-feilds', 'x-svc-fields', 10), 1);
+  assert.equal(nearestName('listn', ['listen', 'admin_listen']), 'listen');
+  assert.equal(nearestName('lis', ['listen']), undefined);
+  assert.equal(nearestName('x-svc-mod', ['x-svc-mode', 'x-svc-fields']), 'x-svc-mode');
 });

@@ -29,7 +29,7 @@ async function start(t: TestContext, protect = PROTECT, routes = '[]') {
   const app = await startUpstream(t);
   const running = await startApp(t, guardYaml(app.url, protect, routes), undefined, { admin: true });
   const port = (running.app.relay!.server.address() as AddressInfo).port;
-  return { ...running, app, relay: `http://127.0.0.1:${port}`, port };
+  return { ...running, service: running.app, app, relay: `http://127.0.0.1:${port}`, port };
 }
 
 /** What the application received, as text. */
@@ -234,8 +234,15 @@ test('a bodiless request that matches no route goes straight through; the relay 
   assert.equal(seen.headers['x-svc-authorization'], undefined);
 });
 
-test('a guard naming a configuration that is not in the store answers 503 and sends nothing on', async (t) => {
-  const svc = await start(t, '{ keys: [ssn], configuration: missing }');
+test('a guard naming a configuration that is not in the store stops the start; one deleted while running answers 503 and sends nothing on', async (t) => {
+  const app = await startUpstream(t);
+  await assert.rejects(
+    startApp(t, guardYaml(app.url, '{ keys: [ssn], configuration: missing, classification: nope }')),
+    (err: Error) => /relay\.protect\.configuration: no configuration is named "missing"/.test(err.message) && /relay\.protect\.classification: no classification/.test(err.message),
+  );
+  const svc = await start(t, '{ keys: [ssn], configuration: other }');
+  const other = svc.service.services.store.configurations.findByName('other')!;
+  assert.equal((await call(svc.url, `/api/v3/configurations/${other.id}`, { method: 'DELETE' })).status, 204);
   const res = await send(svc.relay, '/p', `{"ssn":"${SSN}"}`, 'application/json');
   assert.equal(res.status, 503);
   assert.equal(svc.app.seen.length, 0);

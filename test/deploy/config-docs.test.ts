@@ -116,9 +116,9 @@ const REQUIRED_SIBLINGS: Readonly<Record<string, Record<string, unknown>>> = {
   'relay.protect': { keys: ['ssn'], configuration: 'payments' },
 };
 
-/** The sections on `path`, each with only what it requires. */
+/** The sections on `path`, each with only what it requires (and the seed that names refer to). */
 function requiredSections(path: readonly string[]): Record<string, unknown> {
-  const root: Record<string, unknown> = {};
+  const root: Record<string, unknown> = path[0] === 'relay' ? { seed: { configurations: [{ name: 'payments' }] } } : {};
   let node = root;
   for (let i = 0; i < path.length; i++) {
     const child = { ...REQUIRED_SIBLINGS[path.slice(0, i + 1).join('.')] };

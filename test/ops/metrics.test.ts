@@ -59,3 +59,16 @@ test('/healthz is liveness; /readyz turns 503 as soon as shutdown starts', async
   assert.deepEqual(await notReady.json(), { message: 'The service is not ready.' });
   assert.equal((await fetch(`${running.adminUrl}/healthz`)).status, 200);
 });
+
+test('a not-ready /readyz answers 503 without logging an error or a stack: the probe is doing its job', async (t) => {
+  const running = await startApp(t, '', SEED, { admin: true });
+  running.app.services.health.ready = false;
+  for (const base of [running.url, running.adminUrl!]) assert.equal((await fetch(`${base}/readyz`)).status, 503);
+  const entries = running.logs().trim().split('\n').map((line) => JSON.parse(line) as { level: number; code?: string; err?: unknown });
+  const notReady = entries.filter((entry) => entry.code === 'SVC_ERR_NOT_READY');
+  assert.equal(notReady.length, 2, 'each refusal is still visible at debug level');
+  for (const entry of notReady) {
+    assert.ok(entry.level < 40, `logged at level ${entry.level}`);
+    assert.equal(entry.err, undefined, 'no error object, so no stack');
+  }
+});

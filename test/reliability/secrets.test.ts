@@ -570,6 +570,41 @@ const REVIEWED: ReadonlyArray<{ file: string; line: string; why: string }> = [
     line: 'if (v.material.version !== v.version) throw new RangeError(`key material of version ${v.material.version} given for version ${v.version}`);',
     why: 'compares two key version numbers, which are public (every token carries its version), not key material',
   },
+  {
+    file: 'src/auth/access-tokens.ts',
+    line: "const second = token.indexOf('.', first + 1);",
+    why: 'the positions of the `.` separators of a presented JWT: its shape, public on the wire; the signature is checked by jose (HMAC verify)',
+  },
+  {
+    file: 'src/auth/access-tokens.ts',
+    line: "if (first <= 0 || second <= first + 1 || second === token.length - 1 || token.indexOf('.', second + 1) !== -1) return false;",
+    why: 'the positions of the `.` separators of a presented JWT: its shape, public on the wire; the signature is checked by jose (HMAC verify)',
+  },
+  {
+    file: 'src/crypto/token.ts',
+    line: "const metaEnd = token.indexOf(':', kvEnd + 1);",
+    why: "the positions of a token's separators and the sizes its parts decode to: its shape and length, which are public on the wire; its bytes are judged only by the AEAD tag check",
+  },
+  {
+    file: 'src/crypto/token.ts',
+    line: "if (metaEnd === -1 || metaEnd >= ctEnd || token.indexOf(':', metaEnd + 1) !== ctEnd) return null;",
+    why: "the positions of a token's separators and the sizes its parts decode to: its shape and length, which are public on the wire; its bytes are judged only by the AEAD tag check",
+  },
+  {
+    file: 'src/crypto/token.ts',
+    line: "if (decodeBase64urlInto(token, kvEnd + 1, metaEnd, aad, metaOffset) !== metaLength) throw new TokenError('malformed');",
+    why: "the positions of a token's separators and the sizes its parts decode to: its shape and length, which are public on the wire; its bytes are judged only by the AEAD tag check",
+  },
+  {
+    file: 'src/crypto/token.ts',
+    line: "if (decodeBase64urlInto(token, metaEnd + 1, token.length - 2, sealed, 0) !== parts.ctLength) throw new TokenError('malformed');",
+    why: "the positions of a token's separators and the sizes its parts decode to: its shape and length, which are public on the wire; its bytes are judged only by the AEAD tag check",
+  },
+  {
+    file: 'src/crypto/token.ts',
+    line: 'if (decodeBase64urlInto(token, parts.kvEnd + 1, parts.metaEnd, meta, 0) !== parts.metaLength) return null;',
+    why: "the positions of a token's separators and the sizes its parts decode to: its shape and length, which are public on the wire; its bytes are judged only by the AEAD tag check",
+  },
 ];
 
 interface Token {

@@ -11,6 +11,7 @@ import type { LookupAddress } from 'node:dns';
 import { createServer, type Server } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { TestContext } from 'node:test';
+import { isPublicAddress } from '../../src/dataplane/address-policy.ts';
 import { call, KEYS, SEED, startApp } from '../support/app.ts';
 
 /** A private listener that counts what reaches it. */
@@ -229,4 +230,107 @@ test('positive control: the same private destinations are reachable when an allo
   const res = await call(url, '/proxy/payments', { body: BODY, headers: { 'x-svc-destination': `http://localhost:${other.port}/` } });
   assert.equal(res.status, 403);
   assert.equal(other.connections(), 0);
+});
+
+test('isPublicAddress judges the 128-bit value: every spelling of a non-public address, and every IPv4 an IPv6 carries, is refused; public near misses stay public', () => {
+  const nonPublic: Array<[string, string]> = [
+    // IPv4-mapped (::ffff:0:0/96), in every spelling.
+    ['mapped, dotted', '::ffff:127.0.0.1'],
+    ['mapped, hex', '::ffff:7f00:1'],
+    ['mapped, expanded', '0:0:0:0:0:ffff:7f00:1'],
+    ['mapped, leading zeros and upper case', '0000:0000:0000:0000:0000:FFFF:7F00:0001'],
+    ['mapped, upper case dotted', '::FFFF:127.0.0.1'],
+    ['mapped, bracketed', '[::ffff:127.0.0.1]'],
+    ['mapped, metadata address', '::ffff:169.254.169.254'],
+    ['mapped, zero', '::ffff:0.0.0.0'],
+    ['mapped, broadcast', '::ffff:255.255.255.255'],
+    ['mapped, carrier-grade NAT', '0::ffff:100.64.0.1'],
+    // IPv4-compatible (::/96), with :: and ::1 in it.
+    ['compatible, dotted', '::127.0.0.1'],
+    ['compatible, hex', '::7f00:1'],
+    ['compatible, leading group', '0::7f00:1'],
+    ['compatible, private', '::10.0.0.1'],
+    ['compatible, private hex', '::a00:1'],
+    ['unspecified', '::'],
+    ['loopback', '::1'],
+    ['loopback, expanded', '0:0:0:0:0:0:0:1'],
+    ['loopback, with a zone', '::1%lo'],
+    ['compatible, 0.0.0.1', '::0.0.0.1'],
+    // SIIT (::ffff:0:0:0/96).
+    ['SIIT, dotted', '::ffff:0:127.0.0.1'],
+    ['SIIT, hex', '::ffff:0:7f00:1'],
+    ['SIIT, expanded metadata', '0:0:0:0:ffff:0:a9fe:a9fe'],
+    ['SIIT, private', '::ffff:0:192.168.0.1'],
+    // NAT64.
+    ['NAT64, dotted', '64:ff9b::127.0.0.1'],
+    ['NAT64, hex', '64:ff9b::7f00:1'],
+    ['NAT64, metadata', '64:ff9b::a9fe:a9fe'],
+    ['NAT64, expanded upper case', '64:FF9B:0:0:0:0:0A00:0001'],
+    ['NAT64 local-use, public IPv4', '64:ff9b:1::8.8.8.8'],
+    ['NAT64 local-use', '64:ff9b:1:ffff::1'],
+    ['NAT64 /32 outside the /96', '64:ff9b::1:808:808'],
+    // Site-local and other non-global space.
+    ['site-local', 'fec0::1'],
+    ['site-local, upper end', 'FEFF::1'],
+    ['site-local with a dotted tail', 'fec0::8.8.8.8'],
+    ['link-local with a zone', 'fe80::1%eth0'],
+    ['reserved fe00::/9', 'fe00::1'],
+    ['unique local', 'fd12:3456::1'],
+    ['multicast', 'ff02::1'],
+    ['discard', '100::1'],
+    ['SRv6', '5f00::1'],
+    ['unassigned', '4000::1'],
+    ['documentation', '2001:db8::1'],
+    ['documentation (3fff::/20)', '3fff::1'],
+    ['benchmarking', '2001:2::1'],
+    // Teredo (2001::/32): server in bits 32-63, client inverted in the last 32.
+    ['Teredo, documentation client (RFC 4380 example)', '2001:0:4136:e378:8000:63bf:3fff:fdd2'],
+    ['Teredo, loopback client', '2001:0:4136:e378:8000:63bf:80ff:fffe'],
+    ['Teredo, private server', '2001:0:a00:1:8000:63bf:f7f7:f7f7'],
+    ['Teredo, expanded upper case', '2001:0000:0A00:0001:8000:63BF:F7F7:F7F7'],
+    // 6to4 (2002::/16): bits 16-47.
+    ['6to4, loopback', '2002:7f00:1::1'],
+    ['6to4, private', '2002:c0a8:101::'],
+    ['6to4, zero', '2002::'],
+    ['6to4, metadata, expanded', '2002:a9fe:a9fe:0:0:0:0:1'],
+    // Not addresses: never public.
+    ['leading zeros in dotted IPv4', '::ffff:127.000.000.001'],
+    ['two ::', '1::2::3'],
+    ['a five-digit group', '12345::1'],
+    ['octet out of range', '::ffff:127.0.0.256'],
+    ['trailing dot', '::ffff:127.0.0.1.'],
+    ['empty', ''],
+    ['a name', 'localhost'],
+    ['short IPv4', '127.1'],
+    ['hex IPv4', '0x7f.0.0.1'],
+    ['decimal IPv4', '2130706433'],
+    ['IPv4 with leading zero', '010.0.0.1'],
+    ['IPv4 with a zone', '8.8.8.8%eth0'],
+    ['not hex', 'g::1'],
+    ['nine groups', '1:2:3:4:5:6:7:8:9'],
+    ['seven groups', '2001:4860:4860:0:0:0:8888'],
+  ];
+  for (const [what, address] of nonPublic) assert.equal(isPublicAddress(address), false, `${what}: ${address}`);
+
+  const pub: Array<[string, string]> = [
+    ['IPv4', '8.8.8.8'],
+    ['mapped, public', '::ffff:8.8.8.8'],
+    ['mapped, public hex', '::ffff:808:808'],
+    ['compatible, public', '::8.8.8.8'],
+    ['SIIT, public', '::ffff:0:8.8.8.8'],
+    ['NAT64, public', '64:ff9b::8.8.8.8'],
+    ['NAT64, public hex', '64:ff9b::808:808'],
+    ['6to4, public', '2002:808:808::1'],
+    ['Teredo, public server and client', '2001:0:4136:e378:8000:63bf:f7f7:f7f7'],
+    ['global unicast', '2001:4860:4860::8888'],
+    ['global unicast, expanded', '2001:4860:4860:0:0:0:0:8888'],
+    ['global unicast, upper case with leading zeros', '2001:4860:4860:0000:0000:0000:0000:8888'.toUpperCase()],
+    ['global unicast with a zone', '2606:4700:4700::1111%eth0'],
+    ['global unicast, bracketed', '[2a00:1450:4001:81b::200e]'],
+    ['next to documentation', '2001:db9::1'],
+    ['next to 3fff::/20', '3fff:1000::1'],
+    ['IPv4 next to 172.16/12', '172.32.0.1'],
+    ['IPv4 next to 100.64/10', '100.128.0.1'],
+  ];
+  for (const [what, address] of pub) assert.equal(isPublicAddress(address), true, `${what}: ${address}`);
 });
