@@ -570,6 +570,11 @@ const REVIEWED: ReadonlyArray<{ file: string; line: string; why: string }> = [
     line: 'if (v.material.version !== v.version) throw new RangeError(`key material of version ${v.material.version} given for version ${v.version}`);',
     why: 'compares two key version numbers, which are public (every token carries its version), not key material',
   },
+  {
+    file: 'src/auth/caller.ts',
+    line: 'if (found === null || found.user.disabled || found.user.updatedAt !== claims.credentialsStamp) throw new UnauthorizedError();',
+    why: "compares the user's updated_at with the one a verified (signed) access token carries: a timestamp the token's holder can read, not a secret",
+  },
 ];
 
 interface Token {
