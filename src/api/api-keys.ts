@@ -5,6 +5,7 @@
 import { recordActivity } from './activity.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import type { Caller } from '../auth/caller.ts';
+import { authorizeMinting, authorizeScope, identityReach } from '../auth/minting.ts';
 import { PERMISSIONS } from '../config/schema.ts';
 import type { Services } from '../services.ts';
 import { ForbiddenError, NotFoundError, ValidationError } from '../errors.ts';
@@ -39,14 +40,15 @@ function list(ctx: RequestContext, services: Services): void {
 }
 
 async function create(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const { store } = services;
   const v = new Validator(await readJson(ctx));
-  const input = validateCreate(v, services.store, caller);
+  const input = validateCreate(v, store, caller);
   v.check();
-  authorizeScope(caller, input.permissions.length > 0 ? input.permissions : input.userPermissions, input.configurations);
+  const exempt = authorizeKey(store, caller, input.user, input.permissions, input.configurations);
   const secret = generateApiKey();
-  const key = insert(services.store, input, secret);
-  recordActivity(ctx, services, caller, 'api-key.created', `Created API key "${key.name}" for ${input.user.email}.`);
-  sendJson(ctx, 201, { ...apiKeyView(services.store, key), key: secret });
+  const key = insert(store, input, secret);
+  recordActivity(ctx, services, caller, 'api-key.created', `Created API key "${key.name}" for ${input.user.email}.${exempt ?? ''}`);
+  sendJson(ctx, 201, { ...apiKeyView(store, key), key: secret });
 }
 
 function show(ctx: RequestContext, services: Services): void {
@@ -63,13 +65,16 @@ function revoke(ctx: RequestContext, services: Services, caller: Caller): void {
 
 /** The new secret replaces the hash in one statement: the old key fails from the next request on. */
 function rotate(ctx: RequestContext, services: Services, caller: Caller): void {
+  const { store } = services;
   const key = findManageable(ctx, services, caller);
   // Rotating hands over the key's new secret: only to a caller who could have created it.
-  authorizeScope(caller, key.permissions.length > 0 ? key.permissions : services.store.users.permissionsOf(key.userId), key.configurations);
+  const user = store.users.findById(key.userId);
+  if (user === undefined) throw new NotFoundError();
+  const exempt = authorizeKey(store, caller, user, key.permissions, key.configurations);
   if (key.status === 'revoked') throw new ValidationError({ status: ['A revoked API key cannot be rotated.'] });
   const secret = generateApiKey();
-  if (services.store.apiKeys.replaceHash(key.id, apiKeyPrefix(secret), hashApiKey(secret)) === undefined) throw new NotFoundError();
-  recordActivity(ctx, services, caller, 'api-key.rotated', `Rotated API key "${key.name}".`);
+  if (store.apiKeys.replaceHash(key.id, apiKeyPrefix(secret), hashApiKey(secret)) === undefined) throw new NotFoundError();
+  recordActivity(ctx, services, caller, 'api-key.rotated', `Rotated API key "${key.name}".${exempt ?? ''}`);
   sendJson(ctx, 200, { key: secret });
 }
 
@@ -96,12 +101,10 @@ interface CreateInput {
   permissions: string[];
   /** Empty: every configuration. */
   configurations: string[];
-  /** What the user's roles grant: all an unscoped key can do. */
-  userPermissions: ReadonlySet<string>;
 }
 
 function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput {
-  const name = v.string('name', { required: true, max: NAME_MAX });
+  const name = v.string('name', { required: true, max: NAME_MAX, text: true });
   if (typeof name === 'string' && store.apiKeys.findByName(name) !== undefined) v.fail('name', 'The name has already been taken.');
 
   // Who the key is for comes first: acting for someone else needs users.manage, whether
@@ -145,20 +148,23 @@ function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput
     user: user ?? caller.user,
     permissions: [...new Set(permissions ?? [])],
     configurations: [...new Set(configurations ?? [])],
-    userPermissions: granted,
   };
 }
 
 /**
- * A key may not mint (or take over by rotation) a key that can do more than itself: the
- * key's effective permissions (all of its user's when it lists none) must be ones the
- * caller holds, and a caller limited to some configurations may only handle keys limited
- * to (some of) those.
+ * A key may not mint (or take over by rotation) a key that can do more than itself
+ * (DESIGN §13, auth/minting.ts): the key's effective permissions (its scope ∩ its user's
+ * roles; all of its user's when it lists none) must be ones the caller holds; a caller
+ * limited to some configurations may only handle keys limited to (some of) those; and the
+ * key may not decrypt a classification the caller cannot, which only an owner may override.
+ * Returns the owner's exemption note for the activity entry.
  */
-function authorizeScope(caller: Caller, effective: Iterable<string>, configurations: readonly string[]): void {
-  for (const p of effective) if (!caller.permissions.has(p)) throw new ForbiddenError();
-  const scope = caller.configurations;
-  if (scope !== null && (configurations.length === 0 || configurations.some((id) => !scope.has(id)))) throw new ForbiddenError();
+function authorizeKey(store: Store, caller: Caller, user: User, scope: readonly string[], configurations: readonly string[]): string | null {
+  const granted = store.users.permissionsOf(user.id);
+  const effective = scope.length === 0 ? granted : new Set(scope.filter((p) => granted.has(p)));
+  authorizeScope(caller, effective, configurations);
+  const identity = { userId: user.id, roleIds: store.users.rolesOf(user.id).map((r) => r.id), email: user.email };
+  return authorizeMinting(store, caller, identityReach(store, identity, effective, configurations));
 }
 
 function insert(store: Store, input: CreateInput, secret: string): ApiKey {

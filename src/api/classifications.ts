@@ -10,6 +10,7 @@
  */
 import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
+import { authorizeMemberChange } from '../auth/minting.ts';
 import type { Services } from '../services.ts';
 import { NotFoundError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -19,10 +20,13 @@ import {
   CLASSIFICATION_SORTS,
   SORT_DIRECTIONS,
   type Classification,
+  type ClassificationMembers,
   type ClassificationPatch,
+  type ClassificationProvider,
   type GwsGroup,
 } from '../store/classifications.ts';
 import type { Store } from '../store/db.ts';
+import { hasUnsafeText, unsafeTextMessage } from '../store/identity-text.ts';
 import { envelope, pageRequest } from './pagination.ts';
 import { classificationView, MemberViews } from './presenters.ts';
 import type { ApiRoute } from './routes.ts';
@@ -75,8 +79,11 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   const { name, bgColor, fgColor, ...rest } = validate(new Validator(await readJson(ctx)), store, null);
   // validate() has already answered 422 when any of these is missing on create.
   if (name === undefined || bgColor === undefined || fgColor === undefined) throw new TypeError('name and colours were validated as required');
+  const members: ClassificationMembers = { userIds: [...(rest.userIds ?? [])], roleIds: [...(rest.roleIds ?? [])], providers: [...(rest.providers ?? [])] };
+  // One that admits nobody gives nobody anything; one with members, only what the caller has.
+  const exempt = admitsAnyone(members) ? authorizeMemberChange(store, caller, { name, members }) : null;
   const created = store.classifications.create({ ...rest, name, bgColor, fgColor });
-  recordActivity(ctx, services, caller, 'classification.created', `Created classification ${describe(created)}.`);
+  recordActivity(ctx, services, caller, 'classification.created', `Created classification ${describe(created)}.${exempt ?? ''}`);
   sendJson(ctx, 201, classificationView(store, created));
 }
 
@@ -88,10 +95,13 @@ async function update(ctx: RequestContext, services: Services, caller: Caller): 
   const { store } = services;
   const current = find(ctx, store);
   const patch = validate(new Validator(await readJson(ctx)), store, current);
+  const members = store.classifications.members(current.id);
+  // Who it admits is decided by those it admits now (DESIGN §13).
+  const exempt = changesMembers(members, patch) ? authorizeMemberChange(store, caller, { name: current.name, members }) : null;
   const updated = store.classifications.update(current.id, patch);
   // Deleted by another request between the lookup and the write.
   if (updated === undefined) throw new NotFoundError();
-  recordActivity(ctx, services, caller, 'classification.updated', `Updated classification ${describe(updated)}.`);
+  recordActivity(ctx, services, caller, 'classification.updated', `Updated classification ${describe(updated)}.${exempt ?? ''}`);
   sendJson(ctx, 200, classificationView(store, updated));
 }
 
@@ -114,6 +124,25 @@ function find(ctx: RequestContext, store: Store): Classification {
   return found;
 }
 
+function admitsAnyone(members: ClassificationMembers): boolean {
+  return members.userIds.length > 0 || members.roleIds.length > 0 || members.providers.some((p) => p.gwsGroups.length > 0);
+}
+
+/** Whether `patch` changes the members; clients often send back what GET showed them. */
+function changesMembers(current: ClassificationMembers, patch: ClassificationPatch): boolean {
+  const sameIds = (a: readonly number[], b: readonly number[]) => {
+    const left = new Set(a);
+    const right = new Set(b);
+    return left.size === right.size && [...left].every((id) => right.has(id));
+  };
+  if (patch.userIds !== undefined && !sameIds(current.userIds, patch.userIds)) return true;
+  if (patch.roleIds !== undefined && !sameIds(current.roleIds, patch.roleIds)) return true;
+  if (patch.providers === undefined) return false;
+  const key = (providers: readonly ClassificationProvider[]) =>
+    JSON.stringify(providers.map((p) => [p.configurationId, p.gwsGroups.map((g) => g.id).sort()]).sort());
+  return key(current.providers) !== key(patch.providers);
+}
+
 function describe(classification: Classification): string {
   return `"${classification.name}" (id ${classification.id}, slug ${classification.slug})`;
 }
@@ -126,7 +155,7 @@ function describe(classification: Classification): string {
 function validate(v: Validator, store: Store, current: Classification | null): ClassificationPatch {
   const creating = current === null;
   const required = (field: string) => creating || v.has(field);
-  const name = v.string('name', { required: required('name'), max: NAME_MAX }) ?? undefined;
+  const name = v.string('name', { required: required('name'), max: NAME_MAX, text: true }) ?? undefined;
   const bgColor = v.string('bg_color', { required: required('bg_color'), pattern: COLOR }) ?? undefined;
   const fgColor = v.string('fg_color', { required: required('fg_color'), pattern: COLOR }) ?? undefined;
   const description = nullableText(v, 'description', DESCRIPTION_MAX);
@@ -157,7 +186,7 @@ function keptGroups(store: Store, current: Classification | null, container: str
 /** Laravel converts empty strings to null before validating; nullable fields do the same here. */
 function nullableText(v: Validator, field: string, max: number): string | null | undefined {
   if (v.input[field] === '') return null;
-  return v.string(field, { nullable: true, max });
+  return v.string(field, { nullable: true, max, text: true });
 }
 
 /** `gws_groups`: an array of `{id, name?, email?}`; null or absent means "not sent". */
@@ -201,6 +230,10 @@ function nestedText(v: Validator, key: string, value: unknown, required: boolean
   }
   if ([...value].length > GROUP_TEXT_MAX) {
     v.fail(key, `The ${attributeName(key)} field must not be greater than ${GROUP_TEXT_MAX} characters.`);
+    return null;
+  }
+  if (hasUnsafeText(value)) {
+    v.fail(key, unsafeTextMessage(attributeName(key)));
     return null;
   }
   return value;

@@ -147,7 +147,7 @@ interface CreateInput {
 }
 
 function validateCreate(v: Validator, store: Store): CreateInput {
-  const name = v.string('name', { required: true, max: NAME_MAX });
+  const name = v.string('name', { required: true, max: NAME_MAX, text: true });
   if (name !== undefined && name !== null && store.configurations.findByName(name) !== undefined) {
     v.fail('name', 'The name has already been taken.');
   }
@@ -168,7 +168,7 @@ function validateCreate(v: Validator, store: Store): CreateInput {
 
 function validateUpdate(v: Validator, store: Store, current: Configuration): ConfigurationPatch {
   // Sent, a name must be one: an empty or null name is refused, not silently ignored.
-  const name = v.string('name', { required: v.has('name'), max: NAME_MAX });
+  const name = v.string('name', { required: v.has('name'), max: NAME_MAX, text: true });
   if (typeof name === 'string' && name !== current.name && store.configurations.findByName(name) !== undefined) {
     v.fail('name', 'The name has already been taken.');
   }

@@ -628,11 +628,12 @@ export const components: JsonObject = {
     BadRequest: errorResponse('The body is not valid JSON, not a JSON object, or a header cannot be used.', schemaRef('Error')),
     Unauthorized: errorResponse('The API key is missing, unknown or revoked, or the bearer token is invalid or expired.', schemaRef('UnauthorizedError')),
     Forbidden: errorResponse(
-      "The acting user (or the key's scope) lacks the permission, the configuration is outside the key's scope, or a data-plane key was sent with a bearer token.",
+      "The acting user (or the key's scope) lacks the permission (`User does not have the right permissions.`), the configuration is outside the key's scope, " +
+        'a data-plane key was sent with a bearer token, or the action would give a credential more than the caller has (`This action is unauthorized.`).',
       schemaRef('ForbiddenError'),
     ),
     DataForbidden: errorResponse(
-      "As Forbidden; also a token whose classification is not open to the acting user (nothing is decrypted), or a destination outside the configuration's `destinations`.",
+      "As Forbidden; also a token whose classification does not admit the acting user, or no longer exists (nothing is decrypted), or a destination outside the configuration's `destinations`.",
       schemaRef('DataForbiddenError'),
     ),
     NotFound: errorResponse('No such resource.', schemaRef('NotFoundError')),

@@ -122,7 +122,9 @@ const classificationPaths: Record<string, JsonObject> = {
       id: 'createClassification',
       tag: 'classifications',
       summary: 'Create a classification',
-      description: 'The slug is the lowercased name with each run of other characters than `a-z0-9` turned into `-` (`-2`, `-3`… on collision).',
+      description:
+        'The slug is the lowercased name with each run of other characters than `a-z0-9` turned into `-` (`-2`, `-3`… on collision). ' +
+        'Members (`users`, `roles`, provider `gws_groups`) decide who may decrypt; one that lists none admits nobody. Giving it members needs a caller who could decrypt it itself (`data.decrypt`, no configurations scope, admitted by those members), else 403 `This action is unauthorized.`; owners are exempt, and the activity log says so. Names and descriptions refuse control and bidirectional formatting characters (422).',
       permission: 'classifications.create',
       requestBody: body('ClassificationCreate'),
       responses: { '201': json('The created classification.', schemaRef('Classification')), ...CREATE },
@@ -141,6 +143,10 @@ const classificationPaths: Record<string, JsonObject> = {
       id: 'updateClassification',
       tag: 'classifications',
       summary: 'Change a classification',
+      description:
+        'Changing its members (`users`, `roles`, `provider_container_id`, `gws_groups`) needs a caller admitted to it as it is, ' +
+        'with `data.decrypt` and no configurations scope, else 403 `This action is unauthorized.`; owners are exempt, and the activity log says so. ' +
+        'A classification whose last member goes admits nobody.',
       permission: 'classifications.update',
       requestBody: body('ClassificationUpdate'),
       responses: { '200': json('The changed classification.', schemaRef('Classification')), ...UPDATE },
@@ -149,7 +155,7 @@ const classificationPaths: Record<string, JsonObject> = {
       id: 'deleteClassification',
       tag: 'classifications',
       summary: 'Delete a classification',
-      description: 'Tokens that carry it can no longer be decrypted by anyone.',
+      description: 'Tokens that carry it can no longer be decrypted by anyone: ids are never reused, so no later classification takes them over.',
       permission: 'classifications.delete',
       responses: { '204': responseRef('NoContent'), ...ACTION },
     }),
@@ -255,7 +261,10 @@ const apiKeyPaths: Record<string, JsonObject> = {
       id: 'createApiKey',
       tag: 'api-keys',
       summary: 'Create an API key',
-      description: 'No key may mint a key that can do more than itself.',
+      description:
+        'No key may mint a key that can do more than itself (403 `This action is unauthorized.`): no permission the caller lacks, ' +
+        "no configuration outside the caller's scope, nothing to decrypt that the caller cannot (classification admission through the key user's " +
+        'id, roles and provider groups). Owners are exempt from the last, and the activity log says so.',
       permission: 'api-keys.create',
       requestBody: body('ApiKeyCreate'),
       responses: { '201': json('The key, with its secret shown this once.', schemaRef('ApiKeyCreated')), ...CREATE },
@@ -288,7 +297,9 @@ const apiKeyPaths: Record<string, JsonObject> = {
       id: 'rotateApiKey',
       tag: 'api-keys',
       summary: 'Replace the secret of an API key',
-      description: 'The old secret fails from the next request on. 422 for a revoked key.',
+      description:
+        'The old secret fails from the next request on. 422 for a revoked key. Only a caller who could have created the key may rotate it ' +
+        '(403 `This action is unauthorized.`, as for create).',
       permission: 'api-keys.rotate',
       responses: { '200': json('The new secret, shown this once.', schemaRef('ApiKeySecret')), ...errors(401, 403, 404, 409, 422, 500) },
     }),
@@ -309,7 +320,11 @@ const userPaths: Record<string, JsonObject> = {
       id: 'createUser',
       tag: 'users',
       summary: 'Create a user',
-      description: 'Nobody creates a user who could do more than the caller.',
+      description:
+        'Nobody creates a user who could do more than the caller (403 `This action is unauthorized.`): no permission the caller lacks, and nothing ' +
+        "to decrypt that the caller cannot (classifications admitting the user's roles, or provider groups listing its email; a caller limited to " +
+        'some configurations cannot create a user who decrypts). Owners are exempt from the second, and the activity log says so. The email is stored ' +
+        'after NFKC normalisation and case folding; one that is taken in that form is 422.',
       permission: 'users.manage',
       requestBody: body('UserCreate'),
       responses: { '201': json('The created user.', schemaRef('User')), ...CREATE },

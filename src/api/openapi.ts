@@ -99,7 +99,7 @@ const encryptionPaths: Record<string, JsonObject> = {
       tag: 'data',
       summary: 'Decrypt fields (spec 4.5)',
       description:
-        'Without `x-svc-fields` every string that is a token is decrypted. Every token\'s classification must be open to the acting user, else 403 and nothing is decrypted.',
+        'Without `x-svc-fields` every string that is a token is decrypted. Every token\'s classification must admit the acting user (one that lists nobody admits nobody), else 403 and nothing is decrypted.',
       permission: 'data.decrypt',
       parameters: [parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
       requestBody: DATA_BODY,

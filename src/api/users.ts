@@ -5,9 +5,10 @@
  */
 import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
+import { authorizeMinting, authorizePermissions, identityReach } from '../auth/minting.ts';
 import { hashPasswordAsync, PASSWORD_MAX } from '../auth/passwords.ts';
 import type { Services } from '../services.ts';
-import { ForbiddenError, ValidationError } from '../errors.ts';
+import { ValidationError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendJson } from '../http/respond.ts';
@@ -48,12 +49,12 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   const v = new Validator(await readJson(ctx));
   const input = validateCreate(v, services.store);
   v.check();
-  authorizeRoles(caller, input.roles);
+  const exempt = authorizeUser(services.store, caller, input);
   // Hashed on the thread pool: scrypt on the event loop would stall every request for it.
   const passwordHash = input.password === undefined ? null : await hashPasswordAsync(input.password);
   const user = insert(services.store, input, passwordHash);
   const roles = input.roles.length === 0 ? '' : ` with roles ${input.roles.map((r) => r.name).join(', ')}`;
-  recordActivity(ctx, services, caller, 'user.created', `Created user ${user.email}${roles}.`);
+  recordActivity(ctx, services, caller, 'user.created', `Created user ${user.email}${roles}.${exempt ?? ''}`);
   sendJson(ctx, 201, userView(services.store, user));
 }
 
@@ -72,7 +73,7 @@ interface CreateInput {
 }
 
 function validateCreate(v: Validator, store: Store): CreateInput {
-  const name = v.string('name', { required: true, max: NAME_MAX });
+  const name = v.string('name', { required: true, max: NAME_MAX, text: true });
   const email = v.email('email', { required: true });
   if (email !== undefined && store.users.findByEmail(email) !== undefined) v.fail('email', 'The email has already been taken.');
   const password = v.string('password', { min: PASSWORD_MIN, max: PASSWORD_MAX });
@@ -100,8 +101,18 @@ function insert(store: Store, input: CreateInput, passwordHash: string | null): 
   }
 }
 
-/** Nobody creates a user who could do more than the caller can. */
-function authorizeRoles(caller: Caller, roles: readonly Role[]): void {
-  for (const role of roles) for (const p of role.permissions) if (!caller.permissions.has(p)) throw new ForbiddenError();
+/**
+ * Nobody creates a user who could do more than the caller can (DESIGN §13, auth/minting.ts):
+ * no permission the caller lacks, and nothing to decrypt that the caller cannot — the new
+ * user is admitted by the roles it is given and by provider groups that list its email (a
+ * new id is never listed: ids are not reused). A user's login is limited to no
+ * configurations, so a caller limited to some cannot create a user who decrypts. Returns
+ * the owner's exemption note for the activity entry.
+ */
+function authorizeUser(store: Store, caller: Caller, input: CreateInput): string | null {
+  const permissions = new Set(input.roles.flatMap((role) => role.permissions));
+  authorizePermissions(caller, permissions);
+  const identity = { userId: null, roleIds: input.roles.map((r) => r.id), email: input.email };
+  return authorizeMinting(store, caller, identityReach(store, identity, permissions, []));
 }
 

@@ -4,6 +4,7 @@
  * the request fails with all of them at once.
  */
 import { BadRequestError, ValidationError, type ValidationErrors } from '../errors.ts';
+import { hasUnsafeText, normalizeEmail, unsafeTextMessage } from '../store/identity-text.ts';
 
 /** Laravel shows `bg_color` as "bg color"; nested keys such as `users.0` stay as they are. */
 export function attributeName(field: string): string {
@@ -22,6 +23,11 @@ export interface StringRule {
   min?: number;
   max?: number;
   pattern?: RegExp;
+  /**
+   * Human-readable text (a name, a description): control characters and bidirectional
+   * formatting characters are refused (DESIGN §13, "One identity per person").
+   */
+  text?: boolean;
 }
 
 export interface IntegerRule {
@@ -83,17 +89,21 @@ export class Validator {
     if (rule.min !== undefined && length < rule.min) this.fail(field, `The ${name} field must be at least ${rule.min} characters.`);
     if (rule.max !== undefined && length > rule.max) this.fail(field, `The ${name} field must not be greater than ${rule.max} characters.`);
     if (rule.pattern !== undefined && !rule.pattern.test(value)) this.fail(field, `The ${name} field format is invalid.`);
+    if (rule.text === true && hasUnsafeText(value)) this.fail(field, unsafeTextMessage(name));
     return this.failed(field) ? undefined : value;
   }
 
+  /** Returns the email normalised (normalizeEmail): the form it is stored and compared in. */
   email(field: string, rule: { required?: boolean } = {}): string | undefined {
-    const value = this.string(field, { required: rule.required, max: 255 });
+    const value = this.string(field, { required: rule.required, max: 255, text: true });
     if (typeof value !== 'string') return undefined;
-    if (!EMAIL_PATTERN.test(value)) {
+    // The document's pattern holds for what was sent, and for the form it is stored in.
+    const email = normalizeEmail(value);
+    if (!EMAIL_PATTERN.test(value) || !EMAIL_PATTERN.test(email) || [...email].length > 255) {
       this.fail(field, `The ${attributeName(field)} field must be a valid email address.`);
       return undefined;
     }
-    return value;
+    return email;
   }
 
   /** Accepts JSON integers and, for query strings, decimal digit strings. */

@@ -13,9 +13,18 @@ export const ACCESS_TOKEN_SECRET_LABEL = 'svc-sidecar access token v1';
 export const ACCESS_TOKEN_ISSUER = 'svc-sidecar';
 const ALGORITHM = 'HS256';
 
+/**
+ * The claim that carries the user's credentials stamp (the user row's `updated_at` when the
+ * login read it): a token whose stamp is no longer the user's was issued before a password
+ * change, a disable or a role change, and is refused (DESIGN §13).
+ */
+const STAMP_CLAIM = 'cst';
+
 /** What a verified token says. */
 export interface AccessTokenClaims {
   readonly userId: number;
+  /** The user's credentials stamp at login. */
+  readonly credentialsStamp: string;
   readonly jti: string;
   /** Expiry, seconds since the epoch (the JWT `exp`). */
   readonly expiresAt: number;
@@ -44,10 +53,10 @@ export class AccessTokens {
     this.ttlSeconds = Math.max(1, Math.round(ttlMs / 1000));
   }
 
-  async issue(userId: number): Promise<IssuedToken> {
+  async issue(userId: number, credentialsStamp: string): Promise<IssuedToken> {
     const now = Math.floor(Date.now() / 1000);
-    const claims: AccessTokenClaims = { userId, jti: randomBytes(16).toString('base64url'), expiresAt: now + this.ttlSeconds };
-    const token = await new SignJWT({})
+    const claims: AccessTokenClaims = { userId, credentialsStamp, jti: randomBytes(16).toString('base64url'), expiresAt: now + this.ttlSeconds };
+    const token = await new SignJWT({ [STAMP_CLAIM]: credentialsStamp })
       .setProtectedHeader({ alg: ALGORITHM, typ: 'JWT' })
       .setSubject(String(userId))
       .setJti(claims.jti)
@@ -71,17 +80,18 @@ export class AccessTokens {
       ({ payload } = await jwtVerify(token, this.#key, {
         algorithms: [ALGORITHM],
         issuer: ACCESS_TOKEN_ISSUER,
-        requiredClaims: ['sub', 'jti', 'exp', 'iat'],
+        requiredClaims: ['sub', 'jti', 'exp', 'iat', STAMP_CLAIM],
       }));
     } catch (err) {
       if (err instanceof joseErrors.JOSEError) throw new UnauthorizedError({ cause: err });
       throw err;
     }
     const userId = payload.sub !== undefined && /^[1-9]\d{0,15}$/.test(payload.sub) ? Number(payload.sub) : NaN;
-    if (!Number.isSafeInteger(userId) || typeof payload.jti !== 'string' || payload.jti === '' || typeof payload.exp !== 'number') {
+    const stamp = payload[STAMP_CLAIM];
+    if (!Number.isSafeInteger(userId) || typeof payload.jti !== 'string' || payload.jti === '' || typeof payload.exp !== 'number' || typeof stamp !== 'string' || stamp === '') {
       throw new UnauthorizedError();
     }
-    return { userId, jti: payload.jti, expiresAt: payload.exp };
+    return { userId, credentialsStamp: stamp, jti: payload.jti, expiresAt: payload.exp };
   }
 }
 

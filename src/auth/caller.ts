@@ -7,6 +7,8 @@ import { timingSafeEqual } from 'node:crypto';
 import type { MasterKey } from '../crypto/master-key.ts';
 import { ActionUnauthorizedError, ForbiddenError, UnauthorizedError } from '../errors.ts';
 import type { Store } from '../store/db.ts';
+import { normalizeEmail } from '../store/identity-text.ts';
+import type { Role } from '../store/roles.ts';
 import type { User } from '../store/users.ts';
 import { ACCESS_TOKEN_SECRET_LABEL, AccessTokens, type AccessTokenClaims, type IssuedToken } from './access-tokens.ts';
 import { API_KEY_PATTERN, apiKeyHashText } from './api-keys.ts';
@@ -91,6 +93,8 @@ export class Authenticator {
    * revocation, a role change) empties it, so the next request reads the rows again.
    */
   private readonly callers = new Map<string, Caller>();
+  /** Users of bearer tokens with their roles, by id, under the same stamp. */
+  private readonly tokenUsers = new Map<number, { user: User; roles: Role[] } | null>();
   private callersStamp = -1;
 
   constructor(store: Store, tokens: AccessTokens, throttle: LoginThrottle) {
@@ -114,17 +118,23 @@ export class Authenticator {
     const presented = apiKeyHeader.trim();
     if (!API_KEY_PATTERN.test(presented)) throw new UnauthorizedError();
     const hash = apiKeyHashText(presented);
-    const stamp = this.store.changeStamp();
-    if (stamp !== this.callersStamp) {
-      this.callers.clear();
-      this.callersStamp = stamp;
-    }
+    this.checkStamp();
     const cached = this.callers.get(hash);
     if (cached !== undefined) return cached;
     const caller = this.lookUp(Buffer.from(hash, 'base64'));
     if (this.callers.size >= MAX_CACHED_CALLERS) this.callers.clear();
     this.callers.set(hash, caller);
     return caller;
+  }
+
+  /** Empties the caches when the store has changed since they were filled. */
+  private checkStamp(): void {
+    const stamp = this.store.changeStamp();
+    if (stamp !== this.callersStamp) {
+      this.callers.clear();
+      this.tokenUsers.clear();
+      this.callersStamp = stamp;
+    }
   }
 
   private lookUp(hash: Buffer): Caller {
@@ -134,7 +144,7 @@ export class Authenticator {
     if (key === undefined || !timingSafeEqual(key.keyHash, hash) || key.status !== 'active') throw new UnauthorizedError();
     const user = this.store.users.findById(key.userId);
     if (user === undefined || user.disabled) throw new UnauthorizedError();
-    return this.callerFor(user, {
+    return this.callerFor(user, this.store.users.rolesOf(user.id), {
       apiKeyId: key.id,
       keyScope: key.permissions.length === 0 ? null : new Set(key.permissions),
       configurations: key.configurations.length === 0 ? null : new Set(key.configurations),
@@ -155,10 +165,26 @@ export class Authenticator {
     }
     const claims = await this.tokens.verify(match[1]!);
     if (this.store.tokenRevocations.isRevoked(claims.jti)) throw new UnauthorizedError();
-    const user = this.store.users.findById(claims.userId);
-    if (user === undefined || user.disabled) throw new UnauthorizedError();
+    const found = this.tokenUser(claims.userId);
+    // A token from before its user's last change (password, disable, roles) has ended
+    // (DESIGN §13); so has one of a user who is gone. Ids are never reused, so a token can
+    // never name a newer user.
+    if (found === null || found.user.disabled || found.user.updatedAt !== claims.credentialsStamp) throw new UnauthorizedError();
     requireUserKey(caller);
-    return this.callerFor(user, { apiKeyId: caller.apiKeyId, keyScope: caller.keyScope, configurations: caller.configurations, accessToken: claims });
+    return this.callerFor(found.user, found.roles, { apiKeyId: caller.apiKeyId, keyScope: caller.keyScope, configurations: caller.configurations, accessToken: claims });
+  }
+
+  /** The user with its roles, read from the store only after a write. */
+  private tokenUser(id: number): { user: User; roles: Role[] } | null {
+    this.checkStamp();
+    let found = this.tokenUsers.get(id);
+    if (found === undefined) {
+      const user = this.store.users.findById(id);
+      found = user === undefined ? null : { user, roles: this.store.users.rolesOf(id) };
+      if (this.tokenUsers.size >= MAX_CACHED_CALLERS) this.tokenUsers.clear();
+      this.tokenUsers.set(id, found);
+    }
+    return found;
   }
 
   /**
@@ -167,14 +193,18 @@ export class Authenticator {
    * slip past the limit while their hashes are being computed.
    */
   async login(email: string, password: string): Promise<LoginOutcome> {
-    this.throttle.attempt(email);
-    const user = this.store.users.findByEmail(email);
+    // One identity per person: `\u212Aate@example.com` shares the lockout of kate@example.com.
+    const key = normalizeEmail(email);
+    this.throttle.attempt(key);
+    // Read once, before the password is checked: the token carries this row's stamp, so a
+    // change that lands while scrypt runs ends the token too.
+    const user = this.store.users.findByEmail(key);
     const hash = user?.passwordHash ?? this.decoyHash;
     const matches = await verifyPasswordAsync(password, hash);
     if (user === undefined || user.passwordHash === null || !matches) return { kind: 'wrong-credentials', user };
     if (user.disabled) return { kind: 'disabled', user };
-    this.throttle.succeed(email);
-    return { kind: 'ok', user, issued: await this.tokens.issue(user.id) };
+    this.throttle.succeed(key);
+    return { kind: 'ok', user, issued: await this.tokens.issue(user.id, user.updatedAt) };
   }
 
   /** Ends the caller's access token; 401 when the request carries none. */
@@ -189,8 +219,7 @@ export class Authenticator {
     }
   }
 
-  private callerFor(user: User, key: Pick<Caller, 'apiKeyId' | 'keyScope' | 'configurations' | 'accessToken'>): Caller {
-    const roles = this.store.users.rolesOf(user.id);
+  private callerFor(user: User, roles: readonly Role[], key: Pick<Caller, 'apiKeyId' | 'keyScope' | 'configurations' | 'accessToken'>): Caller {
     const granted = new Set<string>();
     for (const role of roles) for (const p of role.permissions) granted.add(p);
     const scope = key.keyScope;

@@ -1,4 +1,5 @@
 import type { DatabaseSync } from 'node:sqlite';
+import { normalizeEmail } from './identity-text.ts';
 import { runInTransaction } from './transaction.ts';
 
 /**
@@ -11,10 +12,10 @@ import { runInTransaction } from './transaction.ts';
  * configurations they mention.
  */
 
-export interface Migration {
-  readonly version: number;
-  readonly sql: string;
-}
+/** SQL run as it is, or a function for what SQL alone cannot say (rebuilding a table as it stands). */
+export type Migration =
+  | { readonly version: number; readonly sql: string }
+  | { readonly version: number; readonly run: (db: DatabaseSync) => void };
 
 const schemaV1 = /* sql */ `
 CREATE TABLE roles (
@@ -329,6 +330,34 @@ DROP INDEX usage_logs_replica_row;
 CREATE UNIQUE INDEX usage_logs_replica_row ON usage_logs(replica_instance, replica_log_id) WHERE replica_instance IS NOT NULL;
 `;
 
+/**
+ * Identities (DESIGN §13).
+ *
+ * Ids are never reused: `users` and `classifications` had plain INTEGER PRIMARY KEYs, which
+ * hand the highest id out again once its row is deleted, and tokens and access tokens name
+ * rows by id. Both are rebuilt with AUTOINCREMENT. The counters start above every id the
+ * store still knows of: the rows, and for users the ids the logs name (logs outlive the
+ * rows), for classifications the ids in the activity entries of classification changes.
+ *
+ * Emails are stored normalised (normalizeEmail). Two users whose emails normalise alike
+ * were one person twice (or one posing as the other): the one already stored in normal
+ * form keeps the email, else the oldest; each other one is disabled, its email becomes
+ * `<local>+duplicate-<id>@<domain>` of the normalised email (still an address, so every
+ * view of it stays valid, and no longer the one identity's), and an activity entry names
+ * what it was.
+ */
+function schemaV8(db: DatabaseSync): void {
+  addAutoincrement(db, 'users');
+  addAutoincrement(db, 'classifications');
+  const userIdsInLogs = db
+    .prepare(`SELECT max(m) AS n FROM (SELECT max(user_id) AS m FROM activity_logs UNION ALL SELECT max(user_id) FROM api_logs
+              UNION ALL SELECT max(user_id) FROM usage_logs)`)
+    .get() as { n: number | null };
+  raiseSequence(db, 'users', userIdsInLogs.n ?? 0);
+  raiseSequence(db, 'classifications', classificationIdsInLogs(db));
+  normalizeStoredEmails(db);
+}
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
@@ -337,7 +366,90 @@ export const migrations: readonly Migration[] = Object.freeze([
   { version: 5, sql: schemaV5 },
   { version: 6, sql: schemaV6 },
   { version: 7, sql: schemaV7 },
+  { version: 8, run: schemaV8 },
 ]);
+
+/**
+ * Rebuilds `table` with `id INTEGER PRIMARY KEY AUTOINCREMENT` (SQLite cannot add it in
+ * place), keeping every row, column, index and trigger as they are: the new definition is
+ * the stored one with AUTOINCREMENT added, so columns later migrations added survive, and
+ * the table's indexes and triggers are read back and created again. Foreign keys of other
+ * tables name the table by name, so they hold across the rename. Runs with foreign keys
+ * off (see migrate): with them on, dropping the old table would cascade into its children.
+ */
+function addAutoincrement(db: DatabaseSync, table: string): void {
+  const definition = db.prepare("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?").get(table) as { sql: string } | undefined;
+  if (definition === undefined) throw new Error(`Migration: table ${table} does not exist.`);
+  const temporary = `${table}__rebuild`;
+  const primaryKey = /\bid\s+INTEGER\s+PRIMARY\s+KEY\b(?!\s+AUTOINCREMENT)/i;
+  const head = /^CREATE\s+TABLE\s+("?)(\w+)\1/i;
+  if (!primaryKey.test(definition.sql) || !head.test(definition.sql)) throw new Error(`Migration: cannot add AUTOINCREMENT to ${table}: ${definition.sql}`);
+  const rebuilt = definition.sql.replace(head, `CREATE TABLE "${temporary}"`).replace(primaryKey, 'id INTEGER PRIMARY KEY AUTOINCREMENT');
+  const dependents = db
+    .prepare("SELECT sql FROM sqlite_schema WHERE tbl_name = ? AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY type, name")
+    .all(table) as Array<{ sql: string }>;
+  const columns = (db.prepare(`SELECT name FROM pragma_table_info(?) ORDER BY cid`).all(table) as Array<{ name: string }>).map((c) => `"${c.name}"`).join(', ');
+  db.exec(rebuilt);
+  db.exec(`INSERT INTO "${temporary}" (${columns}) SELECT ${columns} FROM "${table}"`);
+  db.exec(`DROP TABLE "${table}"`);
+  db.exec(`ALTER TABLE "${temporary}" RENAME TO "${table}"`);
+  for (const { sql } of dependents) db.exec(sql);
+}
+
+/** Makes the next AUTOINCREMENT id of `table` at least `above + 1`. */
+function raiseSequence(db: DatabaseSync, table: string, above: number): void {
+  db.prepare('INSERT INTO sqlite_sequence (name, seq) SELECT ?1, 0 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = ?1)').run(table);
+  db.prepare(`UPDATE sqlite_sequence SET seq = max(seq, ?2, (SELECT coalesce(max(id), 0) FROM main."${table}")) WHERE name = ?1`).run(table, above);
+}
+
+/**
+ * The highest classification id named by an activity entry of the API (`... (id 7, slug phi).`
+ * at the end of the description: a name, written earlier in it, cannot forge the end).
+ */
+function classificationIdsInLogs(db: DatabaseSync): number {
+  const rows = db.prepare("SELECT description FROM activity_logs WHERE action LIKE 'classification.%'").all() as Array<{ description: string }>;
+  let highest = 0;
+  for (const { description } of rows) {
+    const match = /\(id ([0-9]{1,15}), slug [a-z0-9-]+\)\.$/.exec(description);
+    if (match !== null) highest = Math.max(highest, Number(match[1]));
+  }
+  return highest;
+}
+
+function normalizeStoredEmails(db: DatabaseSync): void {
+  const users = db.prepare('SELECT id, email FROM users ORDER BY id').all() as Array<{ id: number; email: string }>;
+  const byKey = new Map<string, Array<{ id: number; email: string }>>();
+  for (const user of users) {
+    const key = normalizeEmail(user.email);
+    const group = byKey.get(key);
+    if (group === undefined) byKey.set(key, [user]);
+    else group.push(user);
+  }
+  const now = new Date().toISOString();
+  const rename = db.prepare('UPDATE users SET email = ?, updated_at = max(updated_at, ?) WHERE id = ?');
+  const disable = db.prepare('UPDATE users SET email = ?, disabled = 1, updated_at = max(updated_at, ?) WHERE id = ?');
+  const record = db.prepare(`INSERT INTO activity_logs (action, description, ip, user_id, causer_email, request_id, created_at)
+                             VALUES ('user.disabled', ?, '', ?, ?, NULL, ?)`);
+  // Losers first: their old emails may equal the keeper's new one in the NOCASE index.
+  const keepers: Array<{ id: number; key: string }> = [];
+  for (const [key, group] of byKey) {
+    const keeper = group.find((user) => user.email === key) ?? group[0]!;
+    for (const user of group) {
+      if (user === keeper) continue;
+      const at = key.lastIndexOf('@');
+      const parked = at < 0 ? `${key}+duplicate-${user.id}` : `${key.slice(0, at)}+duplicate-${user.id}${key.slice(at)}`;
+      disable.run(parked, now, user.id);
+      record.run(
+        `Disabled user ${JSON.stringify(user.email)} (id ${user.id}) on upgrade: its email normalises to ${key}, the email of user ${keeper.id}; its email is now ${parked}.`,
+        user.id,
+        parked,
+        now,
+      );
+    }
+    if (keeper.email !== key) keepers.push({ id: keeper.id, key });
+  }
+  for (const { id, key } of keepers) rename.run(key, now, id);
+}
 
 export function schemaVersion(db: DatabaseSync): number {
   const row = db.prepare('PRAGMA user_version').get() as { user_version: number } | undefined;
@@ -356,18 +468,35 @@ export function migrate(db: DatabaseSync, list: readonly Migration[] = migration
   assertNotNewer(current, latest);
   if (current === latest) return { from: current, to: current };
 
-  // Re-read inside the write lock: another process may have migrated while we waited.
-  return runInTransaction(db, () => {
-    const from = schemaVersion(db);
-    assertNotNewer(from, latest);
-    for (const migration of list) {
-      if (migration.version <= from) continue;
-      db.exec(migration.sql);
-      // Pragmas take no bound parameters; the version is an integer from our own list.
-      db.exec(`PRAGMA user_version = ${migration.version}`);
-    }
-    return { from, to: latest };
-  });
+  // A migration may rebuild a table others refer to (SQLite's recipe for schema changes
+  // ALTER TABLE cannot make): with foreign keys on, dropping the old table would delete or
+  // refuse its children. So they are off while migrations run (the pragma is ignored
+  // inside a transaction, hence before it) and every constraint is checked before commit.
+  if (db.isTransaction) throw new Error('Migrations cannot run inside a transaction.');
+  const foreignKeys = (db.prepare('PRAGMA foreign_keys').get() as { foreign_keys: number }).foreign_keys === 1;
+  if (foreignKeys) db.exec('PRAGMA foreign_keys = OFF');
+  try {
+    // Re-read inside the write lock: another process may have migrated while we waited.
+    return runInTransaction(db, () => {
+      const from = schemaVersion(db);
+      assertNotNewer(from, latest);
+      for (const migration of list) {
+        if (migration.version <= from) continue;
+        if ('sql' in migration) db.exec(migration.sql);
+        else migration.run(db);
+        // Pragmas take no bound parameters; the version is an integer from our own list.
+        db.exec(`PRAGMA user_version = ${migration.version}`);
+      }
+      const broken = db.prepare('PRAGMA foreign_key_check').all() as Array<{ table: string; parent: string }>;
+      if (broken.length > 0) {
+        const first = broken[0]!;
+        throw new Error(`A migration left ${broken.length} row(s) whose foreign keys point nowhere (first: ${first.table} → ${first.parent}); nothing was changed.`);
+      }
+      return { from, to: latest };
+    });
+  } finally {
+    if (foreignKeys) db.exec('PRAGMA foreign_keys = ON');
+  }
 }
 
 function assertNotNewer(current: number, latest: number): void {

@@ -3,6 +3,7 @@ import type { ApiKeyPatch } from './api-keys.ts';
 import { slugify, type Classification, type ClassificationPatch, type ClassificationProvider, type GwsGroup } from './classifications.ts';
 import type { Configuration, ConfigurationPatch, ConfigurationType } from './configurations.ts';
 import type { Store } from './db.ts';
+import { hasUnsafeText, normalizeEmail } from './identity-text.ts';
 import type { UserPatch } from './users.ts';
 
 /*
@@ -119,7 +120,7 @@ export interface ApplySeedOptions {
 
 /** A seeded user's password, to be compared with what the store holds. */
 export interface PasswordCheck {
-  /** Lowercased. */
+  /** Normalised (normalizeEmail). */
   readonly email: string;
   readonly password: string;
   /** The hash stored now; null for a new user or one without a password. */
@@ -127,7 +128,7 @@ export interface PasswordCheck {
 }
 
 /**
- * Per lowercased email: the hash to store (`newHash`), or null to keep the stored one, and the
+ * Per normalised email: the hash to store (`newHash`), or null to keep the stored one, and the
  * stored hash that decision was made against. A decision whose `storedHash` no longer matches
  * when the transaction runs (the API changed the password in between) is made again there.
  */
@@ -183,7 +184,7 @@ export function passwordChecks(store: Store, seed: SeedInput): PasswordCheck[] {
   for (const user of seed.users ?? []) {
     if (user.password === undefined) continue;
     const storedHash = store.users.findByEmail(user.email)?.passwordHash ?? null;
-    checks.push({ email: user.email.toLowerCase(), password: user.password, storedHash });
+    checks.push({ email: normalizeEmail(user.email), password: user.password, storedHash });
   }
   return checks;
 }
@@ -209,7 +210,7 @@ function decidePassword(password: string, storedHash: string | null, deps: Pick<
  *   they issued unreadable. Each is reported as a warning on every run until it is declared
  *   again or deleted through the API;
  * - users are disabled (their API keys then answer 401), not deleted: keys and logs refer to them.
- * Returns the lowercased emails of the removed users, which the seed may no longer refer to.
+ * Returns the normalised emails of the removed users, which the seed may no longer refer to.
  */
 function prune(store: Store, seed: SeedInput, result: SeedResult): Set<string> {
   const { changes, warnings } = result;
@@ -242,10 +243,10 @@ function prune(store: Store, seed: SeedInput, result: SeedResult): Set<string> {
     }
   }
 
-  const emails = new Set((seed.users ?? []).map((user) => user.email.toLowerCase()));
+  const emails = new Set((seed.users ?? []).map((user) => normalizeEmail(user.email)));
   const removed = new Set<string>();
   for (const user of store.users.list()) {
-    const email = user.email.toLowerCase();
+    const email = normalizeEmail(user.email);
     if (user.source !== 'seed' || emails.has(email)) continue;
     removed.add(email);
     if (user.disabled) continue;
@@ -264,11 +265,11 @@ interface CheckContext {
   readonly store: Store;
   readonly problems: string[];
   readonly roleNames: ReadonlySet<string>;
-  /** Lowercased emails of the seed's users. */
+  /** Normalised emails of the seed's users. */
   readonly seedEmails: Set<string>;
   readonly seedConfigurationNames: Set<string>;
   readonly seedProxySlugs: Set<string>;
-  /** Lowercased emails of users the seed created and no longer declares (prune). */
+  /** Normalised emails of users the seed created and no longer declares (prune). */
   readonly removedEmails: ReadonlySet<string>;
   /** Names of the seed's classifications. */
   readonly seedClassificationNames: Set<string>;
@@ -295,9 +296,9 @@ function check(store: Store, seed: SeedInput, literalKeyHashes: Map<SeedApiKey, 
 
 /** Undefined when the user is known, else why not. */
 function userProblem(context: CheckContext, email: string): string | undefined {
-  const lowered = email.toLowerCase();
-  if (context.seedEmails.has(lowered)) return undefined;
-  if (context.removedEmails.has(lowered)) return `user "${email}" is no longer in seed.users (it is disabled)`;
+  const normalised = normalizeEmail(email);
+  if (context.seedEmails.has(normalised)) return undefined;
+  if (context.removedEmails.has(normalised)) return `user "${email}" is no longer in seed.users (it is disabled)`;
   return context.store.users.findByEmail(email) === undefined ? `unknown user "${email}"` : undefined;
 }
 
@@ -312,9 +313,12 @@ function knownConfiguration(context: CheckContext, ref: string): boolean {
 }
 
 function checkUser(context: CheckContext, user: SeedUser, path: string): void {
-  const email = user.email.toLowerCase();
-  if (context.seedEmails.has(email)) context.problems.push(`${path}.email: "${user.email}" is listed twice`);
+  const email = normalizeEmail(user.email);
+  // `\u212Aate@example.com` and `kate@example.com` are one person (DESIGN §13).
+  if (context.seedEmails.has(email)) context.problems.push(`${path}.email: "${user.email}" is listed twice (emails compare after normalisation)`);
   context.seedEmails.add(email);
+  checkText(context, `${path}.name`, user.name);
+  checkText(context, `${path}.email`, user.email);
   (user.roles ?? []).forEach((role, j) => {
     if (!context.roleNames.has(role)) context.problems.push(`${path}.roles[${j}]: unknown role "${role}"`);
   });
@@ -324,6 +328,10 @@ function checkConfiguration(context: CheckContext, configuration: SeedConfigurat
   const { problems, store } = context;
   if (context.seedConfigurationNames.has(configuration.name)) problems.push(`${path}.name: "${configuration.name}" is listed twice`);
   context.seedConfigurationNames.add(configuration.name);
+  checkText(context, `${path}.name`, configuration.name);
+  (configuration.groups ?? []).forEach((group, j) => {
+    if (group.name !== undefined) checkText(context, `${path}.groups[${j}].name`, group.name);
+  });
   const existing = store.configurations.findByName(configuration.name);
 
   if (configuration.type === 'provider' && configuration.proxy_slug !== undefined) {
@@ -368,6 +376,7 @@ function checkApiKeys(context: CheckContext, apiKeys: readonly SeedApiKey[], lit
     const path = `seed.api_keys[${i}]`;
     if (names.has(apiKey.name)) problems.push(`${path}.name: "${apiKey.name}" is listed twice`);
     names.add(apiKey.name);
+    checkText(context, `${path}.name`, apiKey.name);
     const userIssue = userProblem(context, apiKey.user);
     if (userIssue !== undefined) problems.push(`${path}.user: ${userIssue}`);
     (apiKey.permissions ?? []).forEach((permission, j) => {
@@ -400,6 +409,14 @@ function checkClassifications(context: CheckContext, classifications: readonly S
     const path = `seed.classifications[${i}]`;
     if (names.has(classification.name)) problems.push(`${path}.name: "${classification.name}" is listed twice`);
     names.add(classification.name);
+    checkText(context, `${path}.name`, classification.name);
+    if (typeof classification.description === 'string') checkText(context, `${path}.description`, classification.description);
+    if (typeof classification.emoji === 'string') checkText(context, `${path}.emoji`, classification.emoji);
+    (classification.providers ?? []).forEach((provider, j) =>
+      (provider.gws_groups ?? []).forEach((group, k) => {
+        if (group.name !== undefined) checkText(context, `${path}.providers[${j}].gws_groups[${k}].name`, group.name);
+      }),
+    );
     const slug = classification.slug;
     if (slug !== undefined) {
       const holder = store.classifications.findBySlug(slug);
@@ -425,6 +442,14 @@ function checkClassifications(context: CheckContext, classifications: readonly S
       refs.add(ref);
     });
   });
+}
+
+/**
+ * Names and descriptions are shown to people: no control characters, no bidirectional
+ * formatting characters (DESIGN §13). The value itself is not repeated: it may not print.
+ */
+function checkText(context: CheckContext, path: string, value: string): void {
+  if (hasUnsafeText(value)) context.problems.push(`${path}: must not contain control characters or bidirectional formatting characters`);
 }
 
 /** What the apply step of one run shares. */
@@ -454,7 +479,7 @@ function applyUser(context: ApplyContext, user: SeedUser): void {
   }
   const patch: UserPatch = {};
   if (existing.name !== user.name) patch.name = user.name;
-  if (existing.email !== user.email) patch.email = user.email;
+  if (existing.email !== normalizeEmail(user.email)) patch.email = user.email;
   if (user.disabled !== undefined && existing.disabled !== user.disabled) patch.disabled = user.disabled;
   if (passwordHash !== undefined) patch.passwordHash = passwordHash;
   if (Object.keys(patch).length > 0) store.users.update(existing.id, patch);
@@ -467,13 +492,14 @@ function applyUser(context: ApplyContext, user: SeedUser): void {
 /** The hash to store, or undefined to leave the stored one (or none) alone. */
 function newPasswordHash(context: ApplyContext, user: SeedUser, storedHash: string | null): string | undefined {
   if (user.password === undefined) return undefined;
-  const planned = context.passwords.get(user.email.toLowerCase());
+  const planned = context.passwords.get(normalizeEmail(user.email));
   const newHash = planned !== undefined && planned.storedHash === storedHash ? planned.newHash : decidePassword(user.password, storedHash, context.deps);
   return newHash ?? undefined;
 }
 
+/** Member emails are stored normalised, as users' are: that is how they are compared. */
 function groupsOf(configuration: SeedConfiguration): Array<GwsGroup & { members: string[] }> | undefined {
-  return configuration.groups?.map((group) => ({ ...groupRef(group), members: [...(group.members ?? [])] }));
+  return configuration.groups?.map((group) => ({ ...groupRef(group), members: (group.members ?? []).map(normalizeEmail) }));
 }
 
 function applyConfiguration(context: ApplyContext, configuration: SeedConfiguration): void {

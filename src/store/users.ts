@@ -1,17 +1,25 @@
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { normalizeEmail } from './identity-text.ts';
 import { ROLE_COLUMNS, toRole, type Role, type RoleRecord } from './roles.ts';
 import { definedOnly, nowIso, type RowSource } from './sql.ts';
 import { runInTransaction } from './transaction.ts';
 
 export interface User {
+  /** Never reused: AUTOINCREMENT, so no new user takes the id of a deleted one. */
   id: number;
   name: string;
+  /** Normalised (normalizeEmail). */
   email: string;
   passwordHash: string | null;
   disabled: boolean;
   twoFactorEnabled: boolean;
   source: RowSource;
   createdAt: string;
+  /**
+   * Moves forward with every change of the user, roles included, and never repeats: access
+   * tokens carry it and are refused once it moves (DESIGN §13, "Sessions end with their
+   * credentials").
+   */
   updatedAt: string;
 }
 
@@ -47,6 +55,9 @@ interface UserRecord {
   updated_at: string;
 }
 
+/** `updated_at` set to now (the first parameter), or 1 ms past its old value if that is not earlier. */
+const LATER = "updated_at = max(?, strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))";
+
 function toUser(record: UserRecord): User {
   return {
     id: record.id,
@@ -65,6 +76,7 @@ export class UsersRepository {
   readonly #db: DatabaseSync;
   readonly #insert: StatementSync;
   readonly #update: StatementSync;
+  readonly #touch: StatementSync;
   readonly #byId: StatementSync;
   readonly #byEmail: StatementSync;
   readonly #list: StatementSync;
@@ -80,11 +92,15 @@ export class UsersRepository {
     this.#insert = db.prepare(`
       INSERT INTO users (name, email, password_hash, disabled, two_factor_enabled, source, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`);
+    // Strictly later than before, even within the same millisecond, so two changes never
+    // leave the same stamp (a token from between them would look current).
     this.#update = db.prepare(`
-      UPDATE users SET name = ?, email = ?, password_hash = ?, disabled = ?, two_factor_enabled = ?, updated_at = ?
+      UPDATE users SET name = ?, email = ?, password_hash = ?, disabled = ?, two_factor_enabled = ?, ${LATER}
        WHERE id = ? RETURNING *`);
+    this.#touch = db.prepare(`UPDATE users SET ${LATER} WHERE id = ?`);
     this.#byId = db.prepare('SELECT * FROM users WHERE id = ?');
-    // The column is COLLATE NOCASE, so this lookup ignores case like the UNIQUE index does.
+    // Emails are stored normalised and looked up normalised (COLLATE NOCASE stays from
+    // before, and changes nothing for normalised text).
     this.#byEmail = db.prepare('SELECT * FROM users WHERE email = ?');
     this.#list = db.prepare('SELECT * FROM users ORDER BY id');
     this.#page = db.prepare('SELECT * FROM users ORDER BY id LIMIT ? OFFSET ?');
@@ -106,7 +122,7 @@ export class UsersRepository {
       const now = nowIso();
       const record = this.#insert.get(
         input.name,
-        input.email,
+        normalizeEmail(input.email),
         input.passwordHash ?? null,
         input.disabled === true ? 1 : 0,
         input.twoFactorEnabled === true ? 1 : 0,
@@ -127,7 +143,7 @@ export class UsersRepository {
       const next = { ...current, ...definedOnly(patch) };
       const record = this.#update.get(
         next.name,
-        next.email,
+        normalizeEmail(next.email),
         next.passwordHash,
         next.disabled ? 1 : 0,
         next.twoFactorEnabled ? 1 : 0,
@@ -143,9 +159,9 @@ export class UsersRepository {
     return record && toUser(record);
   }
 
-  /** Case-insensitive. */
+  /** Compared normalised: `\u212Aate@example.com` finds `kate@example.com`. */
   findByEmail(email: string): User | undefined {
-    const record = this.#byEmail.get(email) as UserRecord | undefined;
+    const record = this.#byEmail.get(normalizeEmail(email)) as UserRecord | undefined;
     return record && toUser(record);
   }
 
@@ -162,11 +178,14 @@ export class UsersRepository {
     return (this.#count.get() as { n: number }).n;
   }
 
-  /** Replaces the user's roles. */
+  /** Replaces the user's roles; a change moves the user's `updatedAt`, ending their sessions. */
   setRoles(id: number, roleIds: readonly number[]): void {
     runInTransaction(this.#db, () => {
+      const before = new Set(this.rolesOf(id).map((role) => role.id));
+      const after = new Set(roleIds);
       this.#clearRoles.run(id);
       this.#addRoles.run(id, JSON.stringify(roleIds));
+      if (before.size !== after.size || [...after].some((roleId) => !before.has(roleId))) this.#touch.run(nowIso(), id);
     });
   }
 

@@ -4,7 +4,7 @@ import { decodeJwt, SignJWT } from 'jose';
 import { ACCESS_TOKEN_ISSUER, ACCESS_TOKEN_SECRET_LABEL } from '../../src/auth/access-tokens.ts';
 import { LoginThrottle } from '../../src/auth/login-throttle.ts';
 import { TooManyRequestsError } from '../../src/errors.ts';
-import { call, KEYS, SEED, startApp, type Running } from '../support/app.ts';
+import { call, KEYS, reseed, SEED, startApp, type Running } from '../support/app.ts';
 
 const LOGIN = '/api/v2/auth/login';
 const LOGOUT = '/api/v2/auth/logout';
@@ -56,9 +56,11 @@ function activity(running: Running): Array<{ action: string; description: string
   return rows.map((row) => ({ ...row })) as any;
 }
 
-async function signed(running: Running, claims: { sub?: string; iss?: string; exp: number; iat?: number; jti?: string }, secret?: Uint8Array): Promise<string> {
+/** `cst` defaults to the current credentials stamp of the user `sub` names; null leaves it out. */
+async function signed(running: Running, claims: { sub?: string; iss?: string; exp: number; iat?: number; jti?: string; cst?: string | null }, secret?: Uint8Array): Promise<string> {
   const key = secret ?? running.app.services.master.deriveSecret(ACCESS_TOKEN_SECRET_LABEL);
-  const jwt = new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setJti(claims.jti ?? 'test-jti').setIssuedAt(claims.iat ?? Math.floor(Date.now() / 1000) - 10).setExpirationTime(claims.exp);
+  const stamp = claims.cst === undefined ? (running.app.services.store.users.findById(Number(claims.sub))?.updatedAt ?? 'no user') : claims.cst;
+  const jwt = new SignJWT(stamp === null ? {} : { cst: stamp }).setProtectedHeader({ alg: 'HS256' }).setJti(claims.jti ?? 'test-jti').setIssuedAt(claims.iat ?? Math.floor(Date.now() / 1000) - 10).setExpirationTime(claims.exp);
   if (claims.sub !== undefined) jwt.setSubject(claims.sub);
   jwt.setIssuer(claims.iss ?? ACCESS_TOKEN_ISSUER);
   return jwt.sign(key);
@@ -196,7 +198,7 @@ test('the bearer token makes its user the acting user, within the key scope', as
   assert.deepEqual([asDev.status, asDev.json], [403, { message: 'User does not have the right permissions.' }]);
 
   // Permissions follow the token's user: the viewer's key cannot decrypt, dev acting through it can.
-  const open = await call(url, ENC, { body, headers: { 'x-svc-fields': 'dx', 'x-svc-classification': 'open' } });
+  const open = await call(url, ENC, { body, headers: { 'x-svc-fields': 'dx' } });
   assert.equal((await call(url, DEC, { key: KEYS.viewer, body: open.text })).status, 403);
   assert.equal((await call(url, DEC, { key: KEYS.viewer, body: open.text, headers: bearer(dev) })).status, 200);
   // ... narrowed by the key's scope: the mixed key allows data.encrypt but not data.decrypt, whoever acts.
@@ -251,6 +253,8 @@ test('invalid, tampered, expired, foreign and orphaned tokens are 401 Unauthoriz
     'another secret': `Bearer ${await signed(running, { sub: String(ada.id), exp: now + 600 }, new Uint8Array(32).fill(7))}`,
     'no subject': `Bearer ${await signed(running, { exp: now + 600 })}`,
     'unknown user': `Bearer ${await signed(running, { sub: '99999', exp: now + 600 })}`,
+    'no credentials stamp': `Bearer ${await signed(running, { sub: String(ada.id), exp: now + 600, cst: null })}`,
+    'a credentials stamp the user no longer has': `Bearer ${await signed(running, { sub: String(ada.id), exp: now + 600, cst: '2020-01-01T00:00:00.000Z' })}`,
   };
   for (const [name, authorization] of Object.entries(cases)) {
     const res = await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: { authorization } });
@@ -264,6 +268,46 @@ test('invalid, tampered, expired, foreign and orphaned tokens are 401 Unauthoriz
   assert.equal((await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: bearer(good) })).status, 200);
   running.app.services.store.users.update(running.app.services.store.users.findByEmail('dev@example.com')!.id, { disabled: true });
   assert.equal((await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: bearer(good) })).status, 401);
+});
+
+test('regression: sessions end with their credentials — tokens from before a password change, a disable or a role change are refused (401)', async (t) => {
+  const running = await start(t);
+  const { url } = running;
+  const store = running.app.services.store;
+  const dev = () => store.users.findByEmail('dev@example.com')!;
+  const acts = async (token: string) => {
+    const res = await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: bearer(token) });
+    return res.status === 200 ? res.json.email : [res.status, res.json];
+  };
+  const ended = [401, { message: 'Unauthorized.' }];
+
+  // A password change (a reload of the seed with a new password) ends the tokens issued before it.
+  const first = await tokenFor(url, 'dev@example.com', PASSWORDS.dev);
+  const other = await tokenFor(url, 'ada@example.com', PASSWORDS.ada);
+  assert.equal(await acts(first), 'dev@example.com');
+  const newPassword = 'a brand new dev password';
+  reseed(running, AUTH_SEED.replace(`password: "${PASSWORDS.dev}"`, `password: "${newPassword}"`));
+  assert.deepEqual(await acts(first), ended, 'after a password change');
+  assert.equal(await acts(other), 'ada@example.com', "another user's token is untouched");
+  const second = await tokenFor(url, 'dev@example.com', newPassword);
+  assert.equal(await acts(second), 'dev@example.com', 'a token issued after the change works');
+
+  // A disable ends them, and enabling the user again does not bring them back.
+  store.users.update(dev().id, { disabled: true });
+  assert.deepEqual(await acts(second), ended, 'while disabled');
+  store.users.update(dev().id, { disabled: false });
+  assert.deepEqual(await acts(second), ended, 'after being enabled again');
+  const third = await tokenFor(url, 'dev@example.com', newPassword);
+  assert.equal(await acts(third), 'dev@example.com');
+
+  // A role change ends them too.
+  store.users.setRoles(dev().id, [store.roles.findByName('viewer')!.id]);
+  assert.deepEqual(await acts(third), ended, 'after a role change');
+  const fourth = await tokenFor(url, 'dev@example.com', newPassword);
+  assert.equal(await acts(fourth), 'dev@example.com');
+  // Setting the same roles again is no change.
+  store.users.setRoles(dev().id, [store.roles.findByName('viewer')!.id]);
+  assert.equal(await acts(fourth), 'dev@example.com');
 });
 
 test('logout revokes the token it was sent with, and only that one', async (t) => {

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import type { App } from '../../src/app.ts';
-import { call, KEYS, SEED, startApp } from '../support/app.ts';
+import { call, KEYS, reseed, SEED, startApp } from '../support/app.ts';
 
 const LIST = '/api/v3/classifications';
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
@@ -72,7 +72,7 @@ test('GET /classifications lists the seed, sorted by name, in the page envelope'
   const id = ids(app);
   const res = await get(url, LIST);
   assert.equal(res.status, 200);
-  assert.deepEqual(names(res), ['Open', 'PCI', 'PHI', 'Ward']);
+  assert.deepEqual(names(res), ['Nobody', 'PCI', 'PHI', 'Ward']);
   assert.deepEqual(
     { ...res.json, data: undefined, links: undefined },
     {
@@ -225,7 +225,7 @@ test('DELETE /classifications/{id} answers 204, then 404', async (t) => {
   assert.match(entry?.description ?? '', /"PHI"/);
   assert.equal((await get(url, `${LIST}/${id.phi}`)).status, 404);
   assert.equal((await call(url, `${LIST}/${id.phi}`, { method: 'DELETE' })).status, 404);
-  assert.deepEqual(names(await get(url, LIST)), ['Open', 'PCI', 'Ward']);
+  assert.deepEqual(names(await get(url, LIST)), ['Nobody', 'PCI', 'Ward']);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ test('viewers may read but not write; a key scoped to other permissions may not 
   }
   const scoped = await get(url, LIST, KEYS.encryptOnly);
   assert.equal(scoped.status, 403);
-  assert.deepEqual(names(await get(url, LIST)), ['Open', 'PCI', 'PHI', 'Ward'], 'nothing was written');
+  assert.deepEqual(names(await get(url, LIST)), ['Nobody', 'PCI', 'PHI', 'Ward'], 'nothing was written');
 });
 
 // ---------------------------------------------------------------------------------------
@@ -402,8 +402,8 @@ test('sort and direction order the list, ties broken by id; unknown values are 4
   const same = [1, 2, 3].map(() => store.classifications.create({ name: 'Same', bgColor: '#000000', fgColor: '#ffffff' }).id);
   store.classifications.create({ name: 'alpha', bgColor: '#000000', fgColor: '#ffffff' });
   const list = async (q: string) => (await get(url, `${LIST}?${q}`)).json.data as Array<{ id: number; name: string }>;
-  assert.deepEqual((await list('')).map((c) => c.name), ['alpha', 'Open', 'PCI', 'PHI', 'Same', 'Same', 'Same', 'Ward'], 'names sort case-insensitively');
-  assert.deepEqual((await list('sort=name&direction=desc')).map((c) => c.name), ['Ward', 'Same', 'Same', 'Same', 'PHI', 'PCI', 'Open', 'alpha']);
+  assert.deepEqual((await list('')).map((c) => c.name), ['alpha', 'Nobody', 'PCI', 'PHI', 'Same', 'Same', 'Same', 'Ward'], 'names sort case-insensitively');
+  assert.deepEqual((await list('sort=name&direction=desc')).map((c) => c.name), ['Ward', 'Same', 'Same', 'Same', 'PHI', 'PCI', 'Nobody', 'alpha']);
   assert.deepEqual((await list('search=same')).map((c) => c.id), same);
   assert.deepEqual((await list('search=same&direction=desc')).map((c) => c.id), same.toReversed());
   const byId = (await list('sort=id')).map((c) => c.id);
@@ -452,7 +452,7 @@ test('user, roles and providers filter by membership, in both list syntaxes, and
     [`user=${id.ada}&search=ph`, 1],
     [`roles=${id.owner}&providers=${id.workspace}`, 0],
     [`user=${id.dev}&roles=${id.developer}&providers=${id.workspace}&search=x`, 0],
-    ['search=p', 3],
+    ['search=p', 2],
     ['', 5],
   ];
   for (const [q, expected] of counted) {
@@ -581,4 +581,66 @@ test('links use server.public_url when set, else the request Host', async (t) =>
   assert.equal(hosted.status, 200);
   assert.equal(hosted.json.path, `http://sidecar.internal:8443${LIST}`);
   assert.equal(hosted.json.next_page_url, `http://sidecar.internal:8443${LIST}?per_page=3&page=2`);
+});
+
+// ---------------------------------------------------------------------------------------
+// Fail closed (DESIGN §13)
+
+const ENC = '/api/v3/encryption/payments/encrypt';
+const DEC = '/api/v3/encryption/payments/decrypt';
+const DENIED = [403, { message: 'User does not have the right permissions.' }];
+
+async function encryptAs(url: string, classification: string): Promise<string> {
+  const res = await call(url, ENC, { body: '{"dx":"flu"}', headers: { 'x-svc-fields': 'dx', 'x-svc-classification': classification } });
+  assert.equal(res.status, 200, res.text);
+  return res.text;
+}
+
+async function decryptAs(url: string, body: string, key: string): Promise<unknown> {
+  const res = await call(url, DEC, { body, key });
+  return res.status === 200 ? res.json.dx : [res.status, res.json];
+}
+
+test('regression: a deleted classification\'s id is never given again, and its tokens stay denied', async (t) => {
+  const { url, app } = await startApp(t);
+  const { ada } = ids(app);
+  const first = await post(url, { name: 'Doomed', ...COLORS, users: [ada] });
+  assert.equal(first.status, 201);
+  const token = await encryptAs(url, first.json.slug);
+  assert.equal(await decryptAs(url, token, KEYS.owner), 'flu');
+  assert.equal((await call(url, `${LIST}/${first.json.id}`, { method: 'DELETE' })).status, 204);
+  assert.deepEqual(await decryptAs(url, token, KEYS.owner), DENIED, 'no classification, no access');
+
+  // The same name, the same members: still another classification, under a new id.
+  const second = await post(url, { name: 'Doomed', ...COLORS, users: [ada] });
+  assert.equal(second.status, 201);
+  assert.ok(second.json.id > first.json.id, `the new one got ${second.json.id}, the deleted one had ${first.json.id}`);
+  assert.deepEqual(await decryptAs(url, token, KEYS.owner), DENIED, 'the token of the deleted one is never matched to the new one');
+  assert.equal(await decryptAs(url, await encryptAs(url, String(second.json.id)), KEYS.owner), 'flu');
+});
+
+test('regression: membership never empties into access — a deleted provider configuration, a removed last member, a seed that drops them', async (t) => {
+  const running = await startApp(t);
+  const { url, app } = running;
+  const { phi, workspace, ward: wardId } = ids(app);
+  const ward = await encryptAs(url, 'ward');
+  const phiToken = await encryptAs(url, 'phi');
+  const pci = await encryptAs(url, 'pci');
+  assert.equal(await decryptAs(url, ward, KEYS.grace), 'flu', 'grace is in the provider group g-nurses');
+  assert.equal(await decryptAs(url, phiToken, KEYS.owner), 'flu', 'ada is listed');
+  assert.equal(await decryptAs(url, pci, KEYS.owner), 'flu', 'ada holds the owner role');
+
+  // Deleting Ward's only provider configuration takes its membership with it (ON DELETE CASCADE).
+  assert.equal((await call(url, `/api/v3/configurations/${workspace}`, { method: 'DELETE' })).status, 204);
+  assert.deepEqual((await get(url, `${LIST}/${wardId}`)).json.providers, []);
+  for (const key of [KEYS.grace, KEYS.owner, KEYS.dev]) assert.deepEqual(await decryptAs(url, ward, key), DENIED, 'Ward admits nobody now');
+
+  // Removing PHI's last member.
+  assert.equal((await patch(url, phi, { users: [] })).status, 200);
+  for (const key of [KEYS.owner, KEYS.dev, KEYS.grace]) assert.deepEqual(await decryptAs(url, phiToken, key), DENIED, 'PHI admits nobody now');
+
+  // A seed reload that no longer lists PCI's role.
+  reseed(running, SEED.replace('fg_color: "#ffffff", roles: [owner] }', 'fg_color: "#ffffff", roles: [] }'));
+  assert.deepEqual(app.services.store.classifications.members(app.services.store.classifications.findBySlug('pci')!.id).roleIds, []);
+  for (const key of [KEYS.owner, KEYS.dev]) assert.deepEqual(await decryptAs(url, pci, key), DENIED, 'PCI admits nobody now');
 });

@@ -324,3 +324,219 @@ test('each built-in role × the data plane (encrypt, decrypt, rewrap, every prox
     }
   }
 });
+
+// ---------------------------------------------------------------------------------------
+// No escalation by minting (DESIGN §13): classification admission
+
+const UNAUTHORIZED = { message: 'This action is unauthorized.' };
+const ADMISSIONS = ['user', 'role', 'group'] as const;
+type Admission = (typeof ADMISSIONS)[number];
+
+const MINT = {
+  boss: key('MintBoss'),
+  admin: key('MintAdmin'),
+  target: key('MintTarget'),
+} as const;
+
+/**
+ * boss (owner), admin (administrator) and the target, who decrypts; `directory` is a
+ * provider whose group g-staff lists the target and two emails nobody has yet.
+ * The target is an administrator like admin, except in the role case, where it is a developer.
+ */
+function mintSeed(admission: Admission): string {
+  return `
+seed:
+  users:
+    - { name: Boss, email: boss@example.com, roles: [owner] }
+    - { name: Admin, email: admin@example.com, roles: [administrator] }
+    - { name: Target, email: target@example.com, roles: [${admission === 'role' ? 'developer' : 'administrator'}] }
+    - { name: Other, email: other@example.com, roles: [viewer] }
+  api_keys:
+    - { name: boss, user: boss@example.com, key: ${MINT.boss} }
+    - { name: admin, user: admin@example.com, key: ${MINT.admin} }
+    - { name: target, user: target@example.com, key: ${MINT.target} }
+  configurations:
+    - { name: payments, proxy_slug: payments, fields: [a] }
+    - name: directory
+      type: provider
+      provider: google
+      groups:
+        - { id: g-staff, members: [target@example.com, newcomer1@example.com, newcomer2@example.com] }
+        - { id: g-new, members: [other@example.com] }
+`;
+}
+
+/** The members of a classification that admit the target through `admission`, and, with `admin`, admin by the same way. */
+function membersFor(store: App['services']['store'], admission: Admission, admin: boolean): { users?: number[]; roles?: number[]; provider_container_id?: string; gws_groups?: Array<{ id: string }> } {
+  const id = (email: string) => store.users.findByEmail(email)!.id;
+  const role = (name: string) => store.roles.findByName(name)!.id;
+  if (admission === 'user') return { users: [id('target@example.com'), ...(admin ? [id('admin@example.com')] : [])] };
+  if (admission === 'role') return { roles: [role('developer'), ...(admin ? [role('administrator')] : [])] };
+  return { provider_container_id: store.configurations.findByName('directory')!.id, gws_groups: [{ id: 'g-staff' }, ...(admin ? [{ id: 'g-admin' }] : [])] };
+}
+
+/** Makes admin a member of classification `id` by the way `admission` says. */
+function admitAdmin(store: App['services']['store'], id: number, admission: Admission): void {
+  if (admission === 'group') {
+    const directory = store.configurations.findByName('directory')!;
+    const groups = [...(directory.extra['groups'] as unknown[]), { id: 'g-admin', members: ['admin@example.com'] }];
+    store.configurations.update(directory.id, { extra: { ...directory.extra, groups } });
+  }
+  const members = membersFor(store, admission, true);
+  store.classifications.update(id, {
+    userIds: members.users,
+    roleIds: members.roles,
+    providers: members.gws_groups === undefined ? undefined : [{ configurationId: members.provider_container_id!, gwsGroups: members.gws_groups }],
+  });
+}
+
+test('no minting path yields a credential that decrypts a classification its caller is not admitted to, by user, role or group', async (t) => {
+  for (const admission of ADMISSIONS) {
+    const { url, app } = await startApp(t, '', mintSeed(admission));
+    const store = app.services.store;
+    const secret = store.classifications.create({ name: `Secret ${admission}`, bgColor: '#000000', fgColor: '#ffffff' });
+    admitTarget(store, secret.id, admission);
+    const token = await call(url, '/api/v3/encryption/payments/encrypt', { key: MINT.boss, body: '{"a":"x"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': String(secret.id) } });
+    assert.equal(token.status, 200);
+    const decrypts = async (apiKey: string) => (await call(url, '/api/v3/encryption/payments/decrypt', { key: apiKey, body: token.text })).status;
+    assert.equal(await decrypts(MINT.target), 200, `${admission}: the target is admitted`);
+    assert.equal(await decrypts(MINT.admin), 403, `${admission}: admin is not`);
+
+    const target = store.users.findByEmail('target@example.com')!.id;
+    const targetKey = store.apiKeys.findByName('target')!.id;
+    let n = 0;
+    let admitted = false;
+    const paths: Array<{ what: string; run: () => Promise<{ status: number; json: any }>; exceeds: boolean }> = [
+      { what: 'create an API key for the target', exceeds: true, run: () => call(url, '/api/v3/api-keys', { key: MINT.admin, body: JSON.stringify({ name: `k${++n}`, user_id: target, permissions: ['data.decrypt'] }) }) },
+      { what: "rotate the target's API key", exceeds: true, run: () => call(url, `/api/v3/api-keys/${targetKey}/rotate`, { key: MINT.admin }) },
+      {
+        what: 'create a user admitted the same way',
+        // A new user is never listed by id (ids are not reused): by user, it is admitted nowhere.
+        exceeds: admission !== 'user',
+        run: () =>
+          call(url, '/api/v3/users', {
+            key: MINT.admin,
+            body: JSON.stringify({ name: 'New', email: admission === 'group' ? `newcomer${admitted ? 2 : 1}@example.com` : `new${++n}@example.com`, roles: [admission === 'role' ? 'developer' : 'administrator'] }),
+          }),
+      },
+      {
+        what: "change the classification's members",
+        exceeds: true,
+        run: () => {
+          const members = membersFor(store, admission, admitted);
+          const more =
+            admission === 'user'
+              ? { users: [...members.users!, store.users.findByEmail('other@example.com')!.id] }
+              : admission === 'role'
+                ? { roles: [...members.roles!, store.roles.findByName('viewer')!.id] }
+                : { ...members, gws_groups: [...members.gws_groups!, { id: 'g-new' }] };
+          return call(url, `/api/v3/classifications/${secret.id}`, { method: 'PATCH', key: MINT.admin, body: JSON.stringify(more) });
+        },
+      },
+      {
+        what: 'create a classification admitting the target (and admin only once admin is admitted)',
+        exceeds: true,
+        run: () => call(url, '/api/v3/classifications', { key: MINT.admin, body: JSON.stringify({ name: `c${++n}`, bg_color: '#000000', fg_color: '#ffffff', ...membersFor(store, admission, admitted) }) }),
+      },
+    ];
+    for (const path of paths) {
+      const res = await path.run();
+      if (path.exceeds) assert.deepEqual([res.status, res.json], [403, UNAUTHORIZED], `${admission}: admin may not ${path.what}`);
+      else assert.ok(res.status >= 200 && res.status < 300, `${admission}: admin may ${path.what} (${res.status} ${JSON.stringify(res.json)})`);
+    }
+    assert.equal(await decrypts(MINT.target), 200, `${admission}: the refused rotation left the target's key alone`);
+
+    // Once admin is admitted the same way, nothing it mints exceeds it.
+    admitAdmin(store, secret.id, admission);
+    admitted = true;
+    assert.equal(await decrypts(MINT.admin), 200, `${admission}: admin is admitted now`);
+    for (const path of paths) {
+      const res = await path.run();
+      assert.ok(res.status >= 200 && res.status < 300, `${admission}: admitted, admin may ${path.what} (${res.status} ${JSON.stringify(res.json)})`);
+    }
+  }
+});
+
+/** Makes the target a member of classification `id` by the way `admission` says. */
+function admitTarget(store: App['services']['store'], id: number, admission: Admission): void {
+  const members = membersFor(store, admission, false);
+  store.classifications.update(id, {
+    userIds: members.users,
+    roleIds: members.roles,
+    providers: members.gws_groups === undefined ? undefined : [{ configurationId: members.provider_container_id!, gwsGroups: members.gws_groups }],
+  });
+}
+
+const ATTACK = {
+  ada: key('AttackAda'),
+  admin: key('AttackAdmin'),
+  adminAll: key('AttackAdminAll'),
+} as const;
+
+const ATTACK_SEED = `
+seed:
+  users:
+    - { name: Ada, email: ada@example.com, roles: [owner] }
+    - { name: Admin, email: admin@example.com, roles: [administrator] }
+  api_keys:
+    - { name: ada, user: ada@example.com, key: ${ATTACK.ada} }
+    - { name: admin, user: admin@example.com, key: ${ATTACK.admin}, permissions: [users.manage, api-keys.create, api-keys.rotate, data.decrypt] }
+    - { name: admin-all, user: admin@example.com, key: ${ATTACK.adminAll} }
+  configurations:
+    - { name: payments, proxy_slug: payments, fields: [a] }
+  classifications:
+    - { name: PHI, bg_color: "#aa0000", fg_color: "#ffffff", users: [ada@example.com] }
+    - { name: PCI, bg_color: "#0000aa", fg_color: "#ffffff", roles: [owner] }
+`;
+
+test('regression: an administrator not admitted to PHI cannot mint its way in — a key for ada, a user with the owner role, rotating ada\'s key', async (t) => {
+  const { url, app } = await startApp(t, '', ATTACK_SEED);
+  const store = app.services.store;
+  const ada = store.users.findByEmail('ada@example.com')!;
+  const phi = await call(url, '/api/v3/encryption/payments/encrypt', { key: ATTACK.ada, body: '{"a":"diagnosis"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': 'phi' } });
+  const pci = await call(url, '/api/v3/encryption/payments/encrypt', { key: ATTACK.ada, body: '{"a":"card"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': 'pci' } });
+  const decrypt = (apiKey: string, body: string) => call(url, '/api/v3/encryption/payments/decrypt', { key: apiKey, body });
+  assert.equal((await decrypt(ATTACK.admin, phi.text)).status, 403, 'admin is not admitted to PHI');
+
+  const minted = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'for-ada', user_id: ada.id, permissions: ['data.decrypt'] }) });
+  assert.deepEqual([minted.status, minted.json], [403, UNAUTHORIZED], 'a key for ada');
+  assert.equal(store.apiKeys.findByName('for-ada'), undefined);
+
+  const asOwner = { name: 'Mallory', email: 'mallory@example.com', password: 'a long enough password', roles: ['owner'] };
+  for (const apiKey of [ATTACK.admin, ATTACK.adminAll]) {
+    const created = await call(url, '/api/v3/users', { key: apiKey, body: JSON.stringify(asOwner) });
+    assert.deepEqual([created.status, created.json], [403, UNAUTHORIZED], 'a user with the owner role (PCI admits owners)');
+  }
+  assert.equal(store.users.findByEmail('mallory@example.com'), undefined);
+
+  const rotated = await call(url, `/api/v3/api-keys/${store.apiKeys.findByName('ada')!.id}/rotate`, { key: ATTACK.admin });
+  assert.deepEqual([rotated.status, rotated.json], [403, UNAUTHORIZED], "rotating ada's key");
+  assert.equal((await decrypt(ATTACK.ada, phi.text)).status, 200, "ada's key still works");
+  assert.equal((await decrypt(ATTACK.ada, pci.text)).status, 200);
+
+  // What admin could decrypt itself it may still hand out: a key for ada without data.decrypt.
+  const harmless = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'ada-users', user_id: ada.id, permissions: ['users.manage'] }) });
+  assert.equal(harmless.status, 201, harmless.text);
+});
+
+test('owners are exempt (break-glass), and each exempt action says so in the activity log', async (t) => {
+  const { url, app } = await startApp(t, '', ATTACK_SEED.replace('users: [ada@example.com] }', 'users: [admin@example.com] }'));
+  const store = app.services.store;
+  const admin = store.users.findByEmail('admin@example.com')!;
+  // ada (owner) is not admitted to PHI, which lists only admin.
+  const forAdmin = await call(url, '/api/v3/api-keys', { key: ATTACK.ada, body: JSON.stringify({ name: 'break-glass', user_id: admin.id, permissions: ['data.decrypt'] }) });
+  assert.equal(forAdmin.status, 201, forAdmin.text);
+  const phiId = store.classifications.findBySlug('phi')!.id;
+  const patched = await call(url, `/api/v3/classifications/${phiId}`, { method: 'PATCH', key: ATTACK.ada, body: JSON.stringify({ users: [admin.id, store.users.findByEmail('ada@example.com')!.id] }) });
+  assert.equal(patched.status, 200, patched.text);
+  // Within what ada may decrypt (PCI admits owners): no exemption needed, none recorded.
+  const plain = await call(url, '/api/v3/api-keys', { key: ATTACK.ada, body: JSON.stringify({ name: 'plain', permissions: ['data.decrypt'] }) });
+  assert.equal(plain.status, 201);
+
+  app.services.logs.flush();
+  const entries = store.logs.listActivity({ limit: 50, offset: 0 }).filter((e) => e.action === 'api-key.created' || e.action === 'classification.updated');
+  const byAction = (action: string, name: string) => entries.find((e) => e.action === action && e.description.includes(name))!;
+  assert.match(byAction('api-key.created', '"break-glass"').description, /Exempt as owner \(break-glass\): it can decrypt classification "PHI" \(id \d+\), which the caller is not admitted to\.$/);
+  assert.match(byAction('classification.updated', '"PHI"').description, /Exempt as owner \(break-glass\): the caller is not admitted to classification "PHI"\.$/);
+  assert.doesNotMatch(byAction('api-key.created', '"plain"').description, /Exempt/);
+});

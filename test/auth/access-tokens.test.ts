@@ -17,7 +17,7 @@ async function refused(tokens: AccessTokens, token: string, what: string): Promi
 
 test('a JWT whose parts are not canonical base64url is refused, though it carries a valid signature', async () => {
   const tokens = new AccessTokens(randomBytes(32), 60_000);
-  const { token } = await tokens.issue(7);
+  const { token } = await tokens.issue(7, '2026-01-01T00:00:00.000Z');
   assert.equal((await tokens.verify(token)).userId, 7);
   const [header, payload, signature] = token.split('.') as [string, string, string];
   // An HMAC-SHA256 signature is 32 bytes: 43 characters, whose last carries 2 unused bits.

@@ -145,9 +145,10 @@ test('classifications: bound on encrypt, required on decrypt, access by user, ro
   const pci = await call(url, ENC, { body, key: KEYS.dev, headers: { 'x-svc-fields': 'dx', 'x-svc-classification': 'pci' } });
   assert.equal((await call(url, DEC, { body: pci.text, key: KEYS.dev })).status, 403);
   assert.equal((await call(url, DEC, { body: pci.text })).text, body);
-  // A classification that lists nobody is open to anyone with data.decrypt.
-  const open = await call(url, ENC, { body, headers: { 'x-svc-fields': 'dx', 'x-svc-classification': 'open' } });
-  assert.equal((await call(url, DEC, { body: open.text, key: KEYS.dev })).text, body);
+  // A classification that lists nobody admits nobody, the owner included (DESIGN §13).
+  const nobody = await call(url, ENC, { body, headers: { 'x-svc-fields': 'dx', 'x-svc-classification': 'nobody' } });
+  assert.equal(nobody.status, 200);
+  for (const key of [KEYS.owner, KEYS.dev, KEYS.grace]) assert.equal((await call(url, DEC, { body: nobody.text, key })).status, 403);
   // Ward is granted through the provider group g-nurses, whose member is grace.
   const ward = await call(url, ENC, { body, headers: { 'x-svc-fields': 'dx', 'x-svc-classification': 'ward' } });
   assert.equal((await call(url, DEC, { body: ward.text, key: KEYS.dev })).status, 403);
@@ -172,8 +173,9 @@ test('a change to a classification’s members applies to the very next decrypt'
 
 test('a denied token anywhere in the body denies the whole request and decrypts nothing', async (t) => {
   const { url } = await startApp(t);
-  const open = await call(url, ENC, { body: '{"a":"visible"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': 'open' } });
+  const open = await call(url, ENC, { body: '{"a":"visible"}', headers: { 'x-svc-fields': 'a' } });
   const phi = await call(url, ENC, { body: '{"b":"hidden"}', headers: { 'x-svc-fields': 'b', 'x-svc-classification': 'phi' } });
+  assert.equal((await call(url, DEC, { body: open.text, key: KEYS.dev })).status, 200, 'the unclassified token alone decrypts');
   const mixed = JSON.stringify({ a: open.json.a, b: phi.json.b });
   const res = await call(url, DEC, { body: mixed, key: KEYS.dev });
   assert.equal(res.status, 403);

@@ -206,7 +206,7 @@ async function buildWorld(pool: Pool, echo: Echo, port: number): Promise<World> 
   const tokens: string[] = [];
   const doc = { a: 'plain', b: 12.50, c: true, d: { x: [1, 'y'] }, e: [1, 2] };
   for (const slug of ['payments', 'lookup', 'other-config']) {
-    for (const classification of [undefined, 'phi', 'pci', 'open', 'ward']) {
+    for (const classification of [undefined, 'phi', 'pci', 'nobody', 'ward']) {
       const enc = await api(pool, 'POST', `/api/v3/encryption/${slug}/encrypt`, doc, { 'x-svc-fields': 'a,b,c,d,e', ...(classification === undefined ? {} : { 'x-svc-classification': classification }) });
       for (const v of Object.values(ok(enc, 'encrypt') as Record<string, unknown>)) if (typeof v === 'string') tokens.push(v);
     }
@@ -393,7 +393,7 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   // No response transforms on egress: an echoed body that cannot be transformed is a documented 502.
   const egress = `egress:
   - { name: dec, destination: "${echo.url}/eg", configuration: payments, request: { decrypt: [card.number] } }
-  - { name: enc, destination: "${echo.url}/", configuration: lookup, request: { encrypt: [ssn, items.*.email], classification: open } }
+  - { name: enc, destination: "${echo.url}/", configuration: lookup, request: { encrypt: [ssn, items.*.email], classification: nobody } }
   - { name: pass, destination: "${echo.url}/p/", configuration: payments }
 `;
   const child = await startChild(t, `${egress}${seed}`, {}, ['--inspect=127.0.0.1:0']);

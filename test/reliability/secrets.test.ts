@@ -605,6 +605,11 @@ const REVIEWED: ReadonlyArray<{ file: string; line: string; why: string }> = [
     line: 'if (decodeBase64urlInto(token, parts.kvEnd + 1, parts.metaEnd, meta, 0) !== parts.metaLength) return null;',
     why: "the positions of a token's separators and the sizes its parts decode to: its shape and length, which are public on the wire; its bytes are judged only by the AEAD tag check",
   },
+  {
+    file: 'src/auth/caller.ts',
+    line: 'if (found === null || found.user.disabled || found.user.updatedAt !== claims.credentialsStamp) throw new UnauthorizedError();',
+    why: "compares the user's updated_at with the one a verified (signed) access token carries: a timestamp the token's holder can read, not a secret",
+  },
 ];
 
 interface Token {

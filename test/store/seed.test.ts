@@ -250,7 +250,7 @@ test('changes in the seed update rows in place and never touch existing keys', (
   assert.ok(ada?.passwordHash);
   assert.equal(ada.id, adaBefore?.id);
   assert.equal(ada.name, 'Ada Lovelace');
-  assert.equal(ada.email, 'ADA@example.com');
+  assert.equal(ada.email, 'ada@example.com', 'stored normalised');
   assert.equal(ada.disabled, true);
   assert.ok(deps.verifyPassword('new password', ada.passwordHash));
   assert.deepEqual(
@@ -342,7 +342,7 @@ test('every problem is reported at once and nothing is written', (t) => {
       assert.ok(error instanceof SeedError);
       assert.deepEqual(error.problems, [
         'seed.users[0].roles[1]: unknown role "root"',
-        'seed.users[1].email: "ADA@example.com" is listed twice',
+        'seed.users[1].email: "ADA@example.com" is listed twice (emails compare after normalisation)',
         'seed.configurations[0].proxy_slug: "db" (derived from the name; set proxy_slug) must match ^[a-z0-9][a-z0-9-]{2,63}$',
         'seed.configurations[1].proxy_slug: only encryption configurations have a proxy slug',
         'seed.configurations[2].min_decryption_version: must be an integer from 1 to the current key version (1)',
@@ -393,4 +393,22 @@ test('conflicts with stored rows are reported', (t) => {
       return true;
     },
   );
+});
+
+test('regression: one person under two spellings of an email is refused, and a lookalike adopts the stored row', (t) => {
+  const store = setup(t);
+  const { deps } = makeDeps();
+  applySeed(store, baseSeed(), deps);
+  const twice = baseSeed();
+  twice.users = [...twice.users!, { name: 'Kelvin Ada', email: 'ＡＤＡ@example.com', roles: ['owner'] }];
+  assert.throws(() => applySeed(store, twice, deps), (err: SeedError) => {
+    assert.ok(err.problems.includes('seed.users[2].email: "ＡＤＡ@example.com" is listed twice (emails compare after normalisation)'), err.message);
+    return true;
+  });
+  // The seed's one entry for ada, spelled another way, is still ada: no second user.
+  const respelled = baseSeed();
+  respelled.users = respelled.users!.map((u) => (u.email === 'ada@example.com' ? { ...u, email: 'ａｄａ@EXAMPLE.com' } : u));
+  const result = applySeed(store, respelled, deps);
+  assert.deepEqual(result.changes, []);
+  assert.deepEqual(store.users.list().map((u) => u.email), ['ada@example.com', 'dev@example.com']);
 });

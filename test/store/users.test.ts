@@ -18,7 +18,7 @@ test('create returns the stored user with defaults', (t) => {
   const user = store.users.create({ name: 'Ada', email: 'Ada@Example.com', passwordHash: 'h1', roleIds: [roleId('viewer')], source: 'seed' });
   assert.equal(typeof user.id, 'number');
   assert.equal(user.name, 'Ada');
-  assert.equal(user.email, 'Ada@Example.com');
+  assert.equal(user.email, 'ada@example.com', 'stored normalised');
   assert.equal(user.passwordHash, 'h1');
   assert.equal(user.disabled, false);
   assert.equal(user.twoFactorEnabled, false);

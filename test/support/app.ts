@@ -6,7 +6,12 @@ import { randomBytes } from 'node:crypto';
 import type { TestContext } from 'node:test';
 import { Writable } from 'node:stream';
 import { createApp, type App, type AppOptions } from '../../src/app.ts';
+import { generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
+import { hashPassword, verifyPassword } from '../../src/auth/passwords.ts';
 import { loadConfig } from '../../src/config/load.ts';
+import { wrapDataKey } from '../../src/crypto/data-keys.ts';
+import { Keyring } from '../../src/crypto/keyring.ts';
+import { applySeed, type SeedResult } from '../../src/store/seed.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { assertDocumentedResponse } from './openapi-validator.ts';
 
@@ -49,7 +54,8 @@ seed:
   classifications:
     - { name: PHI, bg_color: "#aa0000", fg_color: "#ffffff", users: [ada@example.com] }
     - { name: PCI, bg_color: "#0000aa", fg_color: "#ffffff", roles: [owner] }
-    - { name: Open, bg_color: "#00aa00", fg_color: "#000000" }
+    # Lists nobody, so it admits nobody (DESIGN §13: no member, no access).
+    - { name: Nobody, bg_color: "#00aa00", fg_color: "#000000" }
     - name: Ward
       bg_color: "#00aaaa"
       fg_color: "#000000"
@@ -127,4 +133,23 @@ export async function call(base: string, path: string, options: CallOptions = {}
   // Every response to a documented path must be what the OpenAPI document says (issue 3).
   assertDocumentedResponse(options.method ?? 'POST', new URL(base + path).pathname, res.status, res.headers.get('content-type'), json, res.headers);
   return { status: res.status, headers: res.headers, text, json };
+}
+
+/**
+ * Applies `seed` (YAML with a `seed:` section, as SEED) to the running service's store, as
+ * a reload of the config file does: the same applySeed, with the real password hashing and
+ * key wrapping.
+ */
+export function reseed(running: Running, seed: string): SeedResult {
+  const config = loadConfig({ text: `store: { path: ":memory:" }\n${seed}`, env: {} });
+  const master = running.app.services.master;
+  return applySeed(running.app.services.store, config.seed, {
+    hashPassword,
+    verifyPassword,
+    wrapKey: (configurationId, version, key) => wrapDataKey(master, configurationId, version, key),
+    generateDataKey: Keyring.generateKey,
+    generateKeyringId: Keyring.generateId,
+    hashApiKey,
+    generateApiKey,
+  });
 }

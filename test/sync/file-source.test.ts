@@ -32,7 +32,7 @@ const BASE: Required<Seed> = {
   users: [`{ name: Ada Admin, email: ada@example.com, password: "\${ADA_PASSWORD}", roles: [owner] }`],
   apiKeys: ['{ name: owner, user: ada@example.com, key: "${OWNER_KEY}" }'],
   configurations: ['{ name: payments, proxy_slug: payments, fields: [card.number] }'],
-  classifications: ['{ name: PHI, slug: phi, bg_color: "#aa0000", fg_color: "#ffffff" }'],
+  classifications: ['{ name: PHI, slug: phi, bg_color: "#aa0000", fg_color: "#ffffff", users: [ada@example.com] }'],
 };
 
 function list(items: string[]): string {
@@ -305,7 +305,7 @@ test('a classification renamed in the file keeps its id when its slug stays', as
   const token = await call(running.url, ENC, { key: OWNER, body: '{"card":{"number":"4111"}}', headers: { 'x-svc-classification': 'phi' } });
   assert.equal(token.status, 200);
 
-  running.write(fileText(dir, { ...BASE, classifications: ['{ name: Health, slug: phi, bg_color: "#aa0000", fg_color: "#ffffff" }'] }, { replace: true }));
+  running.write(fileText(dir, { ...BASE, classifications: ['{ name: Health, slug: phi, bg_color: "#aa0000", fg_color: "#ffffff", users: [ada@example.com] }'] }, { replace: true }));
   await until('the new name', async () => (await classification(running, 'phi'))?.name === 'Health');
   assert.equal((await classification(running, 'phi')).id, phi.id);
   const plain = await call(running.url, '/api/v3/encryption/payments/decrypt', { key: OWNER, body: token.text });
