@@ -276,6 +276,18 @@ export class ClientGoneError extends Error {
   }
 }
 
+/**
+ * A destination that must be public resolved to an address that is not (DESIGN §8): raised
+ * inside the socket's DNS lookup, answered as DestinationNotAllowedError.
+ */
+export class AddressNotAllowedError extends Error {
+  readonly code = 'SVC_ERR_ADDRESS_NOT_ALLOWED';
+  constructor(host: string) {
+    super(`${host} resolves to an address that is not public`);
+    this.name = 'AddressNotAllowedError';
+  }
+}
+
 /** A configured listener could not bind its address: the process does not start. */
 export class ListenError extends Error {
   readonly code = 'SVC_ERR_LISTEN';

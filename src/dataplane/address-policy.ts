@@ -7,6 +7,7 @@
  * resolve to a public address when checked and a private one when used.
  */
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
+import { AddressNotAllowedError } from '../errors.ts';
 import type { LookupFunction } from 'node:net';
 
 /** IPv4 ranges that are not public unicast, as [first address, prefix length]. */
@@ -161,13 +162,6 @@ function groupsOf(text: string, mayEndWithIpv4: boolean): number[] | null {
     }
   }
   return groups;
-}
-
-export class AddressNotAllowedError extends Error {
-  readonly code = 'SVC_ADDRESS_NOT_ALLOWED';
-  constructor(host: string) {
-    super(`${host} resolves to an address that is not public`);
-  }
 }
 
 /** The resolver under the policy: the system's, or another one (split-horizon DNS, tests). */

@@ -8,9 +8,9 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors } from 'undici';
 import type { Dispatcher } from 'undici';
-import { BadRequestError, ClientGoneError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';
+import { AddressNotAllowedError, BadRequestError, ClientGoneError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
-import { AddressNotAllowedError, publicOnlyLookup, type Resolver } from './address-policy.ts';
+import { publicOnlyLookup, type Resolver } from './address-policy.ts';
 import type { Destination } from './destination.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 
