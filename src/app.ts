@@ -300,7 +300,8 @@ function seedStore(store: Store, master: MasterKey, config: Config) {
   return applySeed(store, config.seed, seedDeps(master), { prune: config.state.source === 'file' });
 }
 
-function seedDeps(master: MasterKey): SeedDeps {
+/** What applying a seed needs from outside the store (also used by tests that seed a running service). */
+export function seedDeps(master: MasterKey): SeedDeps {
   return {
     hashPassword,
     verifyPassword,

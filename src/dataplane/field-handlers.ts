@@ -19,6 +19,20 @@ abstract class CollectingHandler implements ValueHandler {
   /** The error to answer with (422 when any value failed), else null. */
   abstract failure(): SvcError | null;
 
+  /**
+   * Writes `value` as a token of `encryptor` (null is left alone), counted, and kept in
+   * `minted` when given; 422 for a value with no UTF-8 form.
+   */
+  protected encryptValue(value: FieldValue, encryptor: FieldEncryptor, minted: Set<string> | null = null): Buffer | null {
+    if (value.kind === 'z') return null;
+    const plaintext = value.plaintext();
+    if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
+    const token = encryptor.encrypt(plaintext, value.kind as TokenType);
+    minted?.add(token);
+    this.count++;
+    return value.encodeToken(token);
+  }
+
   protected fail(value: FieldValue, message: string): null {
     this.errors ??= {};
     (this.errors[value.path()] ??= []).push(message);
@@ -86,13 +100,7 @@ export class EncryptHandler extends CollectingHandler {
   }
 
   replace(value: FieldValue): Buffer | null {
-    if (value.kind === 'z') return null;
-    const plaintext = value.plaintext();
-    if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
-    const token = this.encryptor.encrypt(plaintext, value.kind as TokenType);
-    this.minted?.add(token);
-    this.count++;
-    return value.encodeToken(token);
+    return this.encryptValue(value, this.encryptor, this.minted);
   }
 }
 
@@ -172,17 +180,13 @@ export class EchoHandler extends CollectingHandler {
   }
 
   replace(value: FieldValue): Buffer | null {
-    if (value.kind === 'z') return null;
-    const plaintext = value.plaintext();
-    if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
     const classificationId = this.decryptedAt.get(value.path()) ?? 0;
     let encryptor = this.encryptors.get(classificationId);
     if (encryptor === undefined) {
       encryptor = this.codec.encryptor(classificationId);
       this.encryptors.set(classificationId, encryptor);
     }
-    this.count++;
-    return value.encodeToken(encryptor.encrypt(plaintext, value.kind as TokenType));
+    return this.encryptValue(value, encryptor);
   }
 }
 

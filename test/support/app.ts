@@ -5,12 +5,8 @@
 import { randomBytes } from 'node:crypto';
 import type { TestContext } from 'node:test';
 import { Writable } from 'node:stream';
-import { createApp, type App, type AppOptions } from '../../src/app.ts';
-import { generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
-import { hashPassword, verifyPassword } from '../../src/auth/passwords.ts';
+import { createApp, seedDeps, type App, type AppOptions } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
-import { wrapDataKey } from '../../src/crypto/data-keys.ts';
-import { Keyring } from '../../src/crypto/keyring.ts';
 import { applySeed, type SeedResult } from '../../src/store/seed.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { assertDocumentedResponse } from './openapi-validator.ts';
@@ -142,14 +138,5 @@ export async function call(base: string, path: string, options: CallOptions = {}
  */
 export function reseed(running: Running, seed: string): SeedResult {
   const config = loadConfig({ text: `store: { path: ":memory:" }\n${seed}`, env: {} });
-  const master = running.app.services.master;
-  return applySeed(running.app.services.store, config.seed, {
-    hashPassword,
-    verifyPassword,
-    wrapKey: (configurationId, version, key) => wrapDataKey(master, configurationId, version, key),
-    generateDataKey: Keyring.generateKey,
-    generateKeyringId: Keyring.generateId,
-    hashApiKey,
-    generateApiKey,
-  });
+  return applySeed(running.app.services.store, config.seed, seedDeps(running.app.services.master));
 }
