@@ -8,9 +8,9 @@
  * Pipeline of a matched request: match the route → log it → resolve its configuration →
  * transform the body → forward to the upstream → transform or relay the answer.
  */
-import { Agent as HttpAgent, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { Agent as HttpAgent, ServerResponse, type IncomingMessage, type Server } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
-import type { Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { createProxyServer, type ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import type { RelayConfig } from '../config/schema.ts';
@@ -152,6 +152,14 @@ export class RelayServer {
       xfwd: false,
       changeOrigin: false,
       followRedirects: false,
+    });
+    // http-proxy-3 reports the errors of a proxied connection's client socket (a reset
+    // after the 101 of a WebSocket, a write after the client left) as `error` events, and
+    // throws them when nobody listens: one client could end the process. Nobody is left to
+    // answer on that connection, so it is closed.
+    this.proxy.on('error', (err: Error, _req: IncomingMessage, target: unknown) => {
+      if (this.logger.isLevelEnabled('debug')) this.logger.debug({ err }, 'relay: a proxied connection failed');
+      if (target instanceof Socket || target instanceof ServerResponse) target.destroy();
     });
     this.listener = new Listener('relay', config.listen, (ctx) => this.onRequest(ctx), options);
     this.listener.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => this.onUpgrade(req, socket, head));

@@ -541,3 +541,31 @@ test('a client that leaves while a response route waits for the application is n
   assert.ok(!running.logs().includes('"level":50'), 'nothing logged at error');
   assert.ok(!running.logs().includes('SVC_ERR_UPSTREAM'), running.logs().slice(-500));
 });
+
+test('regression: a WebSocket client that resets after the 101, or leaves before the application answers, does not end the process', async (t) => {
+  const app = await startUpstream(t);
+  const running = await startRelay(t, app.url);
+  const port = Number(new URL(running.relay).port);
+  const upgrade = 'GET /socket HTTP/1.1\r\nhost: app\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n';
+  for (let i = 0; i < 3; i++) {
+    const socket = connect(port, '127.0.0.1');
+    await new Promise<void>((r) => socket.once('connect', () => r()));
+    socket.write(upgrade);
+    await new Promise<void>((r) => socket.once('data', () => r()));
+    socket.resetAndDestroy();
+  }
+  // An application that does not do WebSockets, and answers late: the client is gone by then.
+  const slow = await startUpstream(t, (_req, _body, res) => setTimeout(() => res.end('{"late":true}'), 150));
+  const second = await startRelay(t, slow.url);
+  const slowPort = Number(new URL(second.relay).port);
+  for (let i = 0; i < 3; i++) {
+    const socket = connect(slowPort, '127.0.0.1');
+    await new Promise<void>((r) => socket.once('connect', () => r()));
+    socket.write(upgrade.replace('/socket', '/plain'));
+    await new Promise((r) => setTimeout(r, 30));
+    socket.resetAndDestroy();
+  }
+  await new Promise((r) => setTimeout(r, 400));
+  assert.equal((await fetch(`${running.url}/healthz`)).status, 200, 'still serving');
+  assert.equal((await fetch(`${second.relay}/x`)).status, 200);
+});
