@@ -25,7 +25,7 @@ import {
   type SvcError,
   type ValidationErrors,
 } from '../errors.ts';
-import { detectFormat, isIdentity, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { detectFormat, detectRequestFormat, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
 import { protectedKeyOf, protectedKeysMatcher } from '../fields/protected-keys.ts';
 import type { ChunkTransformer, FieldValue } from '../fields/value.ts';
@@ -151,6 +151,11 @@ export class GuardPass implements ChunkTransformer {
   /** The rest of the body passes untouched (`uninspectable: pass`). */
   private passing = false;
   /**
+   * The body is declared in a format the guard reads: if it cannot read it after all, it is
+   * refused even with `uninspectable: pass` (an application reads it as declared).
+   */
+  private readonly declaredReadable: boolean;
+  /**
    * While nothing was replaced the output is a prefix of the input: the input not yet
    * written out (a value or key being held) is kept here, so that a body found unreadable
    * halfway can still pass whole. Bounded by what the transformer may hold.
@@ -166,18 +171,20 @@ export class GuardPass implements ChunkTransformer {
     this.settings = settings;
     this.handler = handler;
     this.configuration = configuration;
-    const headers = ctx.req.headers;
-    const detected = detectFormat(headers['content-type'], headers['content-encoding']);
-    let declared: BodyFormat | null = typeof detected === 'string' ? null : detected;
-    if (detected === 'unreadable' || !isIdentity(headers['content-encoding'])) {
-      this.uninspectable('it is compressed or not UTF-8');
-      declared = null;
-    }
+    const detected = detectRequestFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding']);
+    const declared: BodyFormat | null = typeof detected === 'string' ? null : detected;
+    // Declared JSON, NDJSON or a form is read as such by the application, compressed or in
+    // another charset too (common parsers inflate and decode both).
+    this.declaredReadable = detectFormat(ctx.req.headers['content-type'], undefined) !== 'other';
+    if (detected === 'unreadable') this.uninspectable('it is compressed or not UTF-8');
     this.inner = new SniffingTransformer(
       declared,
       (format) => format.create(matcher, handler, services.limits.token),
-      (format) => {
+      (format, first) => {
         if (format === null) this.uninspectable('it is not JSON, NDJSON or a form');
+        // A "form" that reads as JSON: the application may take it as either; the guard
+        // cannot vouch for both readings.
+        else if (format.name === 'form' && (first === 0x7b || first === 0x5b)) this.uninspectable('it is declared a form but reads as JSON');
       },
     );
   }
@@ -236,7 +243,7 @@ export class GuardPass implements ChunkTransformer {
     // What the transformer appended for this chunk before failing is dropped: the body
     // from the last byte written out goes on as it came, or not at all.
     const reason = detail.replace(/^The request body (?:is not valid JSON|is not a valid form|exceeds)[:]? ?/, '').replace(/\.$/, '');
-    if (this.settings.uninspectable === 'pass' && this.handler.count === 0) {
+    if (this.settings.uninspectable === 'pass' && !this.declaredReadable && this.handler.count === 0) {
       out.length = before;
       const rest = Buffer.concat(this.pending).subarray(this.emitted - this.pendingStart);
       if (rest.length > 0) out.push(rest);
@@ -249,7 +256,7 @@ export class GuardPass implements ChunkTransformer {
   }
 
   private uninspectable(reason: string): void {
-    if (this.settings.uninspectable === 'pass') {
+    if (this.settings.uninspectable === 'pass' && !this.declaredReadable) {
       this.passing = true;
       return;
     }

@@ -4,7 +4,7 @@
  * else the client's bytes as they come.
  */
 import { UnsupportedMediaTypeError } from '../errors.ts';
-import { detectFormat } from '../fields/formats.ts';
+import { detectFormat, detectRequestFormat } from '../fields/formats.ts';
 import { bodyChunks, hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
@@ -35,13 +35,13 @@ export interface RequestBodyOptions {
 
 /**
  * Whether the request body goes through the route's transform: any body on a route with
- * a request transform, whose format is then read off the body itself. A body in a known
- * format that cannot be read (compressed, another charset) is refused: passing it on
+ * a request transform, whose format is then read off the body itself. A body that cannot
+ * be read (compressed, another charset than UTF-8) is refused: passing it on
  * untransformed would let plaintext by unnoticed.
  */
 export function transformsRequest(ctx: RequestContext, route: TransformRoute | null): boolean {
   if (route?.request == null || !hasBody(ctx)) return false;
-  if (detectFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding']) === 'unreadable') throw new UnsupportedMediaTypeError();
+  if (detectRequestFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding']) === 'unreadable') throw new UnsupportedMediaTypeError();
   return true;
 }
 

@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ClientGoneError, UpstreamResponseError } from '../errors.ts';
-import { detectFormat, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { detectFormat, detectRequestFormat, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import { FieldMatcher, splitPath } from '../fields/paths.ts';
 import { joinPieces } from '../fields/transformer.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -61,7 +61,8 @@ async function respondEchoed(
   const handler = new EchoHandler(codec, new KeyInUse(services.store, configuration.id, codec), decryptedAt);
   const matcher = FieldMatcher.exact([...decryptedAt.keys()].map(splitPath));
   const build = (format: BodyFormat) => format.create(matcher, handler, services.limits.plaintext);
-  await respondWith(ctx, services, configuration, response, method, 'encrypt', (declared) => new BodyTransform('encrypt', new SniffingTransformer(declared, build), handler));
+  // Read as the request was: an answer of another declared type that starts as JSON is JSON.
+  await respondWith(ctx, services, configuration, response, method, 'encrypt', (declared) => new BodyTransform('encrypt', new SniffingTransformer(declared, build), handler), true);
 }
 
 /** Request headers that would ask the upstream for less than the whole answer. */
@@ -89,18 +90,21 @@ async function respondWith(
   response: Dispatcher.ResponseData,
   method: string,
   mode: Mode,
-  build: (declared: BodyFormat) => BodyTransform,
+  build: (declared: BodyFormat | null) => BodyTransform,
+  sniffOther = false,
 ): Promise<void> {
   const bodiless = method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304 || response.headers['content-length'] === '0';
-  const format = detectFormat(response.headers['content-type'], response.headers['content-encoding']);
-  if (bodiless || format === 'other') return relay(ctx, response, method);
+  const format = sniffOther
+    ? detectRequestFormat(response.headers['content-type'], response.headers['content-encoding'])
+    : detectFormat(response.headers['content-type'], response.headers['content-encoding']);
+  if (bodiless || (format === 'other' && !sniffOther)) return relay(ctx, response, method);
   if (format === 'unreadable') {
     discard(response.body);
     throw new UpstreamResponseError(new Error(`the upstream answered ${String(response.headers['content-type'])} that cannot be transformed`));
   }
   let transform: BodyTransform;
   try {
-    transform = build(format);
+    transform = build(format === 'other' ? null : format);
   } catch (err) {
     discard(response.body);
     throw err;

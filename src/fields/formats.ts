@@ -54,21 +54,24 @@ export type Detected = BodyFormat | 'other' | 'unreadable';
 /**
  * The format of a body from its `content-type` and `content-encoding`, among `formats`.
  * `other`: no content type, or one that is none of them. `unreadable`: one of them, but
- * compressed or in another charset.
+ * compressed or in another charset than UTF-8.
  */
 export function detectFormat(type: string | string[] | undefined, encoding: string | string[] | undefined, formats: readonly BodyFormat[] = ALL_FORMATS): Detected {
-  const value = Array.isArray(type) ? type[0] : type;
-  if (value === undefined) return 'other';
-  const semi = value.indexOf(';');
-  const media = (semi === -1 ? value : value.slice(0, semi)).trim().toLowerCase();
-  const format = formats.find((f) => f.matches(media));
+  const parsed = parseContentType(type);
+  if (parsed === null) return 'other';
+  const format = formats.find((f) => f.matches(parsed.media));
   if (format === undefined) return 'other';
-  if (!isIdentity(encoding)) return 'unreadable';
-  if (semi !== -1) {
-    const charset = /charset\s*=\s*"?([^";\s]+)/i.exec(value.slice(semi))?.[1]?.toLowerCase();
-    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') return 'unreadable';
-  }
-  return format;
+  return !isIdentity(encoding) || parsed.charset === 'other' ? 'unreadable' : format;
+}
+
+/**
+ * As `detectFormat`, for a request body that may be read as JSON by its first byte
+ * whatever its type: compressed, or declared in another charset than UTF-8, it is
+ * `unreadable` whatever its type, since its bytes are not what a reader would see.
+ */
+export function detectRequestFormat(type: string | string[] | undefined, encoding: string | string[] | undefined, formats: readonly BodyFormat[] = ALL_FORMATS): Detected {
+  if (!isIdentity(encoding) || parseContentType(type)?.charset === 'other') return 'unreadable';
+  return detectFormat(type, undefined, formats);
 }
 
 /** No `content-encoding`, or only `identity`. */
@@ -77,29 +80,91 @@ export function isIdentity(encoding: string | string[] | undefined): boolean {
   return coding === undefined || coding === '' || coding === 'identity';
 }
 
+/**
+ * A `content-type`'s media type (lower case) and what its `charset` says: absent, UTF-8,
+ * or `other` — another charset, or more than one `charset` parameter, since readers
+ * disagree on which counts (RFC 9110 §5.6.6 parameters: `;`-separated, values may be quoted).
+ */
+export function parseContentType(type: string | string[] | undefined): { media: string; charset: 'absent' | 'utf-8' | 'other' } | null {
+  const value = Array.isArray(type) ? type[0] : type;
+  if (value === undefined) return null;
+  const parts = splitParameters(value);
+  const media = parts[0]!.trim().toLowerCase();
+  let charset: 'absent' | 'utf-8' | 'other' = 'absent';
+  for (const part of parts.slice(1)) {
+    const eq = part.indexOf('=');
+    if (eq === -1 || part.slice(0, eq).trim().toLowerCase() !== 'charset') continue;
+    let raw = part.slice(eq + 1).trim();
+    if (raw.startsWith('"')) raw = raw.slice(1, raw.endsWith('"') ? -1 : undefined).replace(/\\(.)/g, '$1');
+    const lower = raw.toLowerCase();
+    charset = charset === 'absent' && (lower === 'utf-8' || lower === 'utf8') ? 'utf-8' : 'other';
+  }
+  return { media, charset };
+}
+
+/** Splits at `;` outside double quotes. */
+function splitParameters(value: string): string[] {
+  const parts: string[] = [];
+  let current = '';
+  let quoted = false;
+  for (let i = 0; i < value.length; i++) {
+    const c = value[i]!;
+    if (quoted && c === '\\' && i + 1 < value.length) {
+      current += c + value[++i];
+      continue;
+    }
+    if (c === '"') quoted = !quoted;
+    if (c === ';' && !quoted) {
+      parts.push(current);
+      current = '';
+    } else {
+      current += c;
+    }
+  }
+  parts.push(current);
+  return parts;
+}
+
 const WHITESPACE = new Set([0x20, 0x09, 0x0a, 0x0d]);
+const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
 
 /**
- * A transformer that decides its format from the body itself: a body whose first byte
- * other than whitespace is `{` or `[` is JSON whatever its declared type (an application
- * may well parse it as JSON), else it is the declared format, if any. Leading whitespace
- * streams through while it waits. `onDecided` learns the choice (null: no format, the
- * bytes pass unchanged), and may throw to refuse the body.
+ * A transformer that decides its format from the body itself: a body declared in one of
+ * the formats is read as declared; one declared in none is JSON when its first byte other
+ * than whitespace is `{` or `[` (an application may well parse it as JSON), else it passes
+ * unchanged. A UTF-8 byte-order mark at the start, and leading whitespace, stream through
+ * while it waits (parsers skip both). `onDecided` learns the choice (null: no format) and
+ * the first byte, and may throw to refuse the body.
  */
 export class SniffingTransformer implements ChunkTransformer {
   private readonly declared: BodyFormat | null;
   private readonly build: (format: BodyFormat) => ChunkTransformer;
-  private readonly onDecided: (format: BodyFormat | null) => void;
+  private readonly onDecided: (format: BodyFormat | null, first: number) => void;
   private inner: ChunkTransformer | null = null;
   private decided = false;
+  /** The first bytes while they may still be the start of a byte-order mark. */
+  private head: Buffer | null = Buffer.alloc(0);
 
-  constructor(declared: BodyFormat | null, build: (format: BodyFormat) => ChunkTransformer, onDecided: (format: BodyFormat | null) => void = () => {}) {
+  constructor(declared: BodyFormat | null, build: (format: BodyFormat) => ChunkTransformer, onDecided: (format: BodyFormat | null, first: number) => void = () => {}) {
     this.declared = declared;
     this.build = build;
     this.onDecided = onDecided;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
+    if (this.head !== null) {
+      const joined = this.head.length === 0 ? chunk : Buffer.concat([this.head, chunk]);
+      if (joined.length < BOM.length && BOM.subarray(0, joined.length).equals(joined)) {
+        this.head = joined;
+        return;
+      }
+      this.head = null;
+      chunk = joined;
+      if (chunk.subarray(0, BOM.length).equals(BOM)) {
+        out.push(chunk.subarray(0, BOM.length));
+        chunk = chunk.subarray(BOM.length);
+      }
+    }
     if (!this.decided) {
       let i = 0;
       while (i < chunk.length && WHITESPACE.has(chunk[i]!)) i++;
@@ -110,17 +175,19 @@ export class SniffingTransformer implements ChunkTransformer {
       if (i > 0) out.push(chunk.subarray(0, i));
       chunk = chunk.subarray(i);
       const first = chunk[0]!;
-      const format = (first === 0x7b || first === 0x5b) && this.declared?.name !== 'ndjson' ? JSON_FORMAT : this.declared;
+      const format = this.declared ?? (first === 0x7b || first === 0x5b ? JSON_FORMAT : null);
       this.decided = true;
-      this.onDecided(format);
+      this.onDecided(format, first);
       this.inner = format === null ? null : this.build(format);
     }
     if (this.inner === null) out.push(chunk);
     else this.inner.push(chunk, out);
   }
 
-  /** A body of nothing but whitespace is no document: it stays as it is. */
+  /** A body of nothing but whitespace (or a lone mark) is no document: it stays as it is. */
   end(out: Buffer[]): void {
+    if (this.head !== null && this.head.length > 0) out.push(this.head);
+    this.head = null;
     this.inner?.end(out);
   }
 }

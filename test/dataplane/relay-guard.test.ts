@@ -115,7 +115,7 @@ test('a string shaped like a token that does not open is plaintext, and is encry
 
 test('JSON is recognised by content type or by its first byte: other types, no type and lists of types are inspected', async (t) => {
   const svc = await start(t);
-  const types = [null, 'text/json', 'application/x-json', 'text/plain', 'application/json, text/plain', 'application/vnd.api+json', 'application/json; charset=UTF-8', 'application/x-www-form-urlencoded', 'application/octet-stream'];
+  const types = [null, 'text/json', 'application/x-json', 'text/plain', 'application/json, text/plain', 'application/vnd.api+json', 'application/json; charset=UTF-8', 'application/json; charset="utf-8"', 'application/octet-stream'];
   for (const type of types) {
     const res = await send(svc.relay, '/p', `  \n{"ssn":"${SSN}"}`, type);
     assert.equal(res.status, 200, `${type}: ${res.status}`);
@@ -123,6 +123,37 @@ test('JSON is recognised by content type or by its first byte: other types, no t
   }
   assert.equal((await send(svc.relay, '/p', `[{"ssn":"${SSN}"}]`, 'text/plain')).status, 200);
   assert.ok(!received(svc.app.seen).includes(SSN));
+  // A UTF-8 byte-order mark first: parsers skip it, so does the guard.
+  const bom = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(`{"ssn":"${SSN}"}`)]);
+  for (const type of ['application/json', null]) {
+    assert.equal((await send(svc.relay, '/p', bom, type)).status, 200, `BOM, ${type}`);
+    assert.deepEqual(svc.app.seen.at(-1)!.body.subarray(0, 3), bom.subarray(0, 3));
+    assert.ok(!received(svc.app.seen).includes(SSN), `BOM, ${type}`);
+  }
+});
+
+test('regression: a body declared a form that reads as JSON, and charsets given twice or hidden in another parameter, are refused', async (t) => {
+  const svc = await start(t, '{ keys: [ssn], configuration: payments, uninspectable: pass }');
+  const cases: Array<[string, string, string]> = [
+    ['a form that is JSON', 'application/x-www-form-urlencoded', `{"a":"&ssn=${SSN}&"}`],
+    ['a form that is a JSON array', 'application/x-www-form-urlencoded', `[1]&ssn=${SSN}`],
+    ['charset twice', 'application/json; charset=utf-8; charset=utf-7', `{"+AHMAcwBu-":"${SSN}"}`],
+    ['charset inside another parameter', 'application/json; xcharset=utf-8; charset=utf-7', `{"+AHMAcwBu-":"${SSN}"}`],
+    ['compressed JSON', 'application/json', 'x'],
+    ['a form that does not parse', 'application/x-www-form-urlencoded', `%zz=1&ssn=${SSN}`],
+    ['JSON that does not parse', 'application/json', `{"ssn":"${SSN}"`],
+  ];
+  for (const [what, type, body] of cases) {
+    const headers: Record<string, string> = { 'content-type': type };
+    if (what === 'compressed JSON') headers['content-encoding'] = 'gzip';
+    const res = await fetch(`${svc.relay}/p`, { method: 'POST', headers, body: what === 'compressed JSON' ? gzipSync(`{"ssn":"${SSN}"}`) : body });
+    assert.equal(res.status, 415, what);
+  }
+  assert.equal(svc.app.seen.length, 0, 'declared JSON or a form: refused even with uninspectable: pass');
+  // In the default mode, a body that reads as JSON in another charset is refused too.
+  const strict = await start(t);
+  assert.equal((await send(strict.relay, '/p', `{"+AHMAcwBu-":"${SSN}"}`, 'text/plain; charset=utf-7')).status, 415);
+  assert.equal(strict.app.seen.length, 0);
 });
 
 test('NDJSON and forms are inspected line by line and parameter by parameter', async (t) => {
@@ -204,9 +235,10 @@ test('uninspectable: pass lets what the guard cannot read through untouched, sti
   const binary = Buffer.from([0x00, 0xff, 0x10]);
   assert.equal((await send(svc.relay, '/upload', binary, 'application/octet-stream')).status, 200);
   assert.deepEqual(svc.app.seen.at(-1)!.body, binary);
-  // Invalid JSON found right after a long key was held: the whole body still goes on as it came.
+  // Invalid JSON (sniffed: its type is none the guard reads) found right after a long key
+  // was held: the whole body still goes on as it came.
   const invalid = `{"a":"${'x'.repeat(100_000)}","${'k'.repeat(200_000)}":1,}`;
-  assert.equal((await send(svc.relay, '/p', invalid, 'application/json')).status, 200);
+  assert.equal((await send(svc.relay, '/p', invalid, 'text/plain')).status, 200);
   assert.equal(received(svc.app.seen), invalid);
   assert.equal((await send(svc.relay, '/p', `{"ssn":"${SSN}"}`, 'application/json')).status, 200);
   assert.match(JSON.parse(received(svc.app.seen)).ssn, TOKEN);
