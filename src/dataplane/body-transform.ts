@@ -72,10 +72,13 @@ export class ChainedTransformer implements ChunkTransformer {
   private readonly first: ChunkTransformer;
   private readonly second: ChunkTransformer;
   private readonly between: Buffer[] = [];
+  /** Runs once the second has read all that the first wrote (so state kept for it can go). */
+  private readonly drained: () => void;
 
-  constructor(first: ChunkTransformer, second: ChunkTransformer) {
+  constructor(first: ChunkTransformer, second: ChunkTransformer, drained: () => void = () => {}) {
     this.first = first;
     this.second = second;
+    this.drained = drained;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
@@ -92,6 +95,7 @@ export class ChainedTransformer implements ChunkTransformer {
   private drain(out: Buffer[]): void {
     for (const piece of this.between) this.second.push(piece, out);
     this.between.length = 0;
+    this.drained();
   }
 }
 

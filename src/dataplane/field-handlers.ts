@@ -34,10 +34,33 @@ abstract class CollectingHandler implements ValueHandler {
   }
 
   protected fail(value: FieldValue, message: string): null {
-    this.errors ??= {};
-    (this.errors[value.path()] ??= []).push(message);
+    this.errors = recordFailure(this.errors, value, message);
     return null;
   }
+}
+
+/** At most this many field errors are reported (the request fails either way)... */
+const MAX_REPORTED = 100;
+/** ...each keyed by at most this much of its path. */
+const MAX_PATH = 256;
+
+/**
+ * Adds a field's failure to `errors`, bounded: a body of many failing values, or values
+ * under long keys, must not turn into an answer many times its size.
+ */
+export function recordFailure(errors: ValidationErrors | null, value: FieldValue, message: string): ValidationErrors {
+  const into = errors ?? {};
+  // Past the bound not even the path is built: it can be long, and there may be thousands.
+  if (Object.keys(into).length >= MAX_REPORTED) return into;
+  const path = value.path();
+  const key = path.length > MAX_PATH ? `${path.slice(0, MAX_PATH)}…` : path;
+  const list = into[key];
+  if (list !== undefined) {
+    if (list.length < MAX_REPORTED) list.push(message);
+  } else if (Object.keys(into).length < MAX_REPORTED) {
+    into[key] = [message];
+  }
+  return into;
 }
 
 /**

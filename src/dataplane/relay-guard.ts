@@ -35,7 +35,7 @@ import type { Configuration } from '../store/configurations.ts';
 import { classificationIdOf } from '../store/stamped-cache.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import type { CollectingHandler } from './body-transform.ts';
-import { KeyInUse } from './field-handlers.ts';
+import { KeyInUse, recordFailure } from './field-handlers.ts';
 
 export type GuardOutcome = 'encrypted' | 'refused' | 'passed';
 
@@ -118,8 +118,7 @@ export class GuardHandler implements CollectingHandler {
   }
 
   private fail(value: FieldValue, message: string): null {
-    this.errors ??= {};
-    (this.errors[value.path()] ??= []).push(message);
+    this.errors = recordFailure(this.errors, value, message);
     this.refusal = this.settings.on_plaintext === 'refuse' ? new ProtectedFieldError(this.errors) : new ValidationError(this.errors);
     return null;
   }

@@ -108,7 +108,19 @@ export function normalizePath(url: string): string | null {
 const UNREADABLE_RAW = /[\x00-\x20\x7f]|%3b/i;
 const CONTROL = /[\x00-\x1f\x7f]/;
 
-function findRoute(routes: readonly RelayRoute[], method: string, path: string): RelayRoute | null {
+/**
+ * The first route for the method and path; failing that, for the path without a format
+ * extension on its last segment, as frameworks that route `/patients.json` to `/patients`
+ * read it (Rails, older Spring).
+ */
+export function findRoute(routes: readonly RelayRoute[], method: string, path: string): RelayRoute | null {
+  const found = firstMatch(routes, method, path);
+  if (found !== null) return found;
+  const bare = /^(.*\/[^/]+)\.[A-Za-z0-9]+$/.exec(path)?.[1];
+  return bare === undefined ? null : firstMatch(routes, method, bare);
+}
+
+function firstMatch(routes: readonly RelayRoute[], method: string, path: string): RelayRoute | null {
   for (const route of routes) {
     if ((route.method === null || route.method === method) && route.path.test(path)) return route;
   }
@@ -188,6 +200,12 @@ export class RelayServer {
     if (route === null) {
       ctx.route = 'relay:passthrough';
       this.services.metrics.countPassthrough();
+      // A target that no route matched only as spelled (`/patients#x`, `/patients/%2e%2e/x`)
+      // could be a route's path to the application: refused, with a body or without.
+      if (!passesUnchanged(ctx.req.url)) {
+        ctx.closeConnection = true;
+        throw new BadRequestError(UNCHANGEABLE_TARGET);
+      }
       // A body still passes the guard: only bodiless requests go straight through.
       if (this.guard !== null && hasBody(ctx)) return this.forwardGuarded(ctx);
       this.passThrough(ctx);
@@ -230,9 +248,9 @@ export class RelayServer {
     // The same rule as for transformed requests (Forwarder): control and non-ASCII bytes
     // in a header value never reach the application, whichever way the request goes.
     const unsafe = unforwardableHeader(ctx.req.headers);
-    if (unsafe !== null || !passesUnchanged(ctx.req.url)) {
+    if (unsafe !== null) {
       ctx.closeConnection = true;
-      throw unsafe !== null ? unforwardableHeaderError(unsafe) : new BadRequestError(UNCHANGEABLE_TARGET);
+      throw unforwardableHeaderError(unsafe);
     }
     this.proxy.web(ctx.req, ctx.res, (err) => {
       // Answer with a gateway status while nothing has been sent; afterwards the only

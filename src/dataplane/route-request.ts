@@ -70,8 +70,12 @@ export async function requestBody(
     const declared = detectFormat(ctx.req.headers['content-type'], undefined);
     const own = routeTransformer(services, configuration!, spec, typeof declared === 'string' ? null : declared, { minted: guard !== null, paths: recordPaths });
     if (own.handler instanceof DecryptHandler) decryptedAt = own.handler.decryptedAt;
-    const pass = guard?.begin(ctx, services, own.codec, own.handler instanceof EncryptHandler ? own.handler.minted : null) ?? null;
-    transform = new BodyTransform(spec.mode, pass === null ? own.transformer : new ChainedTransformer(own.transformer, pass), own.handler, pass === null ? [] : [pass.handler]);
+    const minted = own.handler instanceof EncryptHandler ? own.handler.minted : null;
+    const pass = guard?.begin(ctx, services, own.codec, minted) ?? null;
+    // The guard reads each token the route writes within the same chunk: then it can go,
+    // so what is kept stays one chunk's worth however long the body.
+    const chained = pass === null ? own.transformer : new ChainedTransformer(own.transformer, pass, () => minted?.clear());
+    transform = new BodyTransform(spec.mode, chained, own.handler, pass === null ? [] : [pass.handler]);
     usage = () => recordUsage(ctx, services, configuration!, spec.mode, own.handler.count, transform.bytes);
     if (reportCount) transform.reportCountTo(ctx);
   }

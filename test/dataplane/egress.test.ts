@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
+import { createServer } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
 import { Router } from '../../src/http/router.ts';
 import { call, KEYS, startApp, type Running } from '../support/app.ts';
@@ -198,4 +199,27 @@ test('a route whose classification or configuration was deleted answers 503 and 
   const gone = await call(url, '/egress/vendor/charges', { key: null, body: '{"card":{"number":"x"}}' });
   assert.equal(gone.status, 503);
   assert.equal(echo.received.length, 1, 'still only the one request that was served');
+});
+
+test('regression: a vendor echo declared as text, or with no type, is read as JSON by its first byte and re-encrypted', async (t) => {
+  let type: string | null = 'text/plain';
+  const vendor = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      if (type !== null) res.setHeader('content-type', type);
+      res.end(Buffer.concat(chunks));
+    });
+  });
+  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => vendor.close(() => r())));
+  const { url } = await startApp(t, egressYaml(`http://127.0.0.1:${(vendor.address() as AddressInfo).port}/v1`));
+  const token = await cardToken(url, '4111111111111111');
+  for (const declared of ['text/plain', 'text/json', 'application/x-json', 'text/html', null]) {
+    type = declared;
+    const res = await fetch(`${url}/egress/vendor/echo`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
+    const text = await res.text();
+    assert.ok(!text.includes('4111111111111111'), `${declared}: ${text}`);
+    assert.match(JSON.parse(text).card.number, TOKEN, String(declared));
+  }
 });

@@ -279,3 +279,32 @@ test('a guard naming a configuration that is not in the store stops the start; o
   assert.equal(res.status, 503);
   assert.equal(svc.app.seen.length, 0);
 });
+
+test('regression: many failing values under a long key answer a bounded 422, not one many times the request', async (t) => {
+  const svc = await start(t);
+  const key = 'k'.repeat(60_000);
+  const body = `{"${key}":[${Array.from({ length: 4000 }, () => '{"ssn":"\\ud800"}').join(',')}]}`;
+  const res = await send(svc.relay, '/p', body, 'application/json');
+  assert.equal(res.status, 422);
+  const text = await res.text();
+  assert.ok(text.length < 64 * 1024, `${text.length} bytes`);
+  const errors = (JSON.parse(text) as { errors: Record<string, string[]> }).errors;
+  assert.ok(Object.keys(errors).length <= 100);
+  for (const path of Object.keys(errors)) assert.ok(path.length <= 257, `${path.length}`);
+  assert.equal(svc.app.seen.length, 0);
+});
+
+test('regression: an unmatched target a router reads as a route\'s path is refused with a body too; /patients.json is /patients', async (t) => {
+  const svc = await start(t, PROTECT, `
+    - { name: write, match: { method: POST, path: /patients/** }, configuration: payments, request: { encrypt: [contacts.*.phone] } }`);
+  for (const target of ['/patients#frag', '/x/%2e%2e/patients', '/x/../patients']) {
+    const body = '{"contacts":[{"phone":"555-0100"}]}';
+    const answer = await rawRequest(svc.port, `POST ${target} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+    assert.match(answer, /^HTTP\/1\.1 (400|200) /, target);
+    if (answer.startsWith('HTTP/1.1 200')) assert.ok(!received(svc.app.seen).includes('555-0100'), `${target} went through a route`);
+  }
+  assert.ok(svc.app.seen.every((seen) => !seen.body.toString().includes('555-0100')));
+  const json = await send(svc.relay, '/patients.json', '{"contacts":[{"phone":"555-0100"}]}', 'application/json');
+  assert.equal(json.status, 200);
+  assert.match(JSON.parse(received(svc.app.seen)).contacts[0].phone, TOKEN);
+});
