@@ -5,7 +5,7 @@
 import { recordActivity } from './activity.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import type { Caller } from '../auth/caller.ts';
-import { authorizeMinting, authorizeScope, identityReach } from '../auth/minting.ts';
+import { authorizeMinting, authorizeOwnerRole, authorizeScope, identityReach } from '../auth/minting.ts';
 import { PERMISSIONS } from '../config/schema.ts';
 import type { Services } from '../services.ts';
 import { ForbiddenError, NotFoundError, ValidationError } from '../errors.ts';
@@ -164,6 +164,7 @@ function authorizeKey(store: Store, caller: Caller, user: User, scope: readonly 
   const effective = scope.length === 0 ? granted : new Set(scope.filter((p) => granted.has(p)));
   authorizeScope(caller, effective, configurations);
   const identity = { userId: user.id, roleIds: store.users.rolesOf(user.id).map((r) => r.id), email: user.email };
+  authorizeOwnerRole(store, caller, identity.roleIds);
   return authorizeMinting(store, caller, identityReach(store, identity, effective, configurations));
 }
 

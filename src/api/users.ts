@@ -5,7 +5,7 @@
  */
 import { recordActivity } from './activity.ts';
 import type { Caller } from '../auth/caller.ts';
-import { authorizeMinting, authorizePermissions, identityReach } from '../auth/minting.ts';
+import { authorizeMinting, authorizeOwnerRole, authorizePermissions, identityReach } from '../auth/minting.ts';
 import { hashPasswordAsync, PASSWORD_MAX } from '../auth/passwords.ts';
 import type { Services } from '../services.ts';
 import { ValidationError } from '../errors.ts';
@@ -113,6 +113,7 @@ function authorizeUser(store: Store, caller: Caller, input: CreateInput): string
   const permissions = new Set(input.roles.flatMap((role) => role.permissions));
   authorizePermissions(caller, permissions);
   const identity = { userId: null, roleIds: input.roles.map((r) => r.id), email: input.email };
+  authorizeOwnerRole(store, caller, identity.roleIds);
   return authorizeMinting(store, caller, identityReach(store, identity, permissions, []));
 }
 

@@ -105,6 +105,16 @@ export function authorizeMemberChange(store: Store, caller: Caller, target: { re
   return exemptionNote(reasons);
 }
 
+/**
+ * An owner's credential is itself break-glass: it reaches every classification through
+ * its owner's exemption, whatever admits it today. Only an owner may mint one (a key for
+ * an owner, rotating an owner's key, a user with the owner role).
+ */
+export function authorizeOwnerRole(store: Store, caller: Caller, roleIds: readonly number[]): void {
+  const owner = store.roles.findByName('owner');
+  if (owner !== undefined && roleIds.includes(owner.id) && !isOwner(store, caller)) throw new ActionUnauthorizedError();
+}
+
 export function exemptionNote(reasons: readonly string[]): string {
   return ` Exempt as owner (break-glass): ${reasons.join('; ')}.`;
 }

@@ -144,10 +144,11 @@ class Fixture {
     return this.store.configurations.findByName('payments')!.id;
   }
 
+  /** A key of the viewer's: handing it to anyone gives no more than every role holds. */
   apiKey(): string {
     const secret = generateApiKey();
-    const owner = this.store.users.findByEmail(EMAIL.owner)!;
-    return this.store.apiKeys.create({ name: this.unique('victim-'), prefix: apiKeyPrefix(secret), keyHash: hashApiKey(secret), userId: owner.id, permissions: [], configurations: [] }).id;
+    const viewer = this.store.users.findByEmail(EMAIL.viewer)!;
+    return this.store.apiKeys.create({ name: this.unique('victim-'), prefix: apiKeyPrefix(secret), keyHash: hashApiKey(secret), userId: viewer.id, permissions: [], configurations: [] }).id;
   }
 
   /** An encryption configuration at key version 2, whose version 1 may be destroyed. */
@@ -514,9 +515,24 @@ test('regression: an administrator not admitted to PHI cannot mint its way in â€
   assert.equal((await decrypt(ATTACK.ada, phi.text)).status, 200, "ada's key still works");
   assert.equal((await decrypt(ATTACK.ada, pci.text)).status, 200);
 
-  // What admin could decrypt itself it may still hand out: a key for ada without data.decrypt.
-  const harmless = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'ada-users', user_id: ada.id, permissions: ['users.manage'] }) });
+  // An owner's credential is break-glass whatever it may decrypt today: not even a narrow
+  // key for ada (users.manage only), nor a user made owner who is admitted to nothing.
+  const narrow = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'ada-users', user_id: ada.id, permissions: ['users.manage'] }) });
+  assert.deepEqual([narrow.status, narrow.json], [403, UNAUTHORIZED], 'a narrow key for an owner');
+  // What admin could decrypt itself it may still hand out: a key for itself without data.decrypt.
+  const admin = store.users.findByEmail('admin@example.com')!;
+  const harmless = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'admin-users', user_id: admin.id, permissions: ['users.manage'] }) });
   assert.equal(harmless.status, 201, harmless.text);
+});
+
+test('regression: an administrator cannot create an owner who then adds itself to a classification (owners are minted by owners only)', async (t) => {
+  const { url, app } = await startApp(t, '', ATTACK_SEED.replace('roles: [owner] }\n`', 'roles: [developer] }\n`'));
+  const store = app.services.store;
+  // PHI admits ada only; admin-all holds every permission an administrator has.
+  const asOwner = { name: 'Mallory', email: 'mallory@example.com', password: 'a long enough password', roles: ['owner'] };
+  const created = await call(url, '/api/v3/users', { key: ATTACK.adminAll, body: JSON.stringify(asOwner) });
+  assert.deepEqual([created.status, created.json], [403, UNAUTHORIZED]);
+  assert.equal(store.users.findByEmail('mallory@example.com'), undefined);
 });
 
 test('owners are exempt (break-glass), and each exempt action says so in the activity log', async (t) => {
