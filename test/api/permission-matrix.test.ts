@@ -526,7 +526,7 @@ test('regression: an administrator not admitted to PHI cannot mint its way in â€
 });
 
 test('regression: an administrator cannot create an owner who then adds itself to a classification (owners are minted by owners only)', async (t) => {
-  const { url, app } = await startApp(t, '', ATTACK_SEED.replace('roles: [owner] }\n`', 'roles: [developer] }\n`'));
+  const { url, app } = await startApp(t, '', ATTACK_SEED.replace('"#ffffff", roles: [owner] }', '"#ffffff", roles: [developer] }'));
   const store = app.services.store;
   // PHI admits ada only; admin-all holds every permission an administrator has.
   const asOwner = { name: 'Mallory', email: 'mallory@example.com', password: 'a long enough password', roles: ['owner'] };
