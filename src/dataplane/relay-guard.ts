@@ -12,7 +12,7 @@
  * encrypted like any other value.
  */
 import type { ProtectConfig } from '../config/schema.ts';
-import { TokenError, type FieldEncryptor, type TokenCodec } from '../crypto/token.ts';
+import { TokenError, type FieldEncryptor, type TokenCodec, type TokenHeader } from '../crypto/token.ts';
 import {
   DepthExceededError,
   InvalidFormError,
@@ -25,7 +25,8 @@ import {
   type SvcError,
   type ValidationErrors,
 } from '../errors.ts';
-import { detectFormat, detectRequestFormat, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { FormTransformer } from '../fields/form.ts';
+import { detectFormat, detectRequestFormat, FORM_FORMAT, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
 import { protectedKeyOf, protectedKeysMatcher } from '../fields/protected-keys.ts';
 import type { ChunkTransformer, FieldValue } from '../fields/value.ts';
@@ -65,7 +66,7 @@ export class RelayGuard {
       classificationId = id;
     }
     const verifiers = route === null || route === codec ? [codec] : [codec, route];
-    const handler = new GuardHandler(this.settings, codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec), verifiers, minted);
+    const handler = new GuardHandler(this.settings, codec.encryptor(classificationId), classificationId, new KeyInUse(services.store, configuration.id, codec), verifiers, minted);
     return new GuardPass(ctx, services, this.settings, this.matcher, handler, configuration);
   }
 }
@@ -76,15 +77,18 @@ export class GuardHandler implements CollectingHandler {
   count = 0;
   private readonly settings: ProtectConfig;
   private readonly encryptor: FieldEncryptor;
+  /** The classification the guard binds: a client's token is kept only if it carries it. */
+  private readonly classificationId: number;
   private readonly key: KeyInUse;
   private readonly verifiers: readonly TokenCodec[];
   private readonly minted: ReadonlySet<string> | null;
   private errors: ValidationErrors | null = null;
   private refusal: ValidationError | null = null;
 
-  constructor(settings: ProtectConfig, encryptor: FieldEncryptor, key: KeyInUse, verifiers: readonly TokenCodec[], minted: ReadonlySet<string> | null) {
+  constructor(settings: ProtectConfig, encryptor: FieldEncryptor, classificationId: number, key: KeyInUse, verifiers: readonly TokenCodec[], minted: ReadonlySet<string> | null) {
     this.settings = settings;
     this.encryptor = encryptor;
+    this.classificationId = classificationId;
     this.key = key;
     this.verifiers = verifiers;
     this.minted = minted;
@@ -105,10 +109,15 @@ export class GuardHandler implements CollectingHandler {
     return value.encodeToken(this.encryptor.encrypt(plaintext, value.kind));
   }
 
+  /**
+   * A token the client sent is kept when it opens and carries the guard's classification:
+   * a token of another field (a `dob` the application shows) or of a lesser classification
+   * placed under a protected key is encrypted again, never taken as the protected value.
+   */
   private opens(token: string): boolean {
     for (const codec of this.verifiers) {
       try {
-        codec.decrypt(token).plaintext.fill(0);
+        codec.decrypt(token, this.sameClassification).plaintext.fill(0);
         return true;
       } catch (err) {
         if (!(err instanceof TokenError)) throw err;
@@ -116,6 +125,10 @@ export class GuardHandler implements CollectingHandler {
     }
     return false;
   }
+
+  private readonly sameClassification = (header: TokenHeader): void => {
+    if (header.classificationId !== this.classificationId) throw new TokenError('authentication');
+  };
 
   private fail(value: FieldValue, message: string): null {
     this.errors = recordFailure(this.errors, value, message);
@@ -178,7 +191,8 @@ export class GuardPass implements ChunkTransformer {
     if (detected === 'unreadable') this.uninspectable('it is compressed or not UTF-8');
     this.inner = new SniffingTransformer(
       declared,
-      (format) => format.create(matcher, handler, services.limits.token),
+      // A form is read as every server might split it: at `;` too.
+      (format) => (format === FORM_FORMAT ? new FormTransformer(matcher, handler, services.limits.token, { semicolons: true }) : format.create(matcher, handler, services.limits.token)),
       (format, first) => {
         if (format === null) this.uninspectable('it is not JSON, NDJSON or a form');
         // A "form" that reads as JSON: the application may take it as either; the guard

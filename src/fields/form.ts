@@ -26,20 +26,29 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   private readonly matcher: FieldMatcher;
   private readonly handler: ValueHandler;
   private readonly limits: CaptureLimits;
+  private readonly semicolons: boolean;
   private mode = IN_NAME;
   private parts: Buffer[] = [];
   private held = 0;
   private name = '';
+  /** The current name began after a `;` inside another value (`semicolons`). */
+  private afterSemicolon = false;
 
   // FieldValue of the value being replaced: a form value is always a string.
   readonly kind = 's' as const;
   raw: Buffer = EMPTY;
   escaped = false;
 
-  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED) {
+  /**
+   * `semicolons`: also read a `;` inside a value as the start of another parameter, as some
+   * servers split forms (older Python and Go). A value found that way ends at the next `;`
+   * or `&`; one after a `&` still ends only at `&`, so none is ever cut short.
+   */
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false }: { semicolons?: boolean } = {}) {
     this.matcher = matcher;
     this.handler = handler;
     this.limits = limits;
+    this.semicolons = semicolons;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
@@ -48,22 +57,31 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
     while (start < n) {
       if (this.mode === IN_VALUE) {
         // A value nobody asked for streams through untouched, up to and with its `&`.
-        const amp = chunk.indexOf(AMP, start);
+        const amp = this.semicolons ? delimiterAt(chunk, start, true) : chunk.indexOf(AMP, start);
         const stop = amp === -1 ? n : amp + 1;
         out.push(chunk.subarray(start, stop));
-        if (amp !== -1) this.mode = IN_NAME;
+        if (amp !== -1) {
+          this.mode = IN_NAME;
+          this.afterSemicolon = chunk[amp] === SEMI;
+        }
         start = stop;
         continue;
       }
-      const stop = this.mode === IN_NAME ? nameEnd(chunk, start) : chunk.indexOf(AMP, start);
+      const stop =
+        this.mode === IN_NAME ? nameEnd(chunk, start, this.semicolons) : this.afterSemicolon ? delimiterAt(chunk, start, true) : chunk.indexOf(AMP, start);
       if (stop === -1) {
         this.hold(chunk.subarray(start, n));
         return;
       }
       this.finishPart(chunk.subarray(start, stop), out);
       const delimiter = chunk[stop]!;
-      out.push(delimiter === AMP ? AMP_BYTE : EQ_BYTE);
-      this.mode = this.mode === IN_NAME && delimiter === EQ ? (this.nameMatched() ? IN_MATCHED_VALUE : IN_VALUE) : IN_NAME;
+      out.push(delimiter === AMP ? AMP_BYTE : delimiter === EQ ? EQ_BYTE : SEMI_BYTE);
+      if (this.mode === IN_NAME && delimiter === EQ) {
+        this.mode = this.nameMatched() ? IN_MATCHED_VALUE : IN_VALUE;
+      } else {
+        this.mode = IN_NAME;
+        this.afterSemicolon = delimiter === SEMI;
+      }
       start = stop + 1;
     }
   }
@@ -144,6 +162,8 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
 const EMPTY = Buffer.alloc(0);
 const AMP_BYTE = Buffer.from('&');
 const EQ_BYTE = Buffer.from('=');
+const SEMI = 0x3b;
+const SEMI_BYTE = Buffer.from(';');
 
 /**
  * `card[number]` → card, number; `items[0][sku]` → items, 0, sku; `tags[]` → tags, ''.
@@ -164,11 +184,20 @@ export function nameSegments(name: string): string[] {
   return segments;
 }
 
-/** The index of the `=` or `&` that ends the name starting at `from`, or -1. */
-function nameEnd(chunk: Buffer, from: number): number {
+/** The index of the `=` or `&` (or `;`) that ends the name starting at `from`, or -1. */
+function nameEnd(chunk: Buffer, from: number, semicolons: boolean): number {
   for (let i = from; i < chunk.length; i++) {
     const c = chunk[i]!;
-    if (c === EQ || c === AMP) return i;
+    if (c === EQ || c === AMP || (semicolons && c === SEMI)) return i;
+  }
+  return -1;
+}
+
+/** The index of the next `&` (or `;`) from `from`, or -1. */
+function delimiterAt(chunk: Buffer, from: number, semicolons: boolean): number {
+  for (let i = from; i < chunk.length; i++) {
+    const c = chunk[i]!;
+    if (c === AMP || (semicolons && c === SEMI)) return i;
   }
   return -1;
 }

@@ -22,7 +22,14 @@ export function foldKey(key: string): string {
     .normalize('NFKC');
 }
 
-const SEPARATORS = /[.[\]]/;
+/** Where a key may be cut into parts a binder reads on their own (`patient.ssn`, `a;ssn`, `ssn\0x`). */
+const SEPARATORS = /[.[\];\0]/;
+
+/**
+ * Characters around a name that some binders drop: spaces (PHP trims leading ones),
+ * `!` and `_` (Spring's default and marker fields, `!ssn`, `_ssn`).
+ */
+const DROPPED = /^[\s!_]+|\s+$/g;
 
 /** A matcher whose terminal states are the values of `keys`, at any depth. */
 export function protectedKeysMatcher(keys: readonly string[]): FieldMatcher {
@@ -32,13 +39,22 @@ export function protectedKeysMatcher(keys: readonly string[]): FieldMatcher {
 /** The configured key a body's key stands for, or undefined. */
 export function protectedKeyOf(keys: readonly string[], key: string): string | undefined {
   const folded = new Map(keys.map((k) => [foldKey(k), k]));
-  const whole = folded.get(foldKey(key));
-  if (whole !== undefined || !SEPARATORS.test(key)) return whole;
-  for (const part of key.split(SEPARATORS)) {
-    const found = folded.get(foldKey(part));
+  for (const candidate of readings(key)) {
+    const found = folded.get(candidate);
     if (found !== undefined) return found;
   }
   return undefined;
+}
+
+/** Every folded reading of a key: whole, and each part, each also without what binders drop. */
+function readings(key: string): string[] {
+  const out: string[] = [];
+  for (const part of SEPARATORS.test(key) ? [key, ...key.split(SEPARATORS)] : [key]) {
+    out.push(foldKey(part));
+    const bare = part.replace(DROPPED, '');
+    if (bare !== part && bare !== '') out.push(foldKey(bare));
+  }
+  return out;
 }
 
 /** A matched value: taken whole, never descended into. */
@@ -88,13 +104,11 @@ class Anywhere implements PathState {
 
   nextBytes(buf: Buffer, start: number, end: number): PathState {
     // Plain ASCII without separators folds to its lower case: compare bytes, no string.
-    let plain = true;
-    for (let i = start; i < end; i++) {
+    // (and nothing a binder drops at either end, nothing it cuts at).
+    let plain = end > start && !DROPPED_ASCII.has(buf[start]!) && !DROPPED_ASCII.has(buf[end - 1]!);
+    for (let i = start; plain && i < end; i++) {
       const c = buf[i]!;
-      if (c >= 0x80 || c === 0x2e || c === 0x5b || c === 0x5d) {
-        plain = false;
-        break;
-      }
+      if (c >= 0x80 || c === 0x2e || c === 0x5b || c === 0x5d || c === 0x3b || c < 0x20) plain = false;
     }
     if (!plain) return this.next(buf.toString('utf8', start, end));
     const length = end - start;
@@ -109,12 +123,13 @@ class Anywhere implements PathState {
   }
 
   private matches(key: string): boolean {
-    if (this.folded.has(foldKey(key))) return true;
-    if (!SEPARATORS.test(key)) return false;
-    for (const part of key.split(SEPARATORS)) if (part !== '' && this.folded.has(foldKey(part))) return true;
+    for (const candidate of readings(key)) if (candidate !== '' && this.folded.has(candidate)) return true;
     return false;
   }
 }
+
+/** Space, `!`, `_`, tab: a plain key that starts or ends with one is read the slow way. */
+const DROPPED_ASCII = new Set([0x20, 0x21, 0x5f, 0x09]);
 
 /** `lower` (already lower case) equals `buf[start..]` up to ASCII case. */
 function sameIgnoringAsciiCase(lower: Buffer, buf: Buffer, start: number): boolean {

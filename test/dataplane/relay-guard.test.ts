@@ -111,6 +111,14 @@ test('a string shaped like a token that does not open is plaintext, and is encry
   assert.match(got.ssn, TOKEN);
   assert.notEqual(got.dob, forged, "another configuration's token is not ours to vouch for");
   assert.ok(!received(svc.app.seen).includes(SSN));
+  // A token of the guard's configuration but not its classification (phi) is another
+  // field's value placed under a protected key: encrypted again, not vouched for.
+  const unclassified = (await call(svc.url, '/proxy/payments', { body: `{"v":"1990-01-01"}`, headers: { 'x-svc-fields': 'v' } })).json.v as string;
+  await send(svc.relay, '/p', JSON.stringify({ ssn: unclassified }), 'application/json');
+  const wrapped = JSON.parse(received(svc.app.seen)).ssn as string;
+  assert.notEqual(wrapped, unclassified);
+  const opened = await call(svc.url, '/proxy/payments', { body: JSON.stringify({ ssn: wrapped }), headers: { 'x-svc-mode': 'decrypt', 'x-svc-classification': 'phi' } });
+  assert.equal(opened.json.ssn, unclassified, 'the guard wrapped it, under phi');
 });
 
 test('JSON is recognised by content type or by its first byte: other types, no type and lists of types are inspected', async (t) => {
@@ -307,4 +315,18 @@ test('regression: an unmatched target a router reads as a route\'s path is refus
   const json = await send(svc.relay, '/patients.json', '{"contacts":[{"phone":"555-0100"}]}', 'application/json');
   assert.equal(json.status, 200);
   assert.match(JSON.parse(received(svc.app.seen)).contacts[0].phone, TOKEN);
+});
+
+test('regression: names binders read as the protected key — leading spaces, ! and _, a NUL cut, a ; separator — are protected', async (t) => {
+  const svc = await start(t);
+  const forms = [`%20ssn=${SSN}`, `+ssn=${SSN}`, `ssn%00x=${SSN}`, `!ssn=${SSN}`, `_ssn=${SSN}`, `a=1;ssn=${SSN}`, `a=1;b=2;ssn=${SSN}&c=3`, `x=${SSN.replaceAll('-', ';')}&ssn=12;3`];
+  for (const form of forms) {
+    assert.equal((await send(svc.relay, '/p', form, 'application/x-www-form-urlencoded')).status, 200, form);
+    const sent = received(svc.app.seen);
+    assert.ok(!sent.includes(SSN), `${form} → ${sent}`);
+    if (form.endsWith('ssn=12;3')) assert.ok(!/ssn=12/.test(sent) && !/;3(&|$)/.test(sent), `a value after & is encrypted whole: ${sent}`);
+  }
+  const json = JSON.stringify({ ' ssn': SSN, a: { _ssn: SSN, '!ssn': SSN, 'ssn\u0000x': SSN, 'a;ssn': SSN } });
+  assert.equal((await send(svc.relay, '/p', json, 'application/json')).status, 200);
+  assert.ok(!received(svc.app.seen).includes(SSN), received(svc.app.seen));
 });
