@@ -4,7 +4,7 @@
  * the request fails with all of them at once.
  */
 import { BadRequestError, ValidationError, type ValidationErrors } from '../errors.ts';
-import { hasUnsafeText, normalizeEmail, unsafeTextMessage } from '../store/identity-text.ts';
+import { hasInvisibleText, hasUnsafeText, normalizeEmail, unsafeTextMessage } from '../store/identity-text.ts';
 
 /** Laravel shows `bg_color` as "bg color"; nested keys such as `users.0` stay as they are. */
 export function attributeName(field: string): string {
@@ -99,7 +99,7 @@ export class Validator {
     if (typeof value !== 'string') return undefined;
     // The document's pattern holds for what was sent, and for the form it is stored in.
     const email = normalizeEmail(value);
-    if (!EMAIL_PATTERN.test(value) || !EMAIL_PATTERN.test(email) || [...email].length > 255) {
+    if (!EMAIL_PATTERN.test(value) || hasInvisibleText(value) || !EMAIL_PATTERN.test(email) || [...email].length > 255) {
       this.fail(field, `The ${attributeName(field)} field must be a valid email address.`);
       return undefined;
     }

@@ -4,6 +4,7 @@
  * everything, so the store (repositories, migrations, seed), auth and the API apply one
  * definition.
  */
+import { domainToASCII } from 'node:url';
 
 /**
  * The form an email is stored and compared in: Unicode NFKC, then case folded, then NFKC
@@ -15,7 +16,25 @@
  * and final `ς` compare equal, as under Unicode's full case folding.
  */
 export function normalizeEmail(email: string): string {
-  return email.normalize('NFKC').toLowerCase().toUpperCase().toLowerCase().normalize('NFKC');
+  const folded = email.normalize('NFKC').toLowerCase().toUpperCase().toLowerCase().normalize('NFKC');
+  // The domain as DNS reads it (UTS #46): `ｅxample。com`, `bücher.example` and
+  // `xn--bcher-kva.example` name one domain each, and a trailing dot names the same one.
+  const at = folded.lastIndexOf('@');
+  if (at === -1) return folded;
+  const domain = folded.slice(at + 1).replace(/\.+$/, '');
+  const ascii = domain === '' ? '' : domainToASCII(domain);
+  return `${folded.slice(0, at + 1)}${ascii === '' ? domain : ascii}`;
+}
+
+/**
+ * Characters that show as nothing (format and default-ignorable characters: zero-width
+ * spaces and joiners, soft hyphens, …): `ad\u200Bam@example.com` looks like
+ * `adam@example.com` and is another address to nobody but us, so an email may not hold one.
+ */
+const INVISIBLE = /[\p{Cf}\p{Default_Ignorable_Code_Point}]/u;
+
+export function hasInvisibleText(value: string): boolean {
+  return INVISIBLE.test(value);
 }
 
 /**

@@ -137,3 +137,20 @@ test('regression: a deleted user\'s id is never given again; its access token ac
   const res = await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: asTemp });
   assert.deepEqual([res.status, res.json], [401, { message: 'Unauthorized.' }]);
 });
+
+test('regression: invisible characters, a trailing dot and other spellings of a domain are no second identity', async (t) => {
+  const { url } = await startApp(t);
+  assert.equal((await call(url, USERS, { body: json({ name: 'Adam', email: 'adam@bücher.example', password: PASSWORD }) })).status, 201);
+  // Invisible characters, and a domain whose dots are not ASCII ones: not an email here.
+  const invalid = ['ad\u200Bam@bücher.example', 'adam\u00AD@bücher.example', 'a\u2060dam@bücher.example', 'adam@bü\u200Dcher.example', 'adam@bücher。example'];
+  for (const email of invalid) {
+    const res = await call(url, USERS, { body: json({ name: 'Twin', email, password: PASSWORD }) });
+    assert.equal(res.status, 422, JSON.stringify(email));
+    assert.deepEqual(res.json.errors, { email: ['The email field must be a valid email address.'] });
+  }
+  for (const email of ['adam@bücher.example.', 'adam@xn--bcher-kva.example', 'adam@BÜCHER.example', 'adam@bücher.ｅxample']) {
+    const res = await call(url, USERS, { body: json({ name: 'Twin', email, password: PASSWORD }) });
+    assert.equal(res.status, 422, email);
+    assert.deepEqual(res.json.errors, { email: ['The email has already been taken.'] }, email);
+  }
+});
