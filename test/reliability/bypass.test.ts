@@ -221,3 +221,24 @@ test('regression: an escaped slash does not dodge a relay route (/patients/7%2F,
     assert.equal(svc.upstream.at(-1)!.url, target, 'the application gets the target as sent');
   }
 });
+test('regression: a near miss of an x-svc- header outside the prefix (x_svc_fields, xsvc-fields, svc-fields) is a 400, not a fallback to the configuration\'s fields', async (t) => {
+  const svc = await start(t);
+  const body = '{"ssn":"123-45-6789","card":{"number":"4111"}}';
+  for (const [name, message] of [
+    ['x_svc_fields', 'Unknown header x_svc_fields. Did you mean x-svc-fields?'],
+    ['x-svc_fields', 'Unknown header x-svc_fields. Did you mean x-svc-fields?'],
+    ['xsvc-fields', 'Unknown header xsvc-fields. Did you mean x-svc-fields?'],
+    ['x-svcfields', 'Unknown header x-svcfields. Did you mean x-svc-fields?'],
+    ['svc-fields', 'Unknown header svc-fields. Did you mean x-svc-fields?'],
+    ['x_svc_classification', 'Unknown header x_svc_classification. Did you mean x-svc-classification?'],
+  ] as const) {
+    for (const path of ['/proxy/vault', '/api/v3/encryption/vault/encrypt']) {
+      const res = await call(svc.running.url, path, { body, headers: { [name]: 'ssn' } });
+      assert.equal(res.status, 400, `${path} ${name}: ${res.text}`);
+      assert.deepEqual(res.json, { message }, `${path} ${name}`);
+    }
+  }
+  // Headers of the application's own are not near misses.
+  const fine = await call(svc.running.url, '/api/v3/encryption/vault/encrypt', { body, headers: { 'x-svc-fields': 'ssn', 'x-request-id': 'r1', 'x-fields': 'a', 'x-svc-mode': 'encrypt' } });
+  assert.equal(fine.status, 200, fine.text);
+});
