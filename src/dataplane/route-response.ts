@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ClientGoneError, UpstreamResponseError } from '../errors.ts';
-import { detectFormat, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { detectFormat, isIdentity, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import { FieldMatcher, splitPath } from '../fields/paths.ts';
 import { joinPieces } from '../fields/transformer.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -81,7 +81,13 @@ function respondTransformed(
   return respondWith(ctx, services, configuration, response, method, spec.mode, (declared) => routeBodyTransform(services, configuration, spec, declared));
 }
 
-/** Relays an answer through `build`'s transform when it is in a format we read; as it is otherwise. */
+/**
+ * Relays an answer through `build`'s transform when it is in a format we read; as it is
+ * otherwise. An answer to encrypt that names no format is still read for JSON by its first
+ * byte (as the relay guard reads requests): a vendor that echoes JSON as `text/plain`, or
+ * with no type at all, must not hand the plaintext back. Answers to decrypt are not
+ * sniffed: decrypting what the answer does not declare would reveal more, not less.
+ */
 async function respondWith(
   ctx: RequestContext,
   services: Services,
@@ -89,18 +95,18 @@ async function respondWith(
   response: Dispatcher.ResponseData,
   method: string,
   mode: Mode,
-  build: (declared: BodyFormat) => BodyTransform,
+  build: (declared: BodyFormat | null) => BodyTransform,
 ): Promise<void> {
   const bodiless = method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304 || response.headers['content-length'] === '0';
   const format = detectFormat(response.headers['content-type'], response.headers['content-encoding']);
-  if (bodiless || format === 'other') return relay(ctx, response, method);
-  if (format === 'unreadable') {
+  if (bodiless || (format === 'other' && mode === 'decrypt')) return relay(ctx, response, method);
+  if (format === 'unreadable' || (format === 'other' && !isIdentity(response.headers['content-encoding']))) {
     discard(response.body);
     throw new UpstreamResponseError(new Error(`the upstream answered ${String(response.headers['content-type'])} that cannot be transformed`));
   }
   let transform: BodyTransform;
   try {
-    transform = build(format);
+    transform = build(format === 'other' ? null : format);
   } catch (err) {
     discard(response.body);
     throw err;

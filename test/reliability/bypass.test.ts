@@ -242,3 +242,22 @@ test('regression: a near miss of an x-svc- header outside the prefix (x_svc_fiel
   const fine = await call(svc.running.url, '/api/v3/encryption/vault/encrypt', { body, headers: { 'x-svc-fields': 'ssn', 'x-request-id': 'r1', 'x-fields': 'a', 'x-svc-mode': 'encrypt' } });
   assert.equal(fine.status, 200, fine.text);
 });
+test('regression: an egress answer that echoes JSON without declaring it (text/plain, no type) is re-encrypted; compressed it is withheld', async (t) => {
+  const svc = await start(t);
+  const body = JSON.stringify({ card: { number: svc.fixtures.cardToken } });
+  for (const headers of [{ 'content-type': 'text/plain' }, {}, { 'content-type': 'text/json' }, { 'content-type': 'application/octet-stream' }] as Array<Record<string, string>>) {
+    svc.vendor.answer.current = (echoed) => ({ headers, body: [echoed] });
+    const res = await fetch(`${svc.running.url}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const text = await res.text();
+    assert.equal(res.status, 200, JSON.stringify(headers));
+    assert.ok(svc.vendor.received.at(-1)!.body.toString().includes('4111 1111 1111 1111'), 'the vendor got the plaintext');
+    assert.match((JSON.parse(text) as { card: { number: string } }).card.number, TOKEN, JSON.stringify(headers));
+  }
+  svc.vendor.answer.current = (echoed) => ({ headers: { 'content-type': 'text/plain', 'content-encoding': 'gzip' }, body: [gzipSync(echoed)] });
+  const gz = await fetch(`${svc.running.url}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  assert.equal(gz.status, 502);
+  // An answer that is not JSON still passes as it is.
+  svc.vendor.answer.current = () => ({ headers: { 'content-type': 'text/plain' }, body: [Buffer.from('accepted')] });
+  const plain = await fetch(`${svc.running.url}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  assert.equal(await plain.text(), 'accepted');
+});
