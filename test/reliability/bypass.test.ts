@@ -261,3 +261,22 @@ test('regression: an egress answer that echoes JSON without declaring it (text/p
   const plain = await fetch(`${svc.running.url}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
   assert.equal(await plain.text(), 'accepted');
 });
+test('regression: the relay guard matches keys as PHP reads form names (card.number and card number are card_number, " ssn" is ssn), in forms and JSON', async (t) => {
+  const svc = await start(t);
+  const send = async (body: string, type: string) => {
+    const answer = await exchange(svc.relayPort, { target: '/p', headers: [['content-type', type]], body });
+    assert.equal(answer.status, 200, body);
+    return svc.upstream.at(-1)!.body.toString();
+  };
+  const form = 'application/x-www-form-urlencoded';
+  // PHP reads these names as card_number and ssn.
+  for (const name of ['card.number', 'card+number', 'card[number', '+ssn', '%20ssn', 'CARD-NUMBER']) {
+    const got = await send(`${name}=secret-value&a=1`, form);
+    assert.match(got, /^[^=]+=svc:1:[^&]+&a=1$/, `${name}: ${got}`);
+  }
+  for (const key of [' ssn', 'ssn ', 'card-number', 'cardNumber', 'Card Number']) {
+    const got = JSON.parse(await send(JSON.stringify({ [key]: 'secret-value' }), 'application/json')) as Record<string, string>;
+    assert.match(got[key]!, TOKEN, key);
+  }
+  assert.equal(await send('{"card":{"number":"4111"},"ss":"n","s_s_n_x":1}', 'application/json'), '{"card":{"number":"4111"},"ss":"n","s_s_n_x":1}', 'nothing protected: unchanged');
+});
