@@ -25,7 +25,8 @@ import {
   type SvcError,
   type ValidationErrors,
 } from '../errors.ts';
-import { detectFormat, isIdentity, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { FormTransformer } from '../fields/form.ts';
+import { detectFormat, FORM_FORMAT, isIdentity, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
 import { protectedKeyOf, protectedKeysMatcher } from '../fields/protected-keys.ts';
 import type { ChunkTransformer, FieldValue } from '../fields/value.ts';
@@ -175,7 +176,8 @@ export class GuardPass implements ChunkTransformer {
     }
     this.inner = new SniffingTransformer(
       declared,
-      (format) => format.create(matcher, handler, services.limits.token),
+      // A form is read as the laxest decoder would read it: a raw `;` ends a pair too.
+      (format) => (format === FORM_FORMAT ? new FormTransformer(matcher, handler, services.limits.token, { semicolons: true }) : format.create(matcher, handler, services.limits.token)),
       (format) => {
         if (format === null) this.uninspectable('it is not JSON, NDJSON or a form');
       },

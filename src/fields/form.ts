@@ -17,6 +17,17 @@ import { hasTokenShape, UNLIMITED, type CaptureLimits, type ChunkTransformer, ty
 
 const AMP = 0x26;
 const EQ = 0x3d;
+const SEMICOLON = 0x3b;
+
+export interface FormReading {
+  /**
+   * Also read a raw `;` as the end of a pair, as some decoders do (Python's before 3.9.2,
+   * old Rack): `x=1;ssn=…` then names `ssn`. A matched value still runs to the next `&`, so
+   * it is replaced whole for decoders that do not split there. Form encoders always
+   * escape `;`, so only a hand-made body has a raw one. For the relay guard.
+   */
+  readonly semicolons?: boolean;
+}
 
 const IN_NAME = 0;
 const IN_VALUE = 1;
@@ -36,10 +47,14 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   raw: Buffer = EMPTY;
   escaped = false;
 
-  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED) {
+  /** The byte that also ends a name or an unmatched value (`&` when none). */
+  private readonly semicolon: number;
+
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, reading: FormReading = {}) {
     this.matcher = matcher;
     this.handler = handler;
     this.limits = limits;
+    this.semicolon = reading.semicolons === true ? SEMICOLON : AMP;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
@@ -48,21 +63,21 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
     while (start < n) {
       if (this.mode === IN_VALUE) {
         // A value nobody asked for streams through untouched, up to and with its `&`.
-        const amp = chunk.indexOf(AMP, start);
+        const amp = pairEnd(chunk, start, this.semicolon);
         const stop = amp === -1 ? n : amp + 1;
         out.push(chunk.subarray(start, stop));
         if (amp !== -1) this.mode = IN_NAME;
         start = stop;
         continue;
       }
-      const stop = this.mode === IN_NAME ? nameEnd(chunk, start) : chunk.indexOf(AMP, start);
+      const stop = this.mode === IN_NAME ? nameEnd(chunk, start, this.semicolon) : chunk.indexOf(AMP, start);
       if (stop === -1) {
         this.hold(chunk.subarray(start, n));
         return;
       }
       this.finishPart(chunk.subarray(start, stop), out);
       const delimiter = chunk[stop]!;
-      out.push(delimiter === AMP ? AMP_BYTE : EQ_BYTE);
+      out.push(chunk.subarray(stop, stop + 1));
       this.mode = this.mode === IN_NAME && delimiter === EQ ? (this.nameMatched() ? IN_MATCHED_VALUE : IN_VALUE) : IN_NAME;
       start = stop + 1;
     }
@@ -142,8 +157,6 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
 }
 
 const EMPTY = Buffer.alloc(0);
-const AMP_BYTE = Buffer.from('&');
-const EQ_BYTE = Buffer.from('=');
 
 /**
  * `card[number]` → card, number; `items[0][sku]` → items, 0, sku; `tags[]` → tags, ''.
@@ -164,13 +177,21 @@ export function nameSegments(name: string): string[] {
   return segments;
 }
 
-/** The index of the `=` or `&` that ends the name starting at `from`, or -1. */
-function nameEnd(chunk: Buffer, from: number): number {
+/** The index of the `=` or `&` (or `also`) that ends the name starting at `from`, or -1. */
+function nameEnd(chunk: Buffer, from: number, also: number): number {
   for (let i = from; i < chunk.length; i++) {
     const c = chunk[i]!;
-    if (c === EQ || c === AMP) return i;
+    if (c === EQ || c === AMP || c === also) return i;
   }
   return -1;
+}
+
+/** The index of the `&` (or `also`) that ends the value starting at `from`, or -1. */
+function pairEnd(chunk: Buffer, from: number, also: number): number {
+  const amp = chunk.indexOf(AMP, from);
+  if (also === AMP) return amp;
+  const other = chunk.indexOf(also, from);
+  return other === -1 || (amp !== -1 && amp < other) ? amp : other;
 }
 
 function hexValue(c: number): number {

@@ -280,3 +280,18 @@ test('regression: the relay guard matches keys as PHP reads form names (card.num
   }
   assert.equal(await send('{"card":{"number":"4111"},"ss":"n","s_s_n_x":1}', 'application/json'), '{"card":{"number":"4111"},"ss":"n","s_s_n_x":1}', 'nothing protected: unchanged');
 });
+test('regression: the relay guard reads a raw ";" in a form as lax decoders do, as the end of a pair', async (t) => {
+  const svc = await start(t);
+  const send = async (body: string) => {
+    const answer = await exchange(svc.relayPort, { target: '/p', headers: [['content-type', 'application/x-www-form-urlencoded']], body });
+    assert.equal(answer.status, 200, body);
+    return svc.upstream.at(-1)!.body.toString();
+  };
+  // Python's parse_qs before 3.9.2 and old Rack read ssn here; a protected value still runs to the next "&".
+  assert.match(await send('x=1;ssn=secret-value'), /^x=1;ssn=svc:1:[^&;]+$/);
+  assert.match(await send('a;ssn=secret-value'), /^a;ssn=svc:1:[^&;]+$/);
+  assert.match(await send('ssn=secret;value&a=1'), /^ssn=svc:1:[^&;]+&a=1$/);
+  assert.match(await send('ssn=1;dob=secret-value&a=1'), /^ssn=svc:1:[^&;]+&a=1$/);
+  // Nothing protected: the body goes on byte for byte.
+  assert.equal(await send('note=a;b&c=d;e'), 'note=a;b&c=d;e');
+});
