@@ -32,6 +32,8 @@ export interface Fixtures {
   readonly guardToken: string;
   /** A token of another configuration, of `123-45-6789`. */
   readonly foreignToken: string;
+  /** A token of the relay routes' configuration (records). */
+  readonly routeToken: string;
   /** Tokens of the egress configuration, of CARD and CARD2. */
   readonly cardToken: string;
   readonly cardToken2: string;
@@ -220,6 +222,16 @@ export function relayRows(f: Fixtures): Row[] {
     ['CARD_NUMBER', '"CARD_NUMBER"'],
     ['fullwidth low line card\uff3fnumber', '"card\uff3fnumber"'],
     ['fullwidth ｃａｒｄ＿ｎｕｍｂｅｒ', '"ｃａｒｄ＿ｎｕｍｂｅｒ"'],
+    ['a trailing space "ssn "', '"ssn "'],
+    ['a leading space " SSN"', '" SSN"'],
+    ['a trailing no-break space', '"ssn\u00a0"'],
+    ['a trailing tab escape', '"ssn\\t"'],
+    ['card-number', '"card-number"'],
+    ['card number', '"card number"'],
+    ['cardNumber', '"cardNumber"'],
+    ['CardNumber', '"CardNumber"'],
+    ['card__number', '"card__number"'],
+    ['escaped card\u005fnumber', '"card\\u005fnumber"'],
   ] as const) {
     add(`key ${name}`, 'protected', withKey(key), 'application/json');
   }
@@ -288,6 +300,9 @@ export function relayRows(f: Fixtures): Row[] {
     '/patients%2F7',
     '/patients/7%2F',
     '/patients/%2F7',
+    '/patients/a%2Fb',
+    '/patients/7%2Fedit',
+    '/PATIENTS%2F7',
     '/patients/7?x=1',
     '/patients/7?',
     '/patients/7?ssn=1#',
@@ -413,6 +428,8 @@ export function relayRows(f: Fixtures): Row[] {
   add('a real token with the plaintext after it', 'protected', j({ ssn: `${f.guardToken}${SSN}` }), 'application/json');
   add('a real token written with an escape', 'protected', `{"ssn":"${f.guardToken.replace('$', '\\u0024')}"}`, 'application/json', { check: replaces(f.guardToken) });
   add('a real token in an array', 'protected', j({ ssn: [f.guardToken, SSN] }), 'application/json');
+  add("a token of a route's configuration, off the route", 'protected', j({ ssn: f.routeToken }), 'application/json', { check: replaces(f.routeToken) });
+  add("a token of the route's configuration, on the route", 'protected', j({ notes: NOTE, ssn: f.routeToken }), 'application/json', { target: '/patients/7', secrets: [SSN, NOTE], check: keeps(f.routeToken) });
   return rows;
 }
 
@@ -451,6 +468,7 @@ function dataPlaneRows(f: Fixtures, base: Headers, target: string, forwards: boo
     add(`content type ${type === null ? '(none)' : JSON.stringify(type)}`, 'refused', body, type);
   }
   add('a form body', 'refused', `ssn=${SSN}`, 'application/x-www-form-urlencoded');
+  add('content type with spaces around it', 'protected', body, ' application/json ');
   add('JSON after whitespace', 'protected', `\r\n\t ${body}`, 'application/json');
   add('a UTF-8 BOM before {', 'refused', Buffer.concat([BOM, Buffer.from(body)]), 'application/json');
   add('UTF-16LE JSON', 'refused', utf16le(body, true), 'application/json');
@@ -543,6 +561,7 @@ export function proxyRows(f: Fixtures): Row[] {
   add('a double slash', 'refused', '//proxy/vault');
   add('an absolute-form target', 'refused', 'http://svc.test/proxy/vault');
   add('a destination the configuration does not allow', 'refused', '/proxy/vault', [['x-svc-authorization', KEYS.owner], ['x-svc-destination', 'http://127.0.0.1:1/in/x']]);
+  add('two destinations, the allowed one first', 'protected', '/proxy/vault', [['x-svc-authorization', KEYS.owner], ['x-svc-destination', f.vendorPath], ['x-svc-destination', 'http://127.0.0.1:1/in/x']]);
   add('a destination spelled with another case', 'protected', '/proxy/vault', [['x-svc-authorization', KEYS.owner], ['x-svc-destination', f.vendorPath.replace('http://', 'HTTP://')]]);
   return rows;
 }
@@ -602,7 +621,7 @@ export function egressRows(f: Fixtures): Row[] {
   add('echoed twice under the same key', 'protected', echo(json, () => Buffer.from(`{"card":{"number":"x","number":"${CARD}"}}`)), { check: answerTokens(2) });
   add('echoed as a number', 'protected', echo(json, () => Buffer.from(`{"card":{"number":${CARD.replaceAll(' ', '')}}}`)), { secrets: [...secrets, CARD.replaceAll(' ', '')] });
   add('echoed as NDJSON', 'protected', echo({ 'content-type': 'application/x-ndjson' }, (b) => Buffer.from(`${b}\n${b}\n`)), { check: answerTokens(2) });
-  add('echoed as NDJSON with no type', 'protected', echo({}, (b) => Buffer.from(`${b}\n${b}\n`)));
+  add('echoed as NDJSON with no type', 'withheld', echo({}, (b) => Buffer.from(`${b}\n${b}\n`)));
   add('echoed gzipped although asked for identity', 'withheld', echo({ ...json, 'content-encoding': 'gzip' }, (b) => gzipSync(b)));
   add('echoed gzipped as text/plain', 'withheld', echo({ 'content-type': 'text/plain', 'content-encoding': 'gzip' }, (b) => gzipSync(b)));
   add('echoed gzipped with no type', 'withheld', echo({ 'content-encoding': 'gzip' }, (b) => gzipSync(b)));

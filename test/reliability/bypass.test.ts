@@ -127,6 +127,7 @@ async function start(t: TestContext, uninspectable: 'refuse' | 'pass' = 'refuse'
   const fixtures: Fixtures = {
     guardToken: await encrypt('patients', 'a value encrypted on purpose', 'phi'),
     foreignToken: await encrypt('foreign', '123-45-6789'),
+    routeToken: await encrypt('records', 'a value encrypted by a route'),
     cardToken: await encrypt('payments', '4111 1111 1111 1111'),
     cardToken2: await encrypt('payments', '5500 0000 0000 0004'),
     vendorPath: `${vendor.url}/in/x`,
@@ -143,7 +144,7 @@ interface Surface {
   readonly vendorSeesPlaintext: boolean;
 }
 
-/** One row, checked. Returns the outcome seen, for the tally. */
+/** One row, sent and checked against its outcome. */
 async function expectRow(surface: Surface, row: Row, setVendor: (answer: VendorAnswer | null) => void): Promise<void> {
   const before = surface.sent?.length ?? 0;
   setVendor(row.vendor ?? null);
@@ -203,6 +204,52 @@ async function runTable(t: TestContext, surface: Surface, rows: readonly Row[], 
   }
 }
 
+test('relay under relay.protect: no protected key and no route field reaches the application in plaintext', async (t) => {
+  const svc = await start(t);
+  await runTable(t, { name: 'relay', port: svc.relayPort, sent: svc.upstream, vendorSeesPlaintext: false }, relayRows(svc.fixtures));
+});
+
+test('relay with uninspectable: pass: what the guard can read is still protected', async (t) => {
+  const svc = await start(t, 'pass');
+  await runTable(t, { name: 'relay (uninspectable: pass)', port: svc.relayPort, sent: svc.upstream, vendorSeesPlaintext: false }, passModeRows(svc.fixtures));
+});
+
+test('/proxy in encrypt mode, forwarding to a destination: the destination never gets a named field in plaintext', async (t) => {
+  const svc = await start(t);
+  await runTable(t, { name: '/proxy', port: svc.running.port, sent: svc.vendor.received, vendorSeesPlaintext: false }, proxyRows(svc.fixtures));
+});
+
+test('the encrypt API: its answer never holds a named field in plaintext', async (t) => {
+  const svc = await start(t);
+  await runTable(t, { name: 'encrypt API', port: svc.running.port, sent: null, vendorSeesPlaintext: false }, encryptRows(svc.fixtures));
+});
+
+test('egress routes that decrypt: a vendor that echoes never hands the plaintext back to the application', async (t) => {
+  const svc = await start(t);
+  await runTable(t, { name: 'egress', port: svc.running.port, sent: svc.vendor.received, vendorSeesPlaintext: true }, egressRows(svc.fixtures), (answer) => {
+    svc.vendor.answer.current = answer;
+  });
+});
+
+test('the plaintext finder sees a value in every spelling it searches, and not in a token', () => {
+  const secret = '123-45-6789';
+  const b64 = (text: string) => Buffer.from(text).toString('base64');
+  for (const [how, text] of [
+    ['raw', `x${secret}y`],
+    ['JSON \\u escapes', JSON.stringify({ v: secret }).replace(/-/g, '\\u002d')],
+    ['every character escaped', [...secret].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0').toUpperCase()}`).join('')],
+    ['percent-encoded', [...Buffer.from(secret)].map((b) => `%${b.toString(16)}`).join('')],
+    ['base64', b64(secret)],
+    ['base64 at offset 1', b64(`a${secret}`)],
+    ['base64url at offset 2', b64(`ab${secret}??`).replace(/\+/g, '-').replace(/\//g, '_')],
+    ['in a form with ;', `a=1;v=${encodeURIComponent(secret)}`],
+  ] as const) {
+    assert.deepEqual(plaintextsIn(Buffer.from(text), [secret]).length, 1, how);
+  }
+  assert.equal(plaintextsIn(gzipSync(`{"v":"${secret}"}`), [secret]).length, 1, 'gzip');
+  assert.deepEqual(plaintextsIn(Buffer.from('{"v":"svc:1:AXMAAJamGGSetSsctD4YDIEvpY7LEUndUBT4Bg:1TXiYOTUhqegD11f3mcVbeDgTNSNivqwRmgO:$"}'), [secret]), []);
+});
+
 // Regression tests: each near miss the corpus found, pinned on its own.
 
 test('regression: an escaped slash does not dodge a relay route (/patients/7%2F, /patients/%2F7, /patients/a%2Fb)', async (t) => {
@@ -221,6 +268,7 @@ test('regression: an escaped slash does not dodge a relay route (/patients/7%2F,
     assert.equal(svc.upstream.at(-1)!.url, target, 'the application gets the target as sent');
   }
 });
+
 test('regression: a near miss of an x-svc- header outside the prefix (x_svc_fields, xsvc-fields, svc-fields) is a 400, not a fallback to the configuration\'s fields', async (t) => {
   const svc = await start(t);
   const body = '{"ssn":"123-45-6789","card":{"number":"4111"}}';
@@ -242,6 +290,7 @@ test('regression: a near miss of an x-svc- header outside the prefix (x_svc_fiel
   const fine = await call(svc.running.url, '/api/v3/encryption/vault/encrypt', { body, headers: { 'x-svc-fields': 'ssn', 'x-request-id': 'r1', 'x-fields': 'a', 'x-svc-mode': 'encrypt' } });
   assert.equal(fine.status, 200, fine.text);
 });
+
 test('regression: an egress answer that echoes JSON without declaring it (text/plain, no type) is re-encrypted; compressed it is withheld', async (t) => {
   const svc = await start(t);
   const body = JSON.stringify({ card: { number: svc.fixtures.cardToken } });
@@ -261,6 +310,7 @@ test('regression: an egress answer that echoes JSON without declaring it (text/p
   const plain = await fetch(`${svc.running.url}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
   assert.equal(await plain.text(), 'accepted');
 });
+
 test('regression: the relay guard matches keys as PHP reads form names (card.number and card number are card_number, " ssn" is ssn), in forms and JSON', async (t) => {
   const svc = await start(t);
   const send = async (body: string, type: string) => {
@@ -280,6 +330,7 @@ test('regression: the relay guard matches keys as PHP reads form names (card.num
   }
   assert.equal(await send('{"card":{"number":"4111"},"ss":"n","s_s_n_x":1}', 'application/json'), '{"card":{"number":"4111"},"ss":"n","s_s_n_x":1}', 'nothing protected: unchanged');
 });
+
 test('regression: the relay guard reads a raw ";" in a form as lax decoders do, as the end of a pair', async (t) => {
   const svc = await start(t);
   const send = async (body: string) => {
@@ -295,3 +346,10 @@ test('regression: the relay guard reads a raw ";" in a form as lax decoders do, 
   // Nothing protected: the body goes on byte for byte.
   assert.equal(await send('note=a;b&c=d;e'), 'note=a;b&c=d;e');
 });
+
+test('corpus size', () => {
+  const total = Object.values(tally).reduce((n, c) => n + (c['rows'] ?? 0), 0);
+  console.log(`RELIABILITY ${JSON.stringify({ part: 'bypass-corpus', rows: total, surfaces: tally })}`);
+  assert.ok(total > 0);
+});
+
