@@ -10,6 +10,7 @@ import { Agent, errors as undiciErrors } from 'undici';
 import type { Dispatcher } from 'undici';
 import { AddressNotAllowedError, BadRequestError, ClientGoneError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
+import { isOwnHeader } from '../http/svc-headers.ts';
 import { publicOnlyLookup, type Resolver } from './address-policy.ts';
 import type { Destination } from './destination.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
@@ -194,7 +195,7 @@ function forwardedHeaders(incoming: IncomingHttpHeaders, destination: Destinatio
   // for-in rather than Object.entries: no pair array per header on every request.
   for (const name in incoming) {
     const value = incoming[name];
-    if (value === undefined || name.startsWith('x-svc-') || NOT_FORWARDED.has(name) || listed.has(name) || options.dropHeaders?.has(name) === true) continue;
+    if (value === undefined || isOwnHeader(name) || NOT_FORWARDED.has(name) || listed.has(name) || options.dropHeaders?.has(name) === true) continue;
     if (name === 'authorization' && options.keepAuthorization !== true && isBearer(value)) continue;
     if (!isSafeValue(value)) throw unforwardableHeaderError(name);
     out[name] = value;

@@ -22,6 +22,7 @@ import {
   RouteUnavailableError,
   UninspectableBodyError,
   ValidationError,
+  ValueTooLargeError,
   type SvcError,
   type ValidationErrors,
 } from '../errors.ts';
@@ -29,7 +30,7 @@ import { FormTransformer } from '../fields/form.ts';
 import { detectFormat, detectRequestFormat, FORM_FORMAT, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
 import { protectedKeyOf, protectedKeysMatcher } from '../fields/protected-keys.ts';
-import type { ChunkTransformer, FieldValue } from '../fields/value.ts';
+import type { CaptureLimits, ChunkTransformer, FieldValue } from '../fields/value.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
@@ -66,7 +67,7 @@ export class RelayGuard {
       classificationId = id;
     }
     const verifiers = route === null || route === codec ? [codec] : [codec, route];
-    const handler = new GuardHandler(this.settings, codec.encryptor(classificationId), classificationId, new KeyInUse(services.store, configuration.id, codec), verifiers, minted);
+    const handler = new GuardHandler(this.settings, codec.encryptor(classificationId), classificationId, new KeyInUse(services.store, configuration.id, codec), verifiers, minted, services.limits.plaintext);
     return new GuardPass(ctx, services, this.settings, this.matcher, handler, configuration);
   }
 }
@@ -85,7 +86,22 @@ export class GuardHandler implements CollectingHandler {
   private errors: ValidationErrors | null = null;
   private refusal: ValidationError | null = null;
 
-  constructor(settings: ProtectConfig, encryptor: FieldEncryptor, classificationId: number, key: KeyInUse, verifiers: readonly TokenCodec[], minted: ReadonlySet<string> | null) {
+  /**
+   * The guard holds a protected value as long as a token may be; one that is not a token
+   * of ours is plaintext, held to the limit of plaintext.
+   */
+  private readonly plaintextLimits: CaptureLimits;
+
+  constructor(
+    settings: ProtectConfig,
+    encryptor: FieldEncryptor,
+    classificationId: number,
+    key: KeyInUse,
+    verifiers: readonly TokenCodec[],
+    minted: ReadonlySet<string> | null,
+    plaintextLimits: CaptureLimits,
+  ) {
+    this.plaintextLimits = plaintextLimits;
     this.settings = settings;
     this.encryptor = encryptor;
     this.classificationId = classificationId;
@@ -102,6 +118,7 @@ export class GuardHandler implements CollectingHandler {
     if (value.kind === 'z') return null;
     const token = value.token();
     if (token !== null && (this.minted?.has(token) === true || this.opens(token))) return null;
+    if (value.raw.length > this.plaintextLimits.capture) throw new ValueTooLargeError(this.plaintextLimits.value);
     if (this.settings.on_plaintext === 'refuse') return this.fail(value, protectedFieldMessage(this.keyOf(value)));
     const plaintext = value.plaintext();
     if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');

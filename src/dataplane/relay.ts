@@ -17,6 +17,7 @@ import type { RelayConfig } from '../config/schema.ts';
 import { BadRequestError } from '../errors.ts';
 import { RequestContext } from '../http/context.ts';
 import { answerAndClose, Listener, type ListenerOptions } from '../http/listener.ts';
+import { isOwnHeader } from '../http/svc-headers.ts';
 import { sendError } from '../http/respond.ts';
 import type { Destination } from './destination.ts';
 import { hasBody } from '../http/body.ts';
@@ -72,8 +73,27 @@ export function compileGlob(pattern: string): RegExp {
  * resolved, no query. The root is the empty string. Null for a target that cannot be
  * read the same way by every router — `%3B`, control bytes, spaces, a stray `%` — or
  * that is no path at all (`*`): such a request is refused.
+ *
+ * An escaped `/` (`%2F`) is read here as a separator; `routingPaths` gives the other reading.
  */
 export function normalizePath(url: string): string | null {
+  return normalize(url, 'separator');
+}
+
+/**
+ * Every path a route is matched against. An escaped `/` is where routers part ways: those
+ * that decode first read `/patients/a%2Fb` as three segments, those that match the raw path
+ * (Express) as two, the second `a/b`. Both readings are tried, so that a route applies when
+ * either router would send the request to the route's handler.
+ */
+export function routingPaths(url: string): string[] | null {
+  const separated = normalize(url, 'separator');
+  if (separated === null) return null;
+  const kept = normalize(url, 'segment');
+  return kept === null || kept === separated ? [separated] : [separated, kept];
+}
+
+function normalize(url: string, slash: 'separator' | 'segment'): string | null {
   let path = url;
   if (!path.startsWith('/')) {
     // absolute-form (RFC 9112 §3.2.2): the application would route on its path.
@@ -97,9 +117,13 @@ export function normalizePath(url: string): string | null {
       }
       if (CONTROL.test(segment)) return null;
     }
-    if (segment === '' || segment === '.') continue;
-    if (segment === '..') out.pop();
-    else out.push(segment);
+    // A decoded `/` kept in its segment stays escaped, so a glob's `*` can match across it.
+    const parts = !segment.includes('/') ? [segment] : slash === 'separator' ? segment.split('/') : [segment.replaceAll('/', '%2F')];
+    for (const part of parts) {
+      if (part === '' || part === '.') continue;
+      if (part === '..') out.pop();
+      else out.push(part);
+    }
   }
   return out.length === 0 ? '' : `/${out.join('/')}`;
 }
@@ -109,20 +133,21 @@ const UNREADABLE_RAW = /[\x00-\x20\x7f]|%3b/i;
 const CONTROL = /[\x00-\x1f\x7f]/;
 
 /**
- * The first route for the method and path; failing that, for the path without a format
- * extension on its last segment, as frameworks that route `/patients.json` to `/patients`
- * read it (Rails, older Spring).
+ * The first route that matches the method and one of the paths, with the path it matched;
+ * failing that, the same for the paths without a format extension on their last segment,
+ * as frameworks that route `/patients.json` to `/patients` read them (Rails, older Spring).
  */
-export function findRoute(routes: readonly RelayRoute[], method: string, path: string): RelayRoute | null {
-  const found = firstMatch(routes, method, path);
+export function findRoute(routes: readonly RelayRoute[], method: string, paths: readonly string[]): { route: RelayRoute; path: string } | null {
+  const found = firstMatch(routes, method, paths);
   if (found !== null) return found;
-  const bare = /^(.*\/[^/]+)\.[A-Za-z0-9]+$/.exec(path)?.[1];
-  return bare === undefined ? null : firstMatch(routes, method, bare);
+  const bare = paths.flatMap((path) => /^(.*\/[^/]+)\.[A-Za-z0-9]+$/.exec(path)?.[1] ?? []);
+  return bare.length === 0 ? null : firstMatch(routes, method, bare);
 }
 
-function firstMatch(routes: readonly RelayRoute[], method: string, path: string): RelayRoute | null {
+function firstMatch(routes: readonly RelayRoute[], method: string, paths: readonly string[]): { route: RelayRoute; path: string } | null {
   for (const route of routes) {
-    if ((route.method === null || route.method === method) && route.path.test(path)) return route;
+    if (route.method !== null && route.method !== method) continue;
+    for (const path of paths) if (route.path.test(path)) return { route, path };
   }
   return null;
 }
@@ -189,15 +214,15 @@ export class RelayServer {
 
   private onRequest(ctx: RequestContext): Promise<void> | void {
     const method = ctx.req.method ?? 'GET';
-    const path = normalizePath(ctx.req.url ?? '/');
-    if (path === null) {
+    const paths = routingPaths(ctx.req.url ?? '/');
+    if (paths === null) {
       ctx.route = 'relay:refused';
       ctx.closeConnection = true;
       throw new BadRequestError(UNMATCHABLE_TARGET);
     }
     stripOwnHeaders(ctx);
-    const route = findRoute(this.routes, method, path);
-    if (route === null) {
+    const found = findRoute(this.routes, method, paths);
+    if (found === null) {
       ctx.route = 'relay:passthrough';
       this.services.metrics.countPassthrough();
       // A target that no route matched only as spelled (`/patients#x`, `/patients/%2e%2e/x`)
@@ -211,8 +236,8 @@ export class RelayServer {
       this.passThrough(ctx);
       return;
     }
-    ctx.route = route.label;
-    return this.relayRoute(ctx, route, path);
+    ctx.route = found.route.label;
+    return this.relayRoute(ctx, found.route, found.path);
   }
 
   private async relayRoute(ctx: RequestContext, route: RelayRoute, path: string): Promise<void> {
@@ -289,7 +314,7 @@ function stripOwnHeaders(ctx: RequestContext): void {
 }
 
 function stripOwn(headers: IncomingMessage['headers']): void {
-  for (const name of Object.keys(headers)) if (name.startsWith('x-svc-')) delete headers[name];
+  for (const name of Object.keys(headers)) if (isOwnHeader(name)) delete headers[name];
 }
 
 /**

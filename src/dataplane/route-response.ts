@@ -82,7 +82,13 @@ function respondTransformed(
   return respondWith(ctx, services, configuration, response, method, spec.mode, (declared) => routeBodyTransform(services, configuration, spec, declared));
 }
 
-/** Relays an answer through `build`'s transform when it is in a format we read; as it is otherwise. */
+/**
+ * Relays an answer through `build`'s transform when it is in a format we read; as it is
+ * otherwise. An answer to encrypt that names no format is still read for JSON by its first
+ * byte (as the relay guard reads requests): a vendor that echoes JSON as `text/plain`, or
+ * with no type at all, must not hand the plaintext back. Answers to decrypt are not
+ * sniffed: decrypting what the answer does not declare would reveal more, not less.
+ */
 async function respondWith(
   ctx: RequestContext,
   services: Services,
@@ -94,10 +100,12 @@ async function respondWith(
   sniffOther = false,
 ): Promise<void> {
   const bodiless = method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304 || response.headers['content-length'] === '0';
-  const format = sniffOther
+  // Answers to encrypt are read as JSON by their first byte too: encrypting more only protects.
+  const sniff = sniffOther || mode === 'encrypt';
+  const format = sniff
     ? detectRequestFormat(response.headers['content-type'], response.headers['content-encoding'])
     : detectFormat(response.headers['content-type'], response.headers['content-encoding']);
-  if (bodiless || (format === 'other' && !sniffOther)) return relay(ctx, response, method);
+  if (bodiless || (format === 'other' && !sniff)) return relay(ctx, response, method);
   if (format === 'unreadable') {
     discard(response.body);
     throw new UpstreamResponseError(new Error(`the upstream answered ${String(response.headers['content-type'])} that cannot be transformed`));

@@ -6,6 +6,12 @@
  *
  * A key also matches when one of its parts does: `patient.ssn` and `patient[ssn]` as a
  * single key name `ssn`, as dotted and bracketed binders read them.
+ *
+ * Spaces, `.`, `_`, `-`, `!`, `[` and `]` are not compared at all: PHP hands a form's
+ * `card.number`, `card number` and `card[number` to the application as `card_number`, and
+ * drops leading spaces (` ssn` is `ssn`); Spring binds `!ssn` and `_ssn` as defaults and
+ * markers of `ssn`. So a protected `card_number` must match them all. A key is also cut at
+ * `;` and NUL, where some servers end a name (`a;ssn`, `ssn\0x`).
  */
 import { FieldMatcher, type PathState } from './paths.ts';
 
@@ -22,14 +28,19 @@ export function foldKey(key: string): string {
     .normalize('NFKC');
 }
 
-/** Where a key may be cut into parts a binder reads on their own (`patient.ssn`, `a;ssn`, `ssn\0x`). */
 const SEPARATORS = /[.[\];\0]/;
+/** What a key is compared without (see the top of the file). */
+const IGNORED = /[\s._\-![\]]/gu;
 
 /**
- * Characters around a name that some binders drop: spaces (PHP trims leading ones),
- * `!` and `_` (Spring's default and marker fields, `!ssn`, `_ssn`).
+ * A key as it is compared: folded, without the characters binders treat as interchangeable
+ * (unless that leaves nothing: a key `_` is compared as it is).
  */
-const DROPPED = /^[\s!_]+|\s+$/g;
+export function compareKey(key: string): string {
+  const folded = foldKey(key);
+  const kept = folded.replace(IGNORED, '');
+  return kept === '' ? folded : kept;
+}
 
 /** A matcher whose terminal states are the values of `keys`, at any depth. */
 export function protectedKeysMatcher(keys: readonly string[]): FieldMatcher {
@@ -38,23 +49,14 @@ export function protectedKeysMatcher(keys: readonly string[]): FieldMatcher {
 
 /** The configured key a body's key stands for, or undefined. */
 export function protectedKeyOf(keys: readonly string[], key: string): string | undefined {
-  const folded = new Map(keys.map((k) => [foldKey(k), k]));
-  for (const candidate of readings(key)) {
-    const found = folded.get(candidate);
+  const compared = new Map(keys.map((k) => [compareKey(k), k]));
+  const whole = compared.get(compareKey(key));
+  if (whole !== undefined || !SEPARATORS.test(key)) return whole;
+  for (const part of key.split(SEPARATORS)) {
+    const found = part === '' ? undefined : compared.get(compareKey(part));
     if (found !== undefined) return found;
   }
   return undefined;
-}
-
-/** Every folded reading of a key: whole, and each part, each also without what binders drop. */
-function readings(key: string): string[] {
-  const out: string[] = [];
-  for (const part of SEPARATORS.test(key) ? [key, ...key.split(SEPARATORS)] : [key]) {
-    out.push(foldKey(part));
-    const bare = part.replace(DROPPED, '');
-    if (bare !== part && bare !== '') out.push(foldKey(bare));
-  }
-  return out;
 }
 
 /** A matched value: taken whole, never descended into. */
@@ -86,15 +88,18 @@ class Anywhere implements PathState {
   readonly terminal = false;
   readonly dead = false;
   readonly anyToken = false;
-  private readonly folded: ReadonlySet<string>;
-  /** Folded keys that are ASCII, as bytes: most body keys are compared without a string. */
+  private readonly compared: ReadonlySet<string>;
+  /** Compared keys that are ASCII, as bytes: most body keys are compared without a string. */
   private readonly ascii: readonly Buffer[];
+  /** Whether the byte comparison is exact: no compared key keeps an ignored character. */
+  private readonly bytewise: boolean;
   private readonly hit: Hit;
 
   constructor(keys: readonly string[]) {
-    const folded = new Set(keys.map(foldKey));
-    this.folded = folded;
-    this.ascii = [...folded].filter((k) => /^[\x00-\x7f]*$/.test(k)).map((k) => Buffer.from(k, 'latin1'));
+    const compared = new Set(keys.map(compareKey));
+    this.compared = compared;
+    this.ascii = [...compared].filter((k) => /^[\x00-\x7f]*$/.test(k)).map((k) => Buffer.from(k, 'latin1'));
+    this.bytewise = this.ascii.every((k) => !k.some((c) => IGNORED_BYTE[c] === 1));
     this.hit = new Hit(this);
   }
 
@@ -103,17 +108,14 @@ class Anywhere implements PathState {
   }
 
   nextBytes(buf: Buffer, start: number, end: number): PathState {
-    // Plain ASCII without separators folds to its lower case: compare bytes, no string.
-    // (and nothing a binder drops at either end, nothing it cuts at).
-    let plain = end > start && !DROPPED_ASCII.has(buf[start]!) && !DROPPED_ASCII.has(buf[end - 1]!);
-    for (let i = start; plain && i < end; i++) {
+    // ASCII without parts to split folds to its lower case: compare bytes, no string.
+    if (!this.bytewise) return this.next(buf.toString('utf8', start, end));
+    for (let i = start; i < end; i++) {
       const c = buf[i]!;
-      if (c >= 0x80 || c === 0x2e || c === 0x5b || c === 0x5d || c === 0x3b || c < 0x20) plain = false;
+      if (c >= 0x80 || c === 0x2e || c === 0x5b || c === 0x5d || c === 0x3b || c === 0x00) return this.next(buf.toString('utf8', start, end));
     }
-    if (!plain) return this.next(buf.toString('utf8', start, end));
-    const length = end - start;
     for (const key of this.ascii) {
-      if (key.length === length && sameIgnoringAsciiCase(key, buf, start)) return this.hit;
+      if (sameAsciiKey(key, buf, start, end)) return this.hit;
     }
     return this;
   }
@@ -123,20 +125,26 @@ class Anywhere implements PathState {
   }
 
   private matches(key: string): boolean {
-    for (const candidate of readings(key)) if (candidate !== '' && this.folded.has(candidate)) return true;
+    if (this.compared.has(compareKey(key))) return true;
+    if (!SEPARATORS.test(key)) return false;
+    for (const part of key.split(SEPARATORS)) if (part !== '' && this.compared.has(compareKey(part))) return true;
     return false;
   }
 }
 
-/** Space, `!`, `_`, tab: a plain key that starts or ends with one is read the slow way. */
-const DROPPED_ASCII = new Set([0x20, 0x21, 0x5f, 0x09]);
-
-/** `lower` (already lower case) equals `buf[start..]` up to ASCII case. */
-function sameIgnoringAsciiCase(lower: Buffer, buf: Buffer, start: number): boolean {
-  for (let i = 0; i < lower.length; i++) {
-    let c = buf[start + i]!;
+/** `key` (compared form, ASCII) equals `buf[start..end)` up to ASCII case, ignoring what `compareKey` ignores. */
+function sameAsciiKey(key: Buffer, buf: Buffer, start: number, end: number): boolean {
+  let k = 0;
+  for (let i = start; i < end; i++) {
+    let c = buf[i]!;
+    if (IGNORED_BYTE[c] === 1) continue;
     if (c >= 0x41 && c <= 0x5a) c |= 0x20;
-    if (c !== lower[i]) return false;
+    if (k === key.length || c !== key[k]) return false;
+    k++;
   }
-  return true;
+  return k === key.length;
 }
+
+/** The ASCII bytes `IGNORED` matches: whitespace, `.`, `_`, `-`, `!`, `[`, `]`. */
+const IGNORED_BYTE = new Uint8Array(128);
+for (const c of [0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x20, 0x2e, 0x5f, 0x2d, 0x21, 0x5b, 0x5d]) IGNORED_BYTE[c] = 1;

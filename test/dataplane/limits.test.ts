@@ -92,6 +92,9 @@ relay:
   const relay = `http://127.0.0.1:${(running.app.relay!.server.address() as AddressInfo).port}`;
   const res = await fetch(`${relay}/p`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"ssn":"${'1'.repeat(100_000)}"}` });
   assert.equal(res.status, 413);
+  // Longer than the limit but short enough to be a token: plaintext all the same, so 413.
+  const between = await fetch(`${relay}/p`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"ssn":"${'1'.repeat(5000)}"}` });
+  assert.equal(between.status, 413);
   assert.equal(((await res.json()) as { message: string }).message, 'A field value exceeds the limit of 4096 bytes.');
   const unprotected = await fetch(`${relay}/p`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"note":"${'1'.repeat(100_000)}"}` });
   assert.equal(unprotected.status, 200);
