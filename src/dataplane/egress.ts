@@ -76,12 +76,28 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
  * as is one that climbs out of it; the answer never names the vendor's host.
  */
 function egressDestination(route: EgressRoute, rest: string, query: string): Destination {
-  if (/%2f|%5c|\\/i.test(rest) || rest.split('/').some(isDotSegment)) throw new EgressPathRefusedError();
+  if (UNSAFE_REST.test(rest) || !decodesAsUtf8(rest) || rest.split('/').some(isDotSegment)) throw new EgressPathRefusedError();
   try {
     return parseDestination(`${route.base}/${rest}${query === '' ? '' : `?${query}`}`, [route.allow]);
   } catch (err) {
     if (err instanceof DestinationNotAllowedError) throw new EgressPathRefusedError();
     throw err;
+  }
+}
+
+/**
+ * An escaped `/`, `\`, `;` or `%` (a second round of decoding), a raw `\`, or an escaped or
+ * raw control byte: a vendor's server could read any of them as another path.
+ */
+const UNSAFE_REST = /%2f|%5c|%3b|%25|%[01][0-9a-f]|%7f|\\|[\x00-\x1f\x7f]/i;
+
+/** Escapes that decode to UTF-8 (`%c0%ae` is an overlong `.`, which some decoders accept). */
+function decodesAsUtf8(rest: string): boolean {
+  try {
+    decodeURIComponent(rest);
+    return true;
+  } catch {
+    return false;
   }
 }
 

@@ -142,6 +142,8 @@ test('shipped rows are held to the log lists\' schemas and may not be dated ahea
     ['status 600', { status_code: 600 }, 'status_code'],
     ['status 200.5', { status_code: 200.5 }, 'status_code'],
     ['unknown method', { method: 'FETCH' }, 'method'],
+    ['a control character in the path', { path: '/api/v3/x\n2026-01-01 forged line' }, 'path'],
+    ['a bidi override in the destination', { destination: 'https://\u202Eevil.example' }, 'destination'],
     ['lowercase method', { method: 'post' }, 'method'],
     ['user that does not exist', { user_id: 999_999 }, 'user_id'],
     ['user id as text', { user_id: String(ada) }, 'user_id'],
