@@ -3,7 +3,7 @@
  * its key, all at once, and no message shows what a key file holds.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, symlinkSync } from 'node:fs';
+import { mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { ConfigError, loadConfig } from '../../src/config/load.ts';
@@ -163,5 +163,23 @@ describe('relay.identity.jwt', () => {
     const text = jwtYaml('secret_file: "${JWT_SECRET_FILE:-}"\njwks_url: "${JWKS_URL:-}"');
     assert.equal(loadConfig({ text, env: { JWT_SECRET_FILE: secret } }).relay?.identity?.jwt.secret_file, secret);
     assert.equal(loadConfig({ text, env: { JWKS_URL: 'https://login.example.com/certs' } }).relay?.identity?.jwt.jwks_url, 'https://login.example.com/certs');
+  });
+});
+
+describe('docs/reveal.md, "End users behind the relay"', () => {
+  it('has examples that load (a secret file put where the example says)', (t) => {
+    const doc = readFileSync(new URL('../../docs/reveal.md', import.meta.url), 'utf8');
+    const start = doc.indexOf('## End users behind the relay');
+    assert.notEqual(start, -1);
+    const next = doc.indexOf('\n## ', start + 1);
+    const section = doc.slice(start, next === -1 ? undefined : next);
+    const blocks = [...section.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1] ?? '');
+    assert.ok(blocks.length >= 4, `${blocks.length} examples`);
+    const secret = writeFile(tempDir(t), 'jwt.secret', 's'.repeat(40));
+    for (const block of blocks) {
+      // The configuration a route names exists in the store the example runs against.
+      const config = loadConfig({ text: `${block.replace('/etc/svc/jwt.secret', secret)}\nseed: { configurations: [{ name: patients }] }\n`, env: {} });
+      assert.ok(config.relay?.identity?.jwt !== undefined, block);
+    }
   });
 });
