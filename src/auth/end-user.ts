@@ -66,8 +66,10 @@ const MAX_CLAIM_ENTRY_CHARS = 256;
 
 /**
  * Verified tokens are kept (by their SHA-256, never the token itself) for at most this
- * long, and never past their `exp` (plus the tolerance): a page of an application sends
- * the same token with every request, and an ES256 verification costs ~10 times a hash.
+ * long, and never past their `exp` (plus the tolerance): a client sends the same token
+ * with every request, and verifying costs ~35 µs (HS256) to ~140 µs (ES256) where a
+ * remembered answer, user lookup included, costs ~5 µs. Only verified tokens are kept
+ * (one not yet valid may become so), so a flood of bad tokens evicts good ones at worst.
  * A key removed from the provider's set stops vouching within this time.
  */
 const VERIFIED_TTL_MS = 60_000;
@@ -157,11 +159,6 @@ export class EndUserIdentity {
     const ca = config.jwks_ca_file === undefined ? undefined : orConfigError(readCaFile(config.jwks_ca_file), 'jwks_ca_file');
     const remote = new RemoteKeys(new URL(config.jwks_url), ca, logger);
     return new EndUserIdentity({ ...base, verify: verify(algorithms) }, remote.getKey, remote, logger);
-  }
-
-  /** The name of the header the token is read from (lower case). */
-  get header(): string {
-    return this.#settings.header;
   }
 
   /**
