@@ -165,6 +165,8 @@ export interface ApiLogView {
   ip: string;
   timestamp: string;
   user: UserView | null;
+  /** The relay's end user (the JWT's subject); only on relay rows that identified one. */
+  end_user?: string;
 }
 
 export interface UsageLogView {
@@ -193,6 +195,8 @@ export interface UnifiedLogView {
   configuration: ConfigurationView | null;
   user: UserView | null;
   full_log: { action: string; description: string; ip: string; when: string; timestamp: string; user: UserView | null };
+  /** As in the api list. */
+  end_user?: string;
 }
 
 interface EntryParts {
@@ -205,6 +209,7 @@ interface EntryParts {
   configuration: ConfigurationView | null;
   user: UserView | null;
   ip: string;
+  endUser?: string | null;
 }
 
 const NUMBER = new Intl.NumberFormat('en-US');
@@ -240,7 +245,7 @@ class LogPresenter {
   }
 
   api(row: ApiLog): ApiLogView {
-    return {
+    const view: ApiLogView = {
       id: row.id,
       request_id: row.requestId,
       method: row.method,
@@ -254,6 +259,8 @@ class LogPresenter {
       timestamp: row.createdAt,
       user: this.user(row.userId),
     };
+    if (row.endUser !== null) view.end_user = row.endUser;
+    return view;
   }
 
   usage(row: UsageLog): UsageLogView {
@@ -300,12 +307,14 @@ class LogPresenter {
           duration_ms: row.durationMs,
           api_key: this.apiKey(row.apiKeyId)?.prefix ?? null,
           destination: row.destination,
+          ...(row.endUser === null ? {} : { end_user: row.endUser }),
         },
         causerEmail: user?.email ?? null,
         statusCode: row.statusCode,
         configuration: this.configuration(row.configurationId),
         user,
         ip: row.ip,
+        endUser: row.endUser,
       });
     }
     const row = entry.log;
@@ -328,7 +337,7 @@ class LogPresenter {
 
   private entry(row: { id: number; requestId: string | null; createdAt: string }, parts: EntryParts): UnifiedLogView {
     const when = relativeTime(row.createdAt, this.now);
-    return {
+    const view: UnifiedLogView = {
       id: row.id,
       log_type: parts.kind,
       action: parts.action,
@@ -342,6 +351,8 @@ class LogPresenter {
       user: parts.user,
       full_log: { action: parts.action, description: parts.description, ip: parts.ip, when, timestamp: row.createdAt, user: parts.user },
     };
+    if (parts.endUser !== undefined && parts.endUser !== null) view.end_user = parts.endUser;
+    return view;
   }
 
   private user(id: number | null): UserView | null {

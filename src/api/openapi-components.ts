@@ -189,6 +189,14 @@ const activityLogEntry = shape({
   request_id: { type: ['string', 'null'] },
 });
 
+/** The relay's end user (docs/reveal.md "End users behind the relay"). */
+const endUser: JsonObject = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 256,
+  description: "The relay's end user: the subject (`sub`, else the user claim) of the JWT the request carried, never the token. Present only on relay rows that identified one (`relay.identity`).",
+};
+
 const apiLogEntry = shape({
   id,
   request_id: text,
@@ -202,7 +210,8 @@ const apiLogEntry = shape({
   ip: text,
   timestamp: dateTime,
   user: logUser,
-});
+  end_user: endUser,
+}, ['end_user']);
 
 const usageLogEntry = shape({
   id,
@@ -229,7 +238,8 @@ const unifiedLogEntry = shape({
   configuration: logConfiguration,
   user: logUser,
   full_log: shape({ action: text, description: text, ip: text, when: text, timestamp: dateTime, user: logUser }),
-});
+  end_user: { ...endUser, description: 'On api entries of relay requests that identified an end user: as `end_user` in the api list (also in `details`).' },
+}, ['end_user']);
 
 /** A time as log rows store it (Date#toISOString), at most 10 minutes ahead of the control plane's clock. */
 const logTime: JsonObject = { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$', examples: ['2026-01-01T00:00:00.000Z'], description: 'UTC, milliseconds, `Z`; at most 10 minutes ahead of the control plane\'s clock.' };
@@ -251,7 +261,8 @@ const syncApiRow = shape({
   duration_ms: { type: 'number', minimum: 0, maximum: 30 * 24 * 60 * 60 * 1000 },
   ip: { type: 'string', pattern: '^(|[0-9.]{7,15}|[0-9A-Fa-f:.]{2,45})$', examples: ['10.0.0.1', '::1', ''], description: 'An IPv4 or IPv6 address, or empty.' },
   created_at: logTime,
-});
+  end_user: { type: ['string', 'null'], minLength: 1, maxLength: 256, description: "The relay's end user (the JWT's subject, no control or bidirectional formatting characters); sent only when set." },
+}, ['end_user']);
 
 /** A row of `POST /api/v3/sync/logs`: a usage log row as the replica stores it. */
 const syncUsageRow = shape({

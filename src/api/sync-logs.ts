@@ -37,6 +37,8 @@ const DURATION_MAX_MS = 30 * 24 * 60 * 60 * 1000;
 const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 /** As request ids are made or accepted (src/telemetry/request-id.ts). */
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** The longest end-user subject the relay records (src/auth/end-user.ts). */
+const END_USER_MAX = 256;
 /** Ids of API keys and configurations are UUIDs; this is a bound, not a format check. */
 const TEXT_ID_MAX = 64;
 /** Anything a replica's own name may not hold: control characters, bidi overrides and isolates. */
@@ -67,6 +69,14 @@ const apiRow = z.strictObject({
   duration_ms: z.number().min(0).max(DURATION_MAX_MS),
   ip: z.string().max(IP_MAX).refine((ip) => ip === '' || isIP(ip) !== 0),
   created_at: createdAt,
+  // The relay's end user, as src/auth/end-user.ts bounds a subject; absent on most rows.
+  end_user: z
+    .string()
+    .min(1)
+    .max(END_USER_MAX)
+    .refine((text) => !UNPRINTABLE.test(text))
+    .nullable()
+    .optional(),
 });
 
 const usageRow = z.strictObject({

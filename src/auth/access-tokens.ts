@@ -96,7 +96,7 @@ export class AccessTokens {
 }
 
 /** `header.payload.signature`, each part canonical unpadded base64url (RFC 7515 §2, §7.1). */
-function isCompactJws(token: string): boolean {
+export function isCompactJws(token: string): boolean {
   const first = token.indexOf('.');
   const second = token.indexOf('.', first + 1);
   if (first <= 0 || second <= first + 1 || second === token.length - 1 || token.indexOf('.', second + 1) !== -1) return false;

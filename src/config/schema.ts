@@ -12,6 +12,7 @@ import { InvalidFieldPathsError } from '../errors.ts';
 import { compileFieldPaths } from '../fields/paths.ts';
 import { crossCheck } from './cross-checks.ts';
 import { fileProblems, storeIsNew } from './files.ts';
+import { readCaFile, readJwksFile, readSecretFile, type Read } from './jwt-key-files.ts';
 import { LISTEN_HINT, parseListen, portAloneMessage } from './listen.ts';
 import { parseDuration, parseSize } from './units.ts';
 
@@ -323,10 +324,68 @@ const protectSchema = z.strictObject({
   uninspectable: z.enum(['refuse', 'pass']).default('refuse'),
 });
 
+/** A claim name; a dotted one (`realm_access.roles`) also reads nested claims (docs/reveal.md). */
+const claimName = text.max(256, 'must be at most 256 characters');
+
+/** RFC 9110 §5.1 token; `x-svc-` headers are the relay's own and never reach it. */
+const headerName = z
+  .string()
+  .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, 'expected an HTTP header name such as authorization')
+  .transform((name) => name.toLowerCase())
+  .refine((name) => !name.startsWith('x-svc-'), 'x-svc- headers are svc-sidecar\'s own: the relay removes them before anything reads them');
+
+const httpsUrl = z.string().refine((value) => {
+  const url = URL.parse(value);
+  return url !== null && url.protocol === 'https:' && url.hostname !== '' && url.username === '' && url.password === '';
+}, 'expected an absolute https URL without user:password@ (the keys that vouch for end users must not travel in the clear)');
+
+/** The JWT key sources: exactly one is given. */
+const JWT_KEY_SOURCES = ['secret_file', 'jwks_file', 'jwks_url'] as const;
+/** Beyond this, a token that expired would still count (clock skew is seconds, not minutes). */
+const MAX_CLOCK_TOLERANCE_MS = 5 * 60 * 1000;
+
+/** DESIGN §14 "End users behind the relay": who the application's end user is, from the JWT it sends. */
+const jwtIdentitySchema = z
+  .strictObject({
+    header: headerName.default('authorization'),
+    secret_file: emptyAsAbsent(text),
+    jwks_file: emptyAsAbsent(text),
+    jwks_url: emptyAsAbsent(httpsUrl),
+    jwks_ca_file: emptyAsAbsent(text),
+    issuer: emptyAsAbsent(text),
+    audience: emptyAsAbsent(z.union([text, z.array(text).min(1, 'list at least one audience')])),
+    clock_tolerance: duration('30s').refine((ms) => ms <= MAX_CLOCK_TOLERANCE_MS, 'must be at most 5m'),
+    user_claim: claimName.default('email'),
+    roles_claim: emptyAsAbsent(claimName),
+    groups_claim: emptyAsAbsent(claimName),
+  })
+  // Run even beside other problems in the block (only what is read is checked).
+  .superRefine(
+    (jwt, ctx) => {
+      if (typeof jwt !== 'object' || jwt === null) return;
+      const given = JWT_KEY_SOURCES.filter((key) => jwt[key] !== undefined);
+      if (given.length === 0) ctx.addIssue({ code: 'custom', message: 'give one key source: secret_file (HS256), jwks_file or jwks_url (RS256, ES256)' });
+      if (given.length > 1) ctx.addIssue({ code: 'custom', path: [given[1]!], message: `give one key source only: ${given.join(' and ')} are both set` });
+      if (jwt.jwks_ca_file !== undefined && jwt.jwks_url === undefined) ctx.addIssue({ code: 'custom', path: ['jwks_ca_file'], message: 'applies only with jwks_url' });
+      const check = (key: 'secret_file' | 'jwks_file' | 'jwks_ca_file', read: (path: string) => Read<unknown>) => {
+        const path = jwt[key];
+        if (typeof path !== 'string') return;
+        const result = read(path);
+        if (!result.ok) ctx.addIssue({ code: 'custom', path: [key], message: result.problem });
+      };
+      check('secret_file', readSecretFile);
+      check('jwks_file', readJwksFile);
+      check('jwks_ca_file', readCaFile);
+    },
+    { when: () => true },
+  );
+
 const relaySchema = z.strictObject({
   listen,
   upstream: httpUrl,
   protect: protectSchema.optional(),
+  /** End users behind the relay, for reveal levels on response routes and the api log. */
+  identity: z.strictObject({ jwt: jwtIdentitySchema }).optional(),
   routes: z.array(relayRouteSchema).default([]),
 });
 
@@ -431,6 +490,7 @@ export type SeedClassification = SeedConfig['classifications'][number];
 export type RelayConfig = NonNullable<Config['relay']>;
 export type RelayRoute = RelayConfig['routes'][number];
 export type ProtectConfig = NonNullable<RelayConfig['protect']>;
+export type JwtIdentityConfig = NonNullable<RelayConfig['identity']>['jwt'];
 export type EgressRoute = Config['egress'][number];
 export type RouteTransform = NonNullable<RelayRoute['request']>;
 export type EgressResponse = EgressRoute['response'];

@@ -13,6 +13,7 @@ import { Agent as HttpsAgent } from 'node:https';
 import { Socket } from 'node:net';
 import { createProxyServer, type ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
+import { EndUserIdentity } from '../auth/end-user.ts';
 import type { RelayConfig } from '../config/schema.ts';
 import { BadRequestError } from '../errors.ts';
 import { RequestContext } from '../http/context.ts';
@@ -163,12 +164,15 @@ export class RelayServer {
   private readonly proxy: ProxyServer;
   private readonly agent: HttpAgent;
   private readonly guard: RelayGuard | null;
+  /** `relay.identity`: who the application's end user is, for the api log (and reveal levels). */
+  private readonly identity: EndUserIdentity | null;
 
   constructor(config: RelayConfig, routes: readonly RelayRoute[], services: Services, options: ListenerOptions) {
     this.services = services;
     this.logger = services.logger;
     this.routes = routes;
     this.guard = config.protect === undefined ? null : new RelayGuard(config.protect);
+    this.identity = config.identity === undefined ? null : EndUserIdentity.fromConfig(config.identity.jwt, services.logger);
     this.upstream = new URL(config.upstream);
     this.upstreamDestination = {
       url: this.upstream,
@@ -210,6 +214,7 @@ export class RelayServer {
   async close(drainTimeout: number): Promise<void> {
     await this.listener.close(drainTimeout);
     this.agent.destroy();
+    await this.identity?.close();
   }
 
   private onRequest(ctx: RequestContext): Promise<void> | void {
@@ -242,6 +247,8 @@ export class RelayServer {
 
   private async relayRoute(ctx: RequestContext, route: RelayRoute, path: string): Promise<void> {
     logRouteRequest(ctx, route, path === '' ? '/' : path);
+    // Never fails: a reader who cannot be identified is anonymous (null).
+    if (this.identity !== null) ctx.endUser = await this.identity.resolve(ctx.req.headers, this.services.store);
     ctx.destination = this.upstream.origin;
     const configuration = routeConfiguration(ctx, this.services, route);
     const request = await requestBody(ctx, this.services, route, configuration, { guard: this.guard });

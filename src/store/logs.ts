@@ -38,6 +38,8 @@ export interface NewApiLog {
   userId?: number | null;
   configurationId?: string | null;
   destination?: string | null;
+  /** The relay's end user (its subject, never its token); null elsewhere. */
+  endUser?: string | null;
   durationMs: number;
   ip: string;
   createdAt: string;
@@ -53,6 +55,7 @@ export interface ApiLog {
   userId: number | null;
   configurationId: string | null;
   destination: string | null;
+  endUser: string | null;
   durationMs: number;
   ip: string;
   createdAt: string;
@@ -151,6 +154,7 @@ export interface ApiLogRecord {
   user_id: number | null;
   configuration_id: string | null;
   destination: string | null;
+  end_user: string | null;
   duration_ms: number;
   ip: string;
   created_at: string;
@@ -193,6 +197,7 @@ function toApiLog(r: ApiLogRecord): ApiLog {
     userId: r.user_id,
     configurationId: r.configuration_id,
     destination: r.destination,
+    endUser: r.end_user,
     durationMs: r.duration_ms,
     ip: r.ip,
     createdAt: r.created_at,
@@ -231,8 +236,8 @@ export const LOG_SQL = Object.freeze({
     activity: `INSERT INTO activity_logs (action, description, ip, user_id, causer_email, request_id, created_at)
       VALUES (?, ?, ?, ?, ?, ?, ?)`,
     api: `INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination,
-        duration_ms, ip, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        duration_ms, ip, created_at, end_user)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     usage: `INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
   }),
@@ -257,6 +262,7 @@ export function apiParams(r: NewApiLog): SQLInputValue[] {
     r.durationMs,
     r.ip,
     r.createdAt,
+    r.endUser ?? null,
   ];
 }
 

@@ -358,6 +358,15 @@ function schemaV8(db: DatabaseSync): void {
   normalizeStoredEmails(db);
 }
 
+/**
+ * The relay's end user (DESIGN §14): the subject of the JWT a relay request carried — `sub`,
+ * else the user claim, never the token — on the api log row of that request. NULL for
+ * every other row, and for rows from before this version.
+ */
+const schemaV9 = /* sql */ `
+ALTER TABLE api_logs ADD COLUMN end_user TEXT;
+`;
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
@@ -367,6 +376,7 @@ export const migrations: readonly Migration[] = Object.freeze([
   { version: 6, sql: schemaV6 },
   { version: 7, sql: schemaV7 },
   { version: 8, run: schemaV8 },
+  { version: 9, sql: schemaV9 },
 ]);
 
 /**

@@ -13,8 +13,12 @@ import { runInTransaction } from './transaction.ts';
 export type ShippedKind = 'api' | 'usage';
 export const SHIPPED_KINDS: readonly ShippedKind[] = Object.freeze(['api', 'usage']);
 
-/** Shipped rows are the log tables' own rows, snake_case as stored. */
-export type ShippedApiLog = ApiLogRecord;
+/**
+ * Shipped rows are the log tables' own rows, snake_case as stored. `end_user` is sent only
+ * when set, so a control plane from before it still takes every row of a fleet that does
+ * not identify end users.
+ */
+export type ShippedApiLog = Omit<ApiLogRecord, 'end_user'> & { end_user?: string | null };
 export type ShippedUsageLog = UsageLogRecord;
 
 export interface ShippedLogs {
@@ -36,7 +40,7 @@ export interface LogCursor {
 /** A replica's instance id: 128 random bits, lowercase hex. */
 export const INSTANCE_ID_PATTERN = /^[0-9a-f]{32}$/;
 
-const API_COLUMNS = 'id, request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination, duration_ms, ip, created_at';
+const API_COLUMNS = 'id, request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination, duration_ms, ip, created_at, end_user';
 const USAGE_COLUMNS = 'id, request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at';
 
 interface KindStatements {
@@ -75,8 +79,8 @@ export class ShippedLogsRepository {
     // No conflict target: the only unique index these rows can hit is the (instance, row) one.
     this.#receiveApi = db.prepare(`
       INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination, duration_ms, ip,
-        created_at, replica, replica_instance, replica_log_id)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`);
+        created_at, replica, replica_instance, replica_log_id, end_user)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`);
     this.#receiveUsage = db.prepare(`
       INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at, replica, replica_instance,
         replica_log_id)
@@ -130,7 +134,9 @@ export class ShippedLogsRepository {
   rowsAfter(kind: 'api', afterId: number, limit: number): ShippedApiLog[];
   rowsAfter(kind: 'usage', afterId: number, limit: number): ShippedUsageLog[];
   rowsAfter(kind: ShippedKind, afterId: number, limit: number): ShippedApiLog[] | ShippedUsageLog[] {
-    return this.#kinds[kind].after.all(afterId, limit) as unknown as ShippedApiLog[] | ShippedUsageLog[];
+    const rows = this.#kinds[kind].after.all(afterId, limit);
+    if (kind === 'api') for (const row of rows) if (row['end_user'] === null) delete row['end_user'];
+    return rows as unknown as ShippedApiLog[] | ShippedUsageLog[];
   }
 
   // Control-plane side
@@ -171,6 +177,7 @@ export class ShippedLogsRepository {
             replica,
             instance,
             r.id,
+            r.end_user ?? null,
           ).changes,
         );
       }

@@ -53,6 +53,7 @@ export function recordApiLog(ctx: RequestContext, logs: LogWriter, path: string)
     userId: ctx.userId,
     configurationId: ctx.configurationId,
     destination: ctx.destination,
+    endUser: ctx.endUser?.subject ?? null,
     durationMs: Math.round(performance.now() - ctx.startedAt),
     ip: ctx.req.socket.remoteAddress ?? '',
     createdAt: nowIso(),

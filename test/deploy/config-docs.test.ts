@@ -114,6 +114,8 @@ function setIn(tree: Record<string, unknown>, path: readonly string[], value: un
 const REQUIRED_SIBLINGS: Readonly<Record<string, Record<string, unknown>>> = {
   relay: { listen: '127.0.0.1:0', upstream: 'http://127.0.0.1:3000' },
   'relay.protect': { keys: ['ssn'], configuration: 'payments' },
+  'relay.identity': { jwt: { jwks_url: 'https://login.example.com/certs' } },
+  'relay.identity.jwt': { jwks_url: 'https://login.example.com/certs' },
 };
 
 /** The sections on `path`, each with only what it requires (and the seed that names refer to). */

@@ -229,3 +229,41 @@ test('migrating a version-4 store gives each superseded key version the creation
     ],
   );
 });
+
+test('migrating a version-8 store adds the end-user column to api_logs: old rows keep every field with no end user, new rows hold one', (t) => {
+  const path = join(tempDir(t), 'v8.db');
+  const db = new DatabaseSync(path);
+  assert.deepEqual(migrate(db, migrations.filter((m) => m.version <= 8)), { from: 0, to: 8 });
+  const at = '2026-01-01T00:00:00.000Z';
+  db.prepare(`INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination, duration_ms, ip, created_at)
+    VALUES ('old-1', 'GET', 'relay:records /records/7', 200, NULL, NULL, 'cfg', 'http://127.0.0.1:3000', 3, '10.0.0.1', ?)`).run(at);
+  db.close();
+
+  const store = openStore(path);
+  t.after(() => store.close());
+  assert.equal(schemaVersion(store.db), latest);
+  const [old] = store.logs.listApi({ limit: 10, offset: 0 });
+  assert.deepEqual({ ...old, id: 0 }, {
+    id: 0,
+    requestId: 'old-1',
+    method: 'GET',
+    path: 'relay:records /records/7',
+    statusCode: 200,
+    apiKeyId: null,
+    userId: null,
+    configurationId: 'cfg',
+    destination: 'http://127.0.0.1:3000',
+    endUser: null,
+    durationMs: 3,
+    ip: '10.0.0.1',
+    createdAt: at,
+  });
+  store.logs.insertApi([{ requestId: 'new-1', method: 'GET', path: '/x', statusCode: 200, endUser: 'auth0|kate', durationMs: 1, ip: '', createdAt: at }]);
+  assert.deepEqual(
+    store.logs.listApi({ limit: 10, offset: 0 }).map((row) => [row.requestId, row.endUser]),
+    [
+      ['new-1', 'auth0|kate'],
+      ['old-1', null],
+    ],
+  );
+});

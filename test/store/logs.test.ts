@@ -66,7 +66,7 @@ test('rows read back with every field, newest first, filtered by user', (t) => {
     activity(3, { userId: 7 }),
   ]);
   store.logs.insertApi([
-    { ...api(4), apiKeyId: 'k', userId: 7, configurationId: 'cfg', destination: 'https://x.example/', statusCode: 502 },
+    { ...api(4), apiKeyId: 'k', userId: 7, configurationId: 'cfg', destination: 'https://x.example/', endUser: 'kate@example.com', statusCode: 502 },
   ]);
   store.logs.insertUsage([{ ...usage(5), apiKeyId: 'k', userId: 8, mode: 'decrypt' }]);
 
@@ -109,6 +109,7 @@ test('rows read back with every field, newest first, filtered by user', (t) => {
     userId: 7,
     configurationId: 'cfg',
     destination: 'https://x.example/',
+    endUser: 'kate@example.com',
     durationMs: 1.25,
     ip: '10.0.0.2',
     createdAt: at(4),

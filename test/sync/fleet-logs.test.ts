@@ -304,6 +304,41 @@ test('a store of schema version 4 migrates: received rows kept, dedupe by (insta
   assert.deepEqual(store.shippedLogs.receive('r1', 'c'.repeat(32), { api: [{ ...row, request_id: 'old-1' }], usage: [] }), { stored: 1, duplicates: 0 }, 'rows from before the migration claim nothing');
 });
 
+test('the relay\'s end user travels with shipped api rows: sent only when set, stored and listed on the control plane; one the lists could not show is refused', async (t) => {
+  const dir = tempDir(t);
+  const cp = await startControlPlane(t, join(dir, 'cp.db'));
+  const local = replicaStore(t, join(dir, 'local.db'));
+  local.logs.insertApi([{ ...newApiRow('eu-1'), endUser: 'auth0|kate' }, newApiRow('eu-2')]);
+  const rows = local.shippedLogs.rowsAfter('api', 0, 10);
+  assert.equal(rows[0]!.end_user, 'auth0|kate');
+  assert.ok(!('end_user' in rows[1]!), 'a row without an end user is sent as before, so an older control plane still takes it');
+  const shipper = shipperFor(local, cp);
+  assert.equal(await shipper.shipOnce(), 2);
+  await shipper.stop();
+  const [withUser] = (await onControlPlane(cp, 'eu-1')).api;
+  assert.equal(withUser!['end_user'], 'auth0|kate');
+  const [without] = (await onControlPlane(cp, 'eu-2')).api;
+  assert.ok(!('end_user' in without!));
+
+  const cases: Array<[string, unknown]> = [
+    ['empty', ''],
+    ['a line break', 'kate\n2026-01-01 forged line'],
+    ['a bidi override', 'admin\u202Egnp'],
+    ['257 characters', 'k'.repeat(257)],
+    ['a number', 42],
+    ['a list', ['kate']],
+  ];
+  for (const [name, endUser] of cases) {
+    const res = await call(cp.url, LOGS, { body: json(batch([apiRow({ end_user: endUser })])), key: FLEET_KEY });
+    assert.equal(res.status, 422, name);
+    assert.ok(res.json.errors['api.0.end_user'], `${name}: ${JSON.stringify(res.json.errors)}`);
+  }
+  for (const endUser of [null, 'k'.repeat(256), 'Kate@Example.com']) {
+    const res = await call(cp.url, LOGS, { body: json(batch([apiRow({ end_user: endUser })])), key: FLEET_KEY });
+    assert.deepEqual(res.json, { stored: 1, duplicates: 0 }, String(endUser).slice(0, 20));
+  }
+});
+
 // ---------------------------------------------------------------------------------------
 
 /** A store as a replica has one, closed when the test ends. */

@@ -1,0 +1,140 @@
+/**
+ * The relay's end user on its api log (DESIGN §14 "End users behind the relay"): a relay
+ * route's row names the end user by the subject of a valid JWT, never the token; anything
+ * else leaves the reader anonymous and the answer unchanged. The token appears nowhere the
+ * service writes: process log, stored log rows, log lists.
+ */
+import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
+import { test, type TestContext } from 'node:test';
+import { call, KEYS, startApp, type Running } from '../support/app.ts';
+import { closedPort } from '../support/destinations.ts';
+import { asymmetric, AUDIENCE, hs256, ISSUER, sign, tempDir, writeFile } from '../support/jwt.ts';
+import { startUpstream } from '../support/upstream.ts';
+
+const ROUTES = `
+    - name: records
+      match: { method: GET, path: /records/** }
+      configuration: payments
+      response: { decrypt: [ssn] }
+    - name: patients
+      match: { method: POST, path: /patients/* }
+      configuration: payments
+      request: { encrypt: [ssn] }`;
+
+async function startRelay(t: TestContext, identityYaml: string): Promise<Running & { relay: string; upstream: Awaited<ReturnType<typeof startUpstream>> }> {
+  const upstream = await startUpstream(t, (_req, body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(body.length > 0 ? body : '{"ssn":"not a token"}');
+  });
+  const running = await startApp(
+    t,
+    `logs: { flush_interval: 1h, batch_size: 100000 }
+relay:
+  listen: 127.0.0.1:0
+  upstream: ${upstream.url}
+  identity:
+    jwt:
+${identityYaml.replace(/^/gm, '      ')}
+  routes:${ROUTES}`,
+  );
+  const { port } = running.app.relay!.server.address() as AddressInfo;
+  return { ...running, relay: `http://127.0.0.1:${port}`, upstream };
+}
+
+/** The api rows of these request ids, once they are written (the row is written when the exchange closes). */
+async function apiRows(running: Running, ids: readonly string[]): Promise<Map<string, Record<string, unknown>>> {
+  const store = running.app.services.store;
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    running.app.services.logs.flush();
+    const rows = store.db.prepare(`SELECT * FROM api_logs WHERE request_id IN (SELECT value FROM json_each(?))`).all(JSON.stringify(ids)) as Array<Record<string, unknown>>;
+    if (rows.length >= ids.length || Date.now() > deadline) return new Map(rows.map((row) => [String(row['request_id']), { ...row }]));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Every row of every log table, as text. */
+function storedLogs(running: Running): string {
+  const db = running.app.services.store.db;
+  return ['api_logs', 'usage_logs', 'activity_logs'].map((table) => JSON.stringify(db.prepare(`SELECT * FROM ${table}`).all())).join('\n');
+}
+
+test('a relay route\'s api row names the end user by its subject, never the token; an anonymous reader leaves none; the application gets its header unchanged', async (t) => {
+  const signer = hs256();
+  const secretFile = writeFile(tempDir(t), 'jwt.secret', `${signer.text}\n`);
+  const running = await startRelay(t, `secret_file: ${secretFile}\nissuer: ${ISSUER}\naudience: ${AUDIENCE}\nroles_claim: roles`);
+  const valid = await sign(signer, { sub: 'auth0|kate', email: 'dev@example.com', roles: ['viewer'] });
+  const expired = await sign(signer, { sub: 'auth0|late' }, { expiresIn: -3600 });
+  const foreign = await sign(signer, { sub: 'auth0|foreign' }, { audience: 'billing-app' });
+  const noSub = await sign(signer, { email: 'Grace@Example.com' });
+
+  const send = async (id: string, path: string, authorization: string | null, method = 'GET') => {
+    const headers: Record<string, string> = { 'x-svc-request-id': id };
+    if (authorization !== null) headers['authorization'] = authorization;
+    const res = await fetch(`${running.relay}${path}`, { method, headers: { ...headers, ...(method === 'POST' ? { 'content-type': 'application/json' } : {}) }, ...(method === 'POST' ? { body: '{"ssn":"123-45-6789"}' } : {}) });
+    await res.arrayBuffer();
+    return res.status;
+  };
+  assert.equal(await send('eu-valid', '/records/7', `Bearer ${valid}`), 200);
+  assert.equal(running.upstream.seen.at(-1)?.headers['authorization'], `Bearer ${valid}`, 'the application receives its own header as sent');
+  assert.equal(await send('eu-spaces', '/records/8', `bearer   ${valid}`), 200);
+  assert.equal(await send('eu-expired', '/records/7', `Bearer ${expired}`), 200, 'an expired token: anonymous, never an error');
+  assert.equal(await send('eu-foreign', '/records/7', `Bearer ${foreign}`), 200);
+  assert.equal(await send('eu-garbage', '/records/7', 'Bearer not.a.jwt'), 200);
+  assert.equal(await send('eu-none', '/records/7', null), 200);
+  assert.equal(await send('eu-request-route', '/patients/1', `Bearer ${valid}`, 'POST'), 200);
+  assert.equal(await send('eu-user-claim', '/records/9', `Bearer ${noSub}`), 200);
+  assert.equal(await send('eu-passthrough', '/elsewhere', `Bearer ${valid}`), 200);
+
+  const rows = await apiRows(running, ['eu-valid', 'eu-spaces', 'eu-expired', 'eu-foreign', 'eu-garbage', 'eu-none', 'eu-request-route', 'eu-user-claim']);
+  assert.equal(rows.get('eu-valid')?.['end_user'], 'auth0|kate');
+  assert.equal(rows.get('eu-spaces')?.['end_user'], 'auth0|kate');
+  assert.equal(rows.get('eu-request-route')?.['end_user'], 'auth0|kate', 'request routes log the end user too');
+  assert.equal(rows.get('eu-user-claim')?.['end_user'], 'Grace@Example.com', 'no sub: the user claim, as sent');
+  for (const id of ['eu-expired', 'eu-foreign', 'eu-garbage', 'eu-none']) assert.equal(rows.get(id)?.['end_user'], null, id);
+  assert.equal((await apiRows(running, ['eu-passthrough'])).size, 0, 'pass-through requests write no api row');
+
+  // In the log lists: `end_user` where there is one, absent elsewhere.
+  const list = await call(running.url, '/api/v3/logs/api?per_page=100', { method: 'GET', key: KEYS.owner });
+  assert.equal(list.status, 200);
+  const byId = new Map<string, Record<string, unknown>>(list.json.data.map((row: Record<string, unknown>) => [row['request_id'], row]));
+  assert.equal(byId.get('eu-valid')?.['end_user'], 'auth0|kate');
+  assert.ok(!('end_user' in byId.get('eu-none')!), 'absent for an anonymous reader');
+  const unified = await call(running.url, '/api/v3/logs/unified?request_id=eu-valid', { method: 'GET', key: KEYS.owner });
+  const entry = unified.json.data.find((e: Record<string, unknown>) => e['log_type'] === 'api');
+  assert.equal(entry?.end_user, 'auth0|kate');
+  assert.equal(JSON.parse(entry?.details).end_user, 'auth0|kate');
+  const anonymous = await call(running.url, '/api/v3/logs/unified?request_id=eu-none', { method: 'GET', key: KEYS.owner });
+  const none = anonymous.json.data.find((e: Record<string, unknown>) => e['log_type'] === 'api');
+  assert.ok(!('end_user' in none) && !('end_user' in JSON.parse(none.details)));
+
+  // The tokens are nowhere the service wrote: not the whole token, nor its signature.
+  const everything = [running.logs(), storedLogs(running), list.text, unified.text].join('\n');
+  for (const token of [valid, expired, foreign, noSub]) {
+    for (const part of [token, token.split('.')[2]!]) assert.ok(!everything.includes(part), `a token (${part.slice(0, 12)}…) was written`);
+  }
+  assert.ok(!everything.includes(signer.text), 'nor the secret');
+  assert.ok(running.logs().includes('ERR_JWT_EXPIRED'), 'the debug log says which check failed');
+});
+
+test('with the JWKS URL unreachable, relay routes still answer: the reader is anonymous, one warning, no token in it', async (t) => {
+  const port = await closedPort();
+  const running = await startRelay(t, `jwks_url: https://127.0.0.1:${port}/certs`);
+  const signer = hs256();
+  // HS256 is refused before any key is looked for; an ES256 token needs the key set.
+  const token = await sign(signer, { sub: 'someone' });
+  const es = await asymmetric('ES256');
+  const esToken = await sign(es, { sub: 'someone' });
+  for (const [id, value] of [['down-1', esToken], ['down-2', esToken], ['down-3', token]] as const) {
+    const res = await fetch(`${running.relay}/records/1`, { headers: { authorization: `Bearer ${value}`, 'x-svc-request-id': id } });
+    assert.equal(res.status, 200, id);
+    assert.deepEqual(await res.json(), { ssn: 'not a token' });
+  }
+  const rows = await apiRows(running, ['down-1', 'down-2', 'down-3']);
+  for (const id of ['down-1', 'down-2', 'down-3']) assert.equal(rows.get(id)?.['end_user'], null, id);
+  const warnings = running.logs().split('\n').filter((line) => line.includes('the JWKS could not be fetched'));
+  assert.equal(warnings.length, 1, 'one warning, then no new attempt within the retry window');
+  assert.ok(warnings[0]!.includes(`https://127.0.0.1:${port}/certs`));
+  for (const value of [token, esToken]) assert.ok(!running.logs().includes(value.split('.')[2]!));
+});
