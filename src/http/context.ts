@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { RevealCounts } from '../fields/reveal.ts';
 import { requestIdFrom } from '../telemetry/request-id.ts';
 import type { Params } from './router.ts';
 
@@ -30,6 +31,8 @@ export class RequestContext {
   logPath: string | null;
   /** Fields the request's transform replaced, once it has run: `x-svc-fields-transformed`. */
   fieldsTransformed: number | null;
+  /** A decrypt's values per reveal level, once it has run: `x-svc-reveal` (DESIGN §14). */
+  reveal: RevealCounts | null;
 
   constructor(req: IncomingMessage, res: ServerResponse) {
     this.req = req;
@@ -50,6 +53,7 @@ export class RequestContext {
     this.bytesIn = 0;
     this.logPath = null;
     this.fieldsTransformed = null;
+    this.reveal = null;
   }
 
   /** A single-valued header; repeated headers are joined by Node or taken first. */
