@@ -133,7 +133,8 @@ export class EncryptHandler extends CollectingHandler {
  * Decrypts each token, then shows of it what the reader may see (DESIGN §14): the
  * plaintext, a mask of it, nothing (`redact`: JSON null, an empty form value) or the token
  * as it is. One token the reader is denied fails the whole request (403) before anything is
- * answered; a token shown only as itself or redacted is not decrypted at all.
+ * answered; a token shown only as itself or redacted (an object or array under a mask is
+ * redacted) is not decrypted at all.
  */
 export class DecryptHandler extends CollectingHandler {
   /** Tokens decrypted per key version, for the retirement census. */
@@ -169,7 +170,8 @@ export class DecryptHandler extends CollectingHandler {
     const reveal = this.policy.decide(header.classificationId);
     if (reveal.level === 'deny') throw new ForbiddenError();
     this.current = reveal;
-    return reveal.level === 'plain' || reveal.level === 'mask';
+    // An object or array cannot be masked: it is redacted, so it is not decrypted either.
+    return reveal.level === 'plain' || (reveal.level === 'mask' && header.type !== 'j');
   };
 
   failure(): ValidationError | null {
@@ -196,12 +198,11 @@ export class DecryptHandler extends CollectingHandler {
         this.reveal.plain++;
         return value.encodePlain(decrypted.plaintext, decrypted.type);
       case 'mask':
+        if (decrypted.type === 'j') return this.redacted(value);
         this.opened(value, decrypted);
-        return this.masked(value, decrypted, reveal.mask!);
+        return this.masked(value, decrypted.plaintext, reveal.mask!);
       case 'redact':
-        this.count++;
-        this.reveal.redact++;
-        return value.encodeNull();
+        return this.redacted(value);
       default:
         // `token`: the value stays as it is (`deny` never gets here: checkHeader threw).
         this.reveal.token++;
@@ -214,21 +215,23 @@ export class DecryptHandler extends CollectingHandler {
     this.decryptedAt?.set(value.path(), decrypted.classificationId);
   }
 
+  private redacted(value: FieldValue): Buffer {
+    this.count++;
+    this.reveal.redact++;
+    return value.encodeNull();
+  }
+
   /**
    * A string, number or boolean becomes a string of its text masked (`1234` → `"••34"`
-   * under a mask keeping two); an object or array cannot be masked and is redacted.
+   * under a mask keeping two); the plaintext is zeroed once the mask is written.
    */
-  private masked(value: FieldValue, decrypted: DecryptedToken, mask: Mask): Buffer {
+  private masked(value: FieldValue, plaintext: Buffer, mask: Mask): Buffer {
     this.count++;
+    this.reveal.mask++;
     try {
-      if (decrypted.type === 'j') {
-        this.reveal.redact++;
-        return value.encodeNull();
-      }
-      this.reveal.mask++;
-      return value.encodePlain(Buffer.from(mask.apply(decrypted.plaintext.toString('utf8')), 'utf8'), 's');
+      return value.encodePlain(Buffer.from(mask.apply(plaintext.toString('utf8')), 'utf8'), 's');
     } finally {
-      decrypted.plaintext.fill(0);
+      plaintext.fill(0);
     }
   }
 }
