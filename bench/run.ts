@@ -1,7 +1,8 @@
 /**
- * `npm run bench`: the micro-benchmarks of the transformer and the token codec.
+ * `npm run bench`: the micro-benchmarks of the transformer, the token codec and decrypting
+ * with reveal rules.
  *
- *   node bench/run.ts [--only transformer|crypto] [--quick] [--rounds N] [--markdown]
+ *   node bench/run.ts [--only transformer|crypto|reveal] [--quick] [--rounds N] [--markdown]
  *
  * Prints one table per suite and writes bench/results/micro.json (a --quick run writes
  * micro-quick.json instead, so a smoke run never replaces real results). A run of one
@@ -10,12 +11,14 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { runCryptoBench } from './micro/crypto.ts';
+import { runRevealBench } from './micro/reveal.ts';
 import { runTransformerBench, type MicroOptions } from './micro/transformer.ts';
 import { formatSuite, formatSuiteMarkdown, loadAverage, machineInfo, type MachineInfo, type SuiteResult } from './lib/report.ts';
 
 const SUITES = {
   transformer: runTransformerBench,
   crypto: runCryptoBench,
+  reveal: runRevealBench,
 } as const;
 type SuiteName = keyof typeof SUITES;
 
@@ -61,7 +64,7 @@ async function main(): Promise<void> {
   try {
     args = parse();
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\nusage: node bench/run.ts [--only transformer|crypto] [--quick] [--rounds N] [--markdown]\n`);
+    process.stderr.write(`${(err as Error).message}\nusage: node bench/run.ts [--only transformer|crypto|reveal] [--quick] [--rounds N] [--markdown]\n`);
     process.exitCode = 2;
     return;
   }

@@ -13,6 +13,7 @@
  * Extra rows (no target): the transformer alone with a no-op handler, parse + stringify
  * alone, and the decrypt direction against its own naive baseline.
  */
+import { FOR_THE_POD } from '../../src/auth/classification-access.ts';
 import { DecryptHandler, EncryptHandler, KeyInUse } from '../../src/dataplane/field-handlers.ts';
 import { openStore, type Store } from '../../src/store/db.ts';
 import { Keyring } from '../../src/crypto/keyring.ts';
@@ -121,10 +122,8 @@ function transformOnly(chunks: readonly Buffer[], matcher: FieldMatcher): Buffer
   return join(out);
 }
 
-const noAccessCheck = (_id: number): void => {};
-
 function decryptChunked(chunks: readonly Buffer[], matcher: FieldMatcher, codec: TokenCodec): Buffer {
-  const handler = new DecryptHandler(codec, noAccessCheck, null);
+  const handler = new DecryptHandler(codec, FOR_THE_POD, null);
   const transformer = new JsonTransformer(matcher, handler);
   const out: Buffer[] = [];
   for (const c of chunks) transformer.push(c, out);

@@ -3,6 +3,9 @@
  * and says who may decrypt it: listed users, holders of listed roles, members of listed
  * provider groups (DESIGN §9).
  *
+ * Its reveal rules (DESIGN §14, api/reveal-input.ts) say what everyone else sees: `reveal`
+ * (replaced whole by a PATCH that sends it), `default` and `default_mask`.
+ *
  * The API manages one provider per classification: `provider_container_id` names the
  * provider configuration (its UUID; the spec's "integer" cannot name our configurations)
  * and `gws_groups` the groups of that provider. The list filter `providers` takes those
@@ -27,8 +30,10 @@ import {
 } from '../store/classifications.ts';
 import type { Store } from '../store/db.ts';
 import { hasUnsafeText, unsafeTextMessage } from '../store/identity-text.ts';
+import { grantsText, maskText } from '../store/reveal-rules.ts';
 import { envelope, pageRequest } from './pagination.ts';
 import { classificationView, MemberViews } from './presenters.ts';
+import { revealDefault, revealGrants } from './reveal-input.ts';
 import type { ApiRoute } from './routes.ts';
 import { attributeName, EMAIL_PATTERN, queryIntegerList, Validator } from './validation.ts';
 
@@ -80,8 +85,11 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   // validate() has already answered 422 when any of these is missing on create.
   if (name === undefined || bgColor === undefined || fgColor === undefined) throw new TypeError('name and colours were validated as required');
   const members: ClassificationMembers = { userIds: [...(rest.userIds ?? [])], roleIds: [...(rest.roleIds ?? [])], providers: [...(rest.providers ?? [])] };
-  // One that admits nobody gives nobody anything; one with members, only what the caller has.
-  const exempt = admitsAnyone(members) ? authorizeMemberChange(store, caller, { name, members }) : null;
+  const reveal = rest.reveal ?? [];
+  // One that admits nobody and has no reveal rules gives nobody anything; one with members
+  // or rules, only what the caller has (DESIGN §13, §14).
+  const opens = admitsAnyone(members) || reveal.length > 0 || (rest.revealDefault !== undefined && rest.revealDefault.level !== 'deny');
+  const exempt = opens ? authorizeMemberChange(store, caller, { name, members, reveal }) : null;
   const created = store.classifications.create({ ...rest, name, bgColor, fgColor });
   recordActivity(ctx, services, caller, 'classification.created', `Created classification ${describe(created)}.${exempt ?? ''}`);
   sendJson(ctx, 201, classificationView(store, created));
@@ -96,8 +104,9 @@ async function update(ctx: RequestContext, services: Services, caller: Caller): 
   const current = find(ctx, store);
   const patch = validate(new Validator(await readJson(ctx)), store, current);
   const members = store.classifications.members(current.id);
-  // Who it admits is decided by those it admits now (DESIGN §13).
-  const exempt = changesMembers(members, patch) ? authorizeMemberChange(store, caller, { name: current.name, members }) : null;
+  // Who it admits, and what its reveal rules show, is decided by those it admits now (DESIGN §13, §14).
+  const changes = changesMembers(members, patch) || changesReveal(current, patch);
+  const exempt = changes ? authorizeMemberChange(store, caller, { name: current.name, members, reveal: current.reveal }) : null;
   const updated = store.classifications.update(current.id, patch);
   // Deleted by another request between the lookup and the write.
   if (updated === undefined) throw new NotFoundError();
@@ -143,6 +152,13 @@ function changesMembers(current: ClassificationMembers, patch: ClassificationPat
   return key(current.providers) !== key(patch.providers);
 }
 
+/** Whether `patch` changes the reveal grants or the default; a PATCH that sends back what GET showed changes nothing. */
+function changesReveal(current: Classification, patch: ClassificationPatch): boolean {
+  if (patch.reveal !== undefined && grantsText(patch.reveal) !== grantsText(current.reveal)) return true;
+  const next = patch.revealDefault;
+  return next !== undefined && (next.level !== current.revealDefault.level || maskText(next.mask) !== maskText(current.revealDefault.mask));
+}
+
 function describe(classification: Classification): string {
   return `"${classification.name}" (id ${classification.id}, slug ${classification.slug})`;
 }
@@ -164,9 +180,11 @@ function validate(v: Validator, store: Store, current: Classification | null): C
   const containerId = providerContainerId(v, store);
   const userIds = v.array('users', v.existingId((id) => store.users.findById(id) !== undefined), { max: MEMBERS_MAX });
   const roleIds = v.array('roles', v.existingId((id) => store.roles.findById(id) !== undefined), { max: MEMBERS_MAX });
+  const reveal = revealGrants(v, store);
+  const defaultLevel = revealDefault(v);
   v.check();
 
-  const patch: ClassificationPatch = { name, bgColor, fgColor, description, emoji, userIds, roleIds };
+  const patch: ClassificationPatch = { name, bgColor, fgColor, description, emoji, userIds, roleIds, reveal, revealDefault: defaultLevel };
   if (v.has('provider_container_id') || v.has('gws_groups')) {
     // The container a PATCH without `provider_container_id` keeps is the current one.
     const container = v.has('provider_container_id') ? (containerId ?? null) : (current?.providerContainerId ?? null);

@@ -17,6 +17,7 @@ import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendJson } from '../http/respond.ts';
 import type { Store } from '../store/db.ts';
+import type { RevealCounts } from '../fields/reveal.ts';
 import { LOG_KINDS, type ActivityLog, type ApiLog, type LogFilter, type LogKind, type LogPage, type LogQuery, type UnifiedLog, type UsageLog } from '../store/logs.ts';
 import { logCursors, MAX_CURSOR_LENGTH, type CursorScope } from './log-cursor.ts';
 import { cursorEnvelope, pageRequest, pastTheEnd, type PageRequest } from './pagination.ts';
@@ -176,6 +177,8 @@ export interface UsageLogView {
   mode: 'encrypt' | 'decrypt';
   field_count: number;
   bytes: number;
+  /** A decrypt's values per reveal level (DESIGN §14); null for an encrypt, and for entries from before reveal levels. */
+  reveal: RevealCounts | null;
   timestamp: string;
   user: UserView | null;
   api_key: { id: string; prefix: string } | null;
@@ -271,6 +274,7 @@ class LogPresenter {
       mode: row.mode,
       field_count: row.fieldCount,
       bytes: row.bytes,
+      reveal: row.reveal,
       timestamp: row.createdAt,
       user: this.user(row.userId),
       api_key: this.apiKey(row.apiKeyId),
@@ -324,7 +328,7 @@ class LogPresenter {
       kind: 'usage',
       action: `data.${row.mode}`,
       description: usageDescription(row, configuration),
-      details: { mode: row.mode, field_count: row.fieldCount, bytes: row.bytes },
+      details: { mode: row.mode, field_count: row.fieldCount, bytes: row.bytes, reveal: row.reveal },
       causerEmail: user?.email ?? null,
       // Usage is recorded only once the 200 response is out.
       statusCode: 200,

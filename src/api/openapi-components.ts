@@ -9,10 +9,12 @@
  */
 import { METHODS } from 'node:http';
 import { BUILT_IN_ROLES, EGRESS_NAME_PATTERN, PERMISSIONS, PROXY_SLUG_PATTERN } from '../config/schema.ts';
+import { DEFAULT_LEVELS, DEFAULT_MASK_CHAR, MASK_KEEP_MAX, MASK_PRESETS, MASK_SEPARATORS, REVEAL_LEVELS } from '../fields/reveal.ts';
 import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.ts';
 import { LOG_KINDS } from '../store/logs.ts';
 import { MAX_CURSOR_LENGTH } from './log-cursor.ts';
 import { DEFAULT_PER_PAGE, MAX_PER_PAGE } from './pagination.ts';
+import { REVEAL_MAX } from './reveal-input.ts';
 import { EMAIL_PATTERN } from './validation.ts';
 
 export type Json = string | number | boolean | null | readonly Json[] | { readonly [key: string]: Json };
@@ -90,6 +92,33 @@ const provider = shape({
   gws_groups: arrayOf(schemaRef('GroupRef')),
 });
 
+// Reveal levels (DESIGN §14; api/reveal-input.ts).
+
+const customMask = shape(
+  {
+    keep_first: { type: 'integer', minimum: 0, maximum: MASK_KEEP_MAX, description: 'Characters kept at the start (separators not counted).' },
+    keep_last: { type: 'integer', minimum: 0, maximum: MASK_KEEP_MAX, description: 'Characters kept at the end (separators not counted).' },
+    char: { type: 'string', minLength: 1, maxLength: 1, description: `What every other character becomes. Default \`${DEFAULT_MASK_CHAR}\`.` },
+  },
+  ['keep_first', 'keep_last', 'char'],
+);
+const maskSpec: JsonObject = {
+  anyOf: [{ type: 'string', enum: [...MASK_PRESETS] }, customMask],
+  description:
+    `A preset (\`last4\`, \`first6last4\`, \`email\`: \`a•••@example.com\`, \`ssn\`: \`•••-••-6789\`) or \`{keep_first, keep_last, char}\`. ` +
+    `Separators (\`${MASK_SEPARATORS}\`) are kept; a value with no more characters than the mask keeps is hidden whole.`,
+};
+
+const revealGrant = shape(
+  {
+    to: shape({ users: arrayOf(schemaRef('User')), roles: arrayOf(schemaRef('Role')), groups: arrayOf({ type: 'string', minLength: 1 }) }),
+    level: { type: 'string', enum: [...REVEAL_LEVELS] },
+    mask: orNull(maskSpec),
+  },
+  [],
+  { description: 'Whom it names (users and roles shown as the members are; groups by provider group id), what they see, and for `mask` how.' },
+);
+
 const classification = shape({
   id,
   name: { type: 'string', minLength: 1, maxLength: 32 },
@@ -102,6 +131,9 @@ const classification = shape({
   providers: arrayOf(schemaRef('Provider')),
   users: arrayOf(schemaRef('User')),
   roles: arrayOf(schemaRef('Role')),
+  reveal: { ...arrayOf(schemaRef('RevealGrant')), description: 'What readers who are not members see (DESIGN §14): the most revealing grant that names them.' },
+  default: { type: 'string', enum: [...DEFAULT_LEVELS], description: 'What a reader no grant names sees.' },
+  default_mask: { ...orNull(maskSpec), description: 'The mask of `default: mask`; null otherwise.' },
   created_at: dateTime,
   updated_at: dateTime,
 });
@@ -220,6 +252,7 @@ const usageLogEntry = shape({
   mode: { type: 'string', enum: ['encrypt', 'decrypt'] },
   field_count: count,
   bytes: count,
+  reveal: { ...orNull(schemaRef('RevealCounts')), description: "A decrypt's values per reveal level; null for an encrypt, and for entries written before reveal levels." },
   timestamp: dateTime,
   user: logUser,
   api_key: orNull(schemaRef('ApiKeyRef')),
@@ -274,8 +307,9 @@ const syncUsageRow = shape({
   mode: { type: 'string', enum: ['encrypt', 'decrypt'] },
   field_count: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
   bytes: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+  reveal: { ...orNull(schemaRef('RevealCounts')), description: 'A decrypt\'s values per reveal level; null or absent for an encrypt (absent from replicas of earlier builds).' },
   created_at: logTime,
-});
+}, ['reveal']);
 
 const pageUrl: JsonObject = { type: 'string', format: 'uri' };
 const nextCursor: JsonObject = {
@@ -367,6 +401,45 @@ const groupRefInput: JsonObject = {
 const gwsGroupsInput: JsonObject = { type: ['array', 'null'], maxItems: 1000, items: schemaRef('GroupRefInput') };
 const memberIds: JsonObject = { type: 'array', maxItems: 1000, items: id };
 
+const maskSpecInput: JsonObject = {
+  anyOf: [
+    { type: 'string', enum: [...MASK_PRESETS] },
+    {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        keep_first: { type: 'integer', minimum: 0, maximum: MASK_KEEP_MAX, default: 0 },
+        keep_last: { type: 'integer', minimum: 0, maximum: MASK_KEEP_MAX, default: 0 },
+        char: { type: 'string', minLength: 1, maxLength: 1, default: DEFAULT_MASK_CHAR, description: 'One visible character.' },
+      },
+    },
+  ],
+};
+/** Whom a grant names: at least one user, role or group. */
+const revealAudienceInput: JsonObject = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    users: { ...memberIds, description: 'User ids.' },
+    roles: { ...memberIds, description: 'Role ids.' },
+    groups: { type: 'array', maxItems: 1000, items: { type: 'string', minLength: 1, maxLength: 255 }, description: 'Provider group ids.' },
+  },
+  not: { type: 'object', properties: { users: { type: 'array', maxItems: 0 }, roles: { type: 'array', maxItems: 0 }, groups: { type: 'array', maxItems: 0 } } },
+};
+const revealGrantInput: JsonObject = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['to', 'level'],
+  properties: {
+    to: revealAudienceInput,
+    level: { type: 'string', enum: [...REVEAL_LEVELS], description: 'plain > mask > token > redact > deny: the most revealing grant that names a reader wins.' },
+    mask: { anyOf: [maskSpecInput, { type: 'null' }], description: 'Required with `level: mask`; null or absent otherwise.' },
+  },
+  if: { type: 'object', required: ['level'], properties: { level: { const: 'mask' } } },
+  then: { type: 'object', required: ['mask'], properties: { mask: maskSpecInput } },
+  else: { type: 'object', properties: { mask: { type: 'null' } } },
+  examples: [{ to: { groups: ['g-nurses'] }, level: 'mask', mask: 'last4' }],
+};
 const classificationFields = {
   name: { type: 'string', minLength: 1, maxLength: 32 },
   bg_color: color,
@@ -381,7 +454,38 @@ const classificationFields = {
   gws_groups: { ...gwsGroupsInput, description: 'Groups of the provider named by `provider_container_id`.' },
   users: { ...memberIds, description: 'User ids.' },
   roles: { ...memberIds, description: 'Role ids.' },
+  reveal: {
+    type: ['array', 'null'],
+    maxItems: REVEAL_MAX,
+    items: schemaRef('RevealGrantInput'),
+    description: 'Reveal grants; sent, it replaces the list whole (null: not sent). Changing them needs a caller admitted to the classification, as changing its members does.',
+  },
+  default: {
+    type: ['string', 'null'],
+    enum: [...DEFAULT_LEVELS, null],
+    examples: ['mask'],
+    description: 'What a reader no grant names sees: `deny` (403 for the whole request; the default), `token`, `redact` or `mask`. Never `plain`.',
+  },
+  default_mask: { anyOf: [maskSpecInput, { type: 'null' }], description: 'With `default: mask`, and only with it: the mask.' },
 } satisfies Record<string, JsonObject>;
+
+/** `default_mask` goes with `default: mask` in the same request, and that needs one. */
+const DEFAULT_MASK_RULE: JsonObject = {
+  dependentSchemas: {
+    default: {
+      anyOf: [
+        { type: 'object', properties: { default: { not: { const: 'mask' } } } },
+        { type: 'object', required: ['default_mask'], properties: { default_mask: { not: { type: 'null' } } } },
+      ],
+    },
+    default_mask: {
+      anyOf: [
+        { type: 'object', properties: { default_mask: { type: 'null' } } },
+        { type: 'object', required: ['default'], properties: { default: { const: 'mask' } } },
+      ],
+    },
+  },
+};
 
 const configurationValue: JsonObject = {
   anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }, arrayOf(text)],
@@ -434,9 +538,14 @@ export const components: JsonObject = {
     ETag: { description: "The snapshot's digest, quoted.", required: true, schema: { type: 'string', pattern: '^"[0-9a-f]{64}"$' } },
     KeyVersion: { description: 'The key version every returned token carries.', required: true, schema: { type: 'string', pattern: '^[1-9][0-9]*$' } },
     FieldsTransformed: {
-      description: "How many field values the request's transform replaced (encrypted, decrypted or rewrapped); 0 when none matched.",
+      description: "How many field values the request's transform replaced (encrypted, decrypted — shown plain, masked or redacted — or rewrapped); 0 when none matched.",
       required: true,
       schema: { type: 'string', pattern: '^(0|[1-9][0-9]*)$' },
+    },
+    Reveal: {
+      description:
+        "On a decrypt's answer (DESIGN §14): how many values it showed at each level — the plaintext, masked, redacted (null) or the token as it was. Set when the body was decrypted whole before the answer (always, unless a destination answers before reading the whole body).",
+      schema: { type: 'string', pattern: '^plain=(0|[1-9][0-9]*), mask=(0|[1-9][0-9]*), redact=(0|[1-9][0-9]*), token=(0|[1-9][0-9]*)$', examples: ['plain=3, mask=1, redact=0, token=0'] },
     },
     FieldsTransformedForwarded: {
       description: "How many field values the request's transform replaced, when the body was transformed whole before the destination answered (always, unless the destination answers before reading the whole body).",
@@ -566,13 +675,26 @@ export const components: JsonObject = {
     Ready: shape({ status: { const: 'ready' } }),
     Error: error,
     ValidationError: validationError,
-    ClassificationCreate: { type: 'object', required: ['name', 'bg_color', 'fg_color'], properties: classificationFields, ...GROUPS_NEED_CONTAINER },
+    ClassificationCreate: { type: 'object', required: ['name', 'bg_color', 'fg_color'], properties: classificationFields, ...GROUPS_NEED_CONTAINER, ...DEFAULT_MASK_RULE },
     ClassificationUpdate: {
       type: 'object',
       description: 'Any subset of the create fields; a field that is sent is checked as on create.',
       properties: classificationFields,
       ...GROUPS_NEED_CONTAINER,
+      ...DEFAULT_MASK_RULE,
     },
+    RevealGrant: revealGrant,
+    RevealCounts: shape(
+      {
+        plain: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+        mask: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+        redact: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+        token: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+      },
+      [],
+      { description: 'Values a decrypt showed at each level (DESIGN §14), as `x-svc-reveal` says.' },
+    ),
+    RevealGrantInput: revealGrantInput,
     ConfigurationCreate: {
       type: 'object',
       required: ['name'],

@@ -48,7 +48,11 @@ const EGRESS_BODY: JsonObject = {
 };
 
 /** A forwarded answer says how many fields were transformed when the body was done before it. */
-const FORWARDED_HEADERS: JsonObject = { ...REQUEST_ID_HEADERS, 'x-svc-fields-transformed': { $ref: '#/components/headers/FieldsTransformedForwarded' } };
+const FORWARDED_HEADERS: JsonObject = {
+  ...REQUEST_ID_HEADERS,
+  'x-svc-fields-transformed': { $ref: '#/components/headers/FieldsTransformedForwarded' },
+  'x-svc-reveal': { $ref: '#/components/headers/Reveal' },
+};
 
 const dataResult = (description: string, headers: JsonObject = TRANSFORM_HEADERS): JsonObject => ({
   description,
@@ -99,7 +103,7 @@ const encryptionPaths: Record<string, JsonObject> = {
       tag: 'data',
       summary: 'Decrypt fields (spec 4.5)',
       description:
-        'Without `x-svc-fields` every string that is a token is decrypted. Every token\'s classification must admit the acting user (one that lists nobody admits nobody), else 403 and nothing is decrypted.',
+        'Without `x-svc-fields` every string that is a token is decrypted. Each token shows what its classification reveals to the acting user (DESIGN §14): members see the plaintext, others what its reveal grants or its `default` say — the value masked, redacted (`null`) or the token as it is; `x-svc-reveal` counts them. One token the user is denied (no grant and a `deny` default, or a classification that no longer exists) fails the request with 403 and nothing is decrypted.',
       permission: 'data.decrypt',
       parameters: [parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
       requestBody: DATA_BODY,

@@ -3,6 +3,7 @@
  * same way. Timestamps are ISO 8601; secrets (password hashes, key hashes, wrapped keys)
  * are never part of any shape.
  */
+import type { DefaultLevel, MaskSpec, RevealLevel } from '../fields/reveal.ts';
 import type { ApiKey } from '../store/api-keys.ts';
 import type { Classification, ClassificationMembers } from '../store/classifications.ts';
 import type { Configuration } from '../store/configurations.ts';
@@ -98,8 +99,18 @@ export interface ClassificationView {
   providers: Array<{ uuid: string; name: string; gws_groups: Array<{ id: string; name?: string; email?: string }> }>;
   users: UserView[];
   roles: RoleView[];
+  reveal: RevealGrantView[];
+  default: DefaultLevel;
+  default_mask: MaskSpec | null;
   created_at: string;
   updated_at: string;
+}
+
+/** A reveal grant: `to.users` and `to.roles` shown as the classification's own members are. */
+export interface RevealGrantView {
+  to: { users: UserView[]; roles: RoleView[]; groups: string[] };
+  level: RevealLevel;
+  mask: MaskSpec | null;
 }
 
 /**
@@ -169,6 +180,18 @@ export function classificationView(
     providers: members.providers.map((p) => ({ uuid: p.configurationId, name: views.configurationName(p.configurationId), gws_groups: p.gwsGroups })),
     users: members.userIds.flatMap((id) => views.user(id) ?? []),
     roles: members.roleIds.flatMap((id) => views.role(id) ?? []),
+    // A user or role deleted since is left out, as from the member lists.
+    reveal: classification.reveal.map((grant) => ({
+      to: {
+        users: grant.to.users.flatMap((id) => views.user(id) ?? []),
+        roles: grant.to.roles.flatMap((id) => views.role(id) ?? []),
+        groups: [...grant.to.groups],
+      },
+      level: grant.level,
+      mask: grant.mask,
+    })),
+    default: classification.revealDefault.level,
+    default_mask: classification.revealDefault.mask,
     created_at: classification.createdAt,
     updated_at: classification.updatedAt,
   };

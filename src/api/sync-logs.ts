@@ -79,6 +79,8 @@ const apiRow = z.strictObject({
     .optional(),
 });
 
+const revealCount = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+
 const usageRow = z.strictObject({
   id: rowId,
   request_id: z.string().regex(REQUEST_ID),
@@ -88,6 +90,11 @@ const usageRow = z.strictObject({
   mode: z.enum(['encrypt', 'decrypt']),
   field_count: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
   bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
+  // Absent from replicas of an earlier build.
+  reveal: z
+    .strictObject({ plain: revealCount, mask: revealCount, redact: revealCount, token: revealCount })
+    .nullable()
+    .optional(),
   created_at: createdAt,
 });
 

@@ -14,7 +14,8 @@
 import { ActionUnauthorizedError } from '../errors.ts';
 import type { ClassificationMembers } from '../store/classifications.ts';
 import type { Store } from '../store/db.ts';
-import { admittedClassifications, callerIdentity, membersAdmit, type Identity } from './classification-access.ts';
+import type { RevealGrant } from '../store/reveal-rules.ts';
+import { admitsPlain, callerIdentity, readableClassifications, showsAtLeast, type Identity, type Reveal } from './classification-access.ts';
 import type { Caller } from './caller.ts';
 
 const DECRYPT = 'data.decrypt';
@@ -25,15 +26,18 @@ export interface Reach {
   readonly decrypt: boolean;
   /** Configuration ids it may use; null: all. */
   readonly configurations: ReadonlySet<string> | null;
-  /** The classifications that admit it. */
-  readonly classifications: ReadonlySet<number>;
+  /**
+   * The classifications it can read something of — their plaintext (members, `plain`
+   * grants) or part of it (a `mask`) — and what it gets of each (DESIGN §14).
+   */
+  readonly classifications: ReadonlyMap<number, Reveal>;
 }
 
 export function callerReach(store: Store, caller: Caller): Reach {
   return {
     decrypt: caller.permissions.has(DECRYPT),
     configurations: caller.configurations,
-    classifications: admittedClassifications(store, callerIdentity(caller)),
+    classifications: readableClassifications(store, callerIdentity(caller)),
   };
 }
 
@@ -47,7 +51,7 @@ export function identityReach(store: Store, who: Identity, permissions: Readonly
     decrypt,
     configurations: configurations.length === 0 ? null : new Set(configurations),
     // Without data.decrypt nothing is decrypted, whoever admits it.
-    classifications: decrypt ? admittedClassifications(store, who) : new Set(),
+    classifications: decrypt ? readableClassifications(store, who) : new Map(),
   };
 }
 
@@ -60,7 +64,7 @@ function excess(store: Store, minted: Reach, caller: Reach): string[] {
   if (scope !== null && (minted.configurations === null || [...minted.configurations].some((id) => !scope.has(id)))) {
     reasons.push("it can decrypt with configurations outside the caller's scope");
   }
-  const beyond = [...minted.classifications].filter((id) => !caller.classifications.has(id));
+  const beyond = [...minted.classifications].filter(([id, reveal]) => !showsAtLeast(caller.classifications.get(id), reveal)).map(([id]) => id);
   if (beyond.length > 0) {
     const names = beyond.sort((a, b) => a - b).map((id) => {
       const classification = store.classifications.findById(id);
@@ -89,17 +93,23 @@ export function authorizeMinting(store: Store, caller: Caller, minted: Reach): s
 }
 
 /**
- * Changing who a classification admits gives its new members that classification, with
- * every configuration: only a caller who can decrypt it so may do it. For an existing
- * classification that is decided on its members as they are; for one being created, on
- * the members it is created with (a caller may create one that admits nobody, or itself).
- * Returns the owner's exemption note, as authorizeMinting.
+ * Changing who a classification admits, or how much its reveal rules show to whom (DESIGN
+ * §14), gives others that classification, with every configuration: only a caller who
+ * can decrypt it so may do it. For an existing classification that is decided on its
+ * members and reveal grants as they are; for one being created, on those it is created
+ * with (a caller may create one that admits nobody, or itself). Admitted means shown the
+ * plaintext: a member, or named by a `plain` grant. Returns the owner's exemption note, as
+ * authorizeMinting.
  */
-export function authorizeMemberChange(store: Store, caller: Caller, target: { readonly name: string; readonly members: ClassificationMembers }): string | null {
+export function authorizeMemberChange(
+  store: Store,
+  caller: Caller,
+  target: { readonly name: string; readonly members: ClassificationMembers; readonly reveal: readonly RevealGrant[] },
+): string | null {
   const reasons: string[] = [];
   if (!caller.permissions.has(DECRYPT)) reasons.push('the caller cannot decrypt');
   if (caller.configurations !== null) reasons.push("the caller's key is limited to some configurations");
-  if (!membersAdmit(store, target.members, callerIdentity(caller))) reasons.push(`the caller is not admitted to classification "${target.name}"`);
+  if (!admitsPlain(store, target.members, target.reveal, callerIdentity(caller))) reasons.push(`the caller is not admitted to classification "${target.name}"`);
   if (reasons.length === 0) return null;
   if (!isOwner(store, caller)) throw new ActionUnauthorizedError();
   return exemptionNote(reasons);

@@ -10,6 +10,8 @@
 import { z } from 'zod';
 import { InvalidFieldPathsError } from '../errors.ts';
 import { compileFieldPaths } from '../fields/paths.ts';
+import { DEFAULT_LEVELS, DEFAULT_MASK_CHAR, MASK_KEEP_MAX, MASK_PRESETS, REVEAL_LEVELS } from '../fields/reveal.ts';
+import { hasInvisibleText, hasUnsafeText } from '../store/identity-text.ts';
 import { crossCheck } from './cross-checks.ts';
 import { fileProblems, storeIsNew } from './files.ts';
 import { readCaFile, readJwksFile, readSecretFile, type Read } from './jwt-key-files.ts';
@@ -251,6 +253,38 @@ const groupRefSchema = z.strictObject({
   email: email.optional(),
 });
 
+/** A mask (DESIGN §14): a preset, or which characters to keep and what to write instead. */
+const maskSchema = z.union([
+  z.enum(MASK_PRESETS),
+  z.strictObject({
+    keep_first: wholeNumber(0).pipe(z.number().max(MASK_KEEP_MAX, `must be at most ${MASK_KEEP_MAX}`)).default(0),
+    keep_last: wholeNumber(0).pipe(z.number().max(MASK_KEEP_MAX, `must be at most ${MASK_KEEP_MAX}`)).default(0),
+    char: z
+      .string()
+      .refine((c) => [...c].length === 1 && !hasUnsafeText(c) && !hasInvisibleText(c), 'expected one visible character')
+      .default(DEFAULT_MASK_CHAR),
+  }),
+]);
+
+const revealGrantSchema = z
+  .strictObject({
+    to: z
+      .strictObject({
+        /** Emails, as the classification's `users`. */
+        users: z.array(email).default([]),
+        roles: z.array(role).default([]),
+        /** Provider group ids. */
+        groups: z.array(text).default([]),
+      })
+      .refine((to) => to.users.length + to.roles.length + to.groups.length > 0, 'must name at least one user, role or group'),
+    level: z.enum(REVEAL_LEVELS),
+    mask: maskSchema.optional(),
+  })
+  .superRefine((grant, ctx) => {
+    if (grant.level === 'mask' && grant.mask === undefined) ctx.addIssue({ code: 'custom', path: ['mask'], message: 'required with level: mask' });
+    if (grant.level !== 'mask' && grant.mask !== undefined) ctx.addIssue({ code: 'custom', path: ['mask'], message: 'applies only with level: mask' });
+  });
+
 const seedClassificationSchema = z.strictObject({
   name: text.max(32, 'must be at most 32 characters'),
   slug: z.string().regex(CLASSIFICATION_SLUG_PATTERN, 'expected lowercase letters and digits separated by single dashes').optional(),
@@ -269,6 +303,16 @@ const seedClassificationSchema = z.strictObject({
       }),
     )
     .default([]),
+  reveal: z.array(revealGrantSchema).default([]),
+  default: z.enum(DEFAULT_LEVELS).default('deny'),
+  default_mask: maskSchema.optional(),
+}).superRefine((classification, ctx) => {
+  if (classification.default === 'mask' && classification.default_mask === undefined) {
+    ctx.addIssue({ code: 'custom', path: ['default_mask'], message: 'required with default: mask' });
+  }
+  if (classification.default !== 'mask' && classification.default_mask !== undefined) {
+    ctx.addIssue({ code: 'custom', path: ['default_mask'], message: 'applies only with default: mask' });
+  }
 });
 
 const seedSchema = z.strictObject({

@@ -365,9 +365,11 @@ export class TokenCodec {
 
   /**
    * Decrypts a token. `check`, if given, sees the authenticated-to-be header after parsing
-   * and before any decryption, and may throw to refuse the token (classification access).
+   * and before any decryption, and may throw to refuse the token (classification access),
+   * or return false to stop there: nothing is decrypted, and the result's plaintext is
+   * empty (a reader shown only the token, or nothing of the value, DESIGN §14).
    */
-  decrypt(token: string, check?: (header: TokenHeader) => void): DecryptedToken {
+  decrypt(token: string, check?: (header: TokenHeader) => boolean | void): DecryptedToken {
     const parts = splitToken(token);
     if (parts === null) throw new TokenError('malformed');
     const { kvEnd, metaEnd, metaLength } = parts;
@@ -387,7 +389,7 @@ export class TokenCodec {
 
     const result: DecryptedToken = { type: 's', classificationId: 0, deterministic: false, version: parts.version, plaintext: EMPTY };
     if (!parseMeta(aad, metaOffset, aad.length, result)) throw new TokenError('malformed');
-    if (check !== undefined) check(result);
+    if (check !== undefined && check(result) === false) return result;
 
     const material = this.keyring.forDecrypt(parts.version);
     if (typeof material === 'string') {

@@ -5,6 +5,7 @@
  * before every token is checked) or streamed (encrypt and forward).
  */
 import type { SvcError, ValidationError } from '../errors.ts';
+import type { RevealCounts } from '../fields/reveal.ts';
 import type { ChunkTransformer, ValueHandler } from '../fields/value.ts';
 import { joinPieces } from '../fields/transformer.ts';
 import { bodyChunks, consumeBody } from '../http/body.ts';
@@ -15,6 +16,8 @@ export type Mode = 'encrypt' | 'decrypt';
 /** A value handler that counts its replacements and collects per-field failures. */
 export interface CollectingHandler extends ValueHandler {
   readonly count: number;
+  /** A decrypt's values per reveal level (DESIGN §14). */
+  readonly reveal?: RevealCounts;
   /** The error to answer with when any value failed, else null. */
   failure(): ValidationError | SvcError | null;
 }
@@ -47,10 +50,13 @@ export class BodyTransform {
   end(out: Buffer[]): void {
     this.transformer.end(out);
     this.check();
-    if (this.reportTo !== null) this.reportTo.fieldsTransformed = this.handler.count;
+    if (this.reportTo !== null) {
+      this.reportTo.fieldsTransformed = this.handler.count;
+      this.reportTo.reveal = this.handler.reveal ?? null;
+    }
   }
 
-  /** Sets `ctx.fieldsTransformed` when the body has been transformed whole (DESIGN §13). */
+  /** Sets `ctx.fieldsTransformed` (and a decrypt's `ctx.reveal`) when the body has been transformed whole (DESIGN §13, §14). */
   reportCountTo(ctx: RequestContext): this {
     this.reportTo = ctx;
     return this;

@@ -21,7 +21,7 @@ import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, transformStream, transformWhole, type Mode } from './body-transform.ts';
 import { cachedDestination, type Destination } from './destination.ts';
 import { DecryptHandler, EncryptHandler, KeyInUse } from './field-handlers.ts';
-import { FIELDS_TRANSFORMED } from './forwarder.ts';
+import { setTransformHeaders } from './forwarder.ts';
 
 export type { Mode } from './body-transform.ts';
 
@@ -69,7 +69,7 @@ async function transform(ctx: RequestContext, services: Services, mode: Mode): P
     // a chunked stream.
     await services.forwarder.forward(ctx, destination, await transformWhole(ctx, services.config.server.body_limit, body));
   }
-  recordUsage(ctx, services, configuration, mode, handler.count, ctx.bytesIn);
+  recordUsage(ctx, services, configuration, mode, handler.count, ctx.bytesIn, handler instanceof DecryptHandler ? handler.reveal : null);
   if (handler instanceof DecryptHandler) services.metrics.countKeyVersions(configuration.name, handler.versions);
 }
 
@@ -146,12 +146,11 @@ export function bodyFormat(ctx: RequestContext): BodyFormat {
 export function buildHandler(services: Services, caller: Caller, configuration: Configuration, mode: Mode, classificationId: number): EncryptHandler | DecryptHandler {
   const codec = services.codecs.get(configuration);
   if (mode === 'encrypt') return new EncryptHandler(codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec));
-  const access = new ClassificationAccess(services.store, caller);
-  return new DecryptHandler(codec, (id) => access.check(id), classificationId === 0 ? null : classificationId);
+  return new DecryptHandler(codec, ClassificationAccess.forCaller(services.store, caller), classificationId === 0 ? null : classificationId);
 }
 
 /** A transform's answer, with the number of fields it replaced. */
 export function send(ctx: RequestContext, format: BodyFormat, body: Buffer): void {
-  if (ctx.fieldsTransformed !== null) ctx.res.setHeader(FIELDS_TRANSFORMED, ctx.fieldsTransformed);
+  setTransformHeaders(ctx);
   sendBody(ctx, 200, format.contentType, body);
 }

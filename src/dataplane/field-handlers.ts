@@ -3,9 +3,11 @@
  * token or back (DESIGN §5 plaintext rules). Per-field failures are collected and
  * reported together as 422, keyed by the value's path.
  */
-import type { FieldEncryptor, TokenCodec, TokenHeader, TokenType } from '../crypto/token.ts';
+import { PLAIN, type Reveal, type RevealPolicy } from '../auth/classification-access.ts';
+import type { DecryptedToken, FieldEncryptor, TokenCodec, TokenHeader, TokenType } from '../crypto/token.ts';
 import { TokenError } from '../crypto/token.ts';
 import { ForbiddenError, InvalidTokenError, KeyDestroyedDuringRequestError, ValidationError, type SvcError, type ValidationErrors } from '../errors.ts';
+import { emptyCounts, type Mask, type RevealCounts } from '../fields/reveal.ts';
 import type { FieldValue, ValueHandler } from '../fields/value.ts';
 import type { Store } from '../store/db.ts';
 
@@ -127,31 +129,49 @@ export class EncryptHandler extends CollectingHandler {
   }
 }
 
+/**
+ * Decrypts each token, then shows of it what the reader may see (DESIGN §14): the
+ * plaintext, a mask of it, nothing (`redact`: JSON null, an empty form value) or the token
+ * as it is. One token the reader is denied fails the whole request (403) before anything is
+ * answered; a token shown only as itself or redacted (an object or array under a mask is
+ * redacted) is not decrypted at all.
+ */
 export class DecryptHandler extends CollectingHandler {
   /** Tokens decrypted per key version, for the retirement census. */
   readonly versions = new Map<number, number>();
+  /** Values answered at each level, for `x-svc-reveal`, the usage log and the metric. */
+  readonly reveal: RevealCounts = emptyCounts();
   private readonly codec: TokenCodec;
-  private readonly checkAccess: (classificationId: number) => void;
+  private readonly policy: RevealPolicy;
   private readonly required: number | null;
   /** Where each token was decrypted, and its classification, when an answer must re-encrypt them. */
   readonly decryptedAt: Map<string, number> | null;
+  /** What the reader gets of the token being read (set by checkHeader). */
+  private current: Reveal = PLAIN;
 
   /**
-   * `checkAccess` throws 403 when the caller may not read a classification; `required`
-   * is the classification every token must carry (x-svc-classification), if given.
+   * `policy` decides what the reader sees of each classification (a `deny` is a 403);
+   * `required` is the classification every token must carry (x-svc-classification), if given.
    */
-  constructor(codec: TokenCodec, checkAccess: (classificationId: number) => void, required: number | null, recordPaths = false) {
+  constructor(codec: TokenCodec, policy: RevealPolicy, required: number | null, recordPaths = false) {
     super();
     this.codec = codec;
-    this.checkAccess = checkAccess;
+    this.policy = policy;
     this.required = required;
     this.decryptedAt = recordPaths ? new Map() : null;
   }
 
-  /** Throws 403 for a token this request may not read: the whole request is refused. */
-  private readonly checkHeader = (header: TokenHeader): void => {
+  /**
+   * Throws 403 for a token this request may not read: the whole request is refused.
+   * Returns whether the token is to be decrypted: only what will be shown, whole or masked.
+   */
+  private readonly checkHeader = (header: TokenHeader): boolean => {
     if (this.required !== null && header.classificationId !== this.required) throw new ForbiddenError();
-    if (header.classificationId !== 0) this.checkAccess(header.classificationId);
+    const reveal = this.policy.decide(header.classificationId);
+    if (reveal.level === 'deny') throw new ForbiddenError();
+    this.current = reveal;
+    // An object or array cannot be masked: it is redacted, so it is not decrypted either.
+    return reveal.level === 'plain' || (reveal.level === 'mask' && header.type !== 'j');
   };
 
   failure(): ValidationError | null {
@@ -162,21 +182,57 @@ export class DecryptHandler extends CollectingHandler {
     // A value that is not spelled as a token is left as it is (DESIGN §6).
     const token = value.token();
     if (token === null) return null;
-    let plaintext: Buffer;
-    let type: TokenType;
+    let decrypted: DecryptedToken;
     try {
       // The header is checked (classification) after parsing and before any decryption.
-      const decrypted = this.codec.decrypt(token, this.checkHeader);
-      plaintext = decrypted.plaintext;
-      type = decrypted.type;
-      this.versions.set(decrypted.version, (this.versions.get(decrypted.version) ?? 0) + 1);
-      this.decryptedAt?.set(value.path(), decrypted.classificationId);
+      decrypted = this.codec.decrypt(token, this.checkHeader);
     } catch (err) {
       if (err instanceof TokenError) return this.fail(value, err.message);
       throw err;
     }
+    const reveal = this.current;
+    switch (reveal.level) {
+      case 'plain':
+        this.opened(value, decrypted);
+        this.count++;
+        this.reveal.plain++;
+        return value.encodePlain(decrypted.plaintext, decrypted.type);
+      case 'mask':
+        if (decrypted.type === 'j') return this.redacted(value);
+        this.opened(value, decrypted);
+        return this.masked(value, decrypted.plaintext, reveal.mask!);
+      case 'redact':
+        return this.redacted(value);
+      default:
+        // `token`: the value stays as it is (`deny` never gets here: checkHeader threw).
+        this.reveal.token++;
+        return null;
+    }
+  }
+
+  private opened(value: FieldValue, decrypted: DecryptedToken): void {
+    this.versions.set(decrypted.version, (this.versions.get(decrypted.version) ?? 0) + 1);
+    this.decryptedAt?.set(value.path(), decrypted.classificationId);
+  }
+
+  private redacted(value: FieldValue): Buffer {
     this.count++;
-    return value.encodePlain(plaintext, type);
+    this.reveal.redact++;
+    return value.encodeNull();
+  }
+
+  /**
+   * A string, number or boolean becomes a string of its text masked (`1234` → `"••34"`
+   * under a mask keeping two); the plaintext is zeroed once the mask is written.
+   */
+  private masked(value: FieldValue, plaintext: Buffer, mask: Mask): Buffer {
+    this.count++;
+    this.reveal.mask++;
+    try {
+      return value.encodePlain(Buffer.from(mask.apply(plaintext.toString('utf8')), 'utf8'), 's');
+    } finally {
+      plaintext.fill(0);
+    }
   }
 }
 

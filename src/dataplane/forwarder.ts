@@ -9,6 +9,7 @@ import { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors } from 'undici';
 import type { Dispatcher } from 'undici';
 import { AddressNotAllowedError, BadRequestError, ClientGoneError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';
+import { revealHeader } from '../fields/reveal.ts';
 import type { RequestContext } from '../http/context.ts';
 import { isOwnHeader } from '../http/svc-headers.ts';
 import { publicOnlyLookup, type Resolver } from './address-policy.ts';
@@ -255,11 +256,19 @@ export function copyResponseHeaders(ctx: RequestContext, statusCode: number, hea
     res.setHeader(name, value);
   }
   res.setHeader('x-svc-request-id', ctx.id);
-  if (ctx.fieldsTransformed !== null) res.setHeader(FIELDS_TRANSFORMED, ctx.fieldsTransformed);
+  setTransformHeaders(ctx);
 }
 
 /** How many fields the request's transform replaced (DESIGN §13), on every transform's answer. */
 export const FIELDS_TRANSFORMED = 'x-svc-fields-transformed';
+/** How many values a decrypt showed at each level (DESIGN §14), on every decrypt's answer. */
+export const REVEAL = 'x-svc-reveal';
+
+/** `x-svc-fields-transformed`, and on a decrypt `x-svc-reveal`, once the request's body has been transformed whole. */
+export function setTransformHeaders(ctx: RequestContext): void {
+  if (ctx.fieldsTransformed !== null) ctx.res.setHeader(FIELDS_TRANSFORMED, ctx.fieldsTransformed);
+  if (ctx.reveal !== null) ctx.res.setHeader(REVEAL, revealHeader(ctx.reveal));
+}
 
 /** Relays the destination's answer as-is, streamed (DESIGN §8). */
 export async function relay(ctx: RequestContext, response: Dispatcher.ResponseData, method: string): Promise<void> {

@@ -76,7 +76,8 @@ export async function requestBody(
     // so what is kept stays one chunk's worth however long the body.
     const chained = pass === null ? own.transformer : new ChainedTransformer(own.transformer, pass, () => minted?.clear());
     transform = new BodyTransform(spec.mode, chained, own.handler, pass === null ? [] : [pass.handler]);
-    usage = () => recordUsage(ctx, services, configuration!, spec.mode, own.handler.count, transform.bytes);
+    const reveal = own.handler instanceof DecryptHandler ? own.handler.reveal : null;
+    usage = () => recordUsage(ctx, services, configuration!, spec.mode, own.handler.count, transform.bytes, reveal);
     if (reportCount) transform.reportCountTo(ctx);
   }
   // A denied or invalid token must stop the request before any plaintext leaves.

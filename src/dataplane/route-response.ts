@@ -119,7 +119,7 @@ async function respondWith(
   }
   if (mode === 'decrypt') await respondWhole(ctx, response, transform, services.config.server.body_limit);
   else await respondStreamed(ctx, response, transform);
-  recordUsage(ctx, services, configuration, transform.mode, transform.handler.count, transform.bytes);
+  recordUsage(ctx, services, configuration, transform.mode, transform.handler.count, transform.bytes, transform.handler.reveal ?? null);
 }
 
 /** Decrypted answers go out whole or not at all: never partial plaintext. */

@@ -7,10 +7,12 @@
  * until every token has been checked.
  *
  * Routes authenticate with the configuration, not a per-request API key: the pod
- * boundary is the trust boundary, so decryption applies no per-user classification
- * access. A `classification` on a decrypt transform still requires every token to carry
- * it (403 on a request, 502 on a response).
+ * boundary is the trust boundary, so decryption shows every value plain (FOR_THE_POD)
+ * unless the caller passes the reveal policy of a known reader (an end user behind the
+ * relay, DESIGN §14). A `classification` on a decrypt transform still requires every token
+ * to carry it (403 on a request, 502 on a response).
  */
+import { FOR_THE_POD, type RevealPolicy } from '../auth/classification-access.ts';
 import type { RouteTransform } from '../config/schema.ts';
 import { RouteUnavailableError } from '../errors.ts';
 import type { TokenCodec } from '../crypto/token.ts';
@@ -98,6 +100,8 @@ export interface RouteTransformer {
  * (`SniffingTransformer`): a body that is none of the formats passes unchanged.
  * `record.minted` keeps the tokens an encryption writes, for a guard that follows;
  * `record.paths` where a decryption wrote plaintext, for an answer that must not echo it.
+ * `reveal` decides what a decryption shows of each classification: all of it, for the pod,
+ * unless a reader is known.
  */
 export function routeTransformer(
   services: Services,
@@ -105,26 +109,30 @@ export function routeTransformer(
   spec: TransformSpec,
   declared: BodyFormat | null,
   record: { readonly minted?: boolean; readonly paths?: boolean } = {},
+  reveal: RevealPolicy = FOR_THE_POD,
 ): RouteTransformer {
   const codec = services.codecs.get(configuration);
   const classificationId = resolveClassification(services, spec);
   const handler =
     spec.mode === 'encrypt'
       ? new EncryptHandler(codec.encryptor(classificationId), new KeyInUse(services.store, configuration.id, codec), record.minted === true)
-      : new DecryptHandler(codec, trusted, classificationId === 0 ? null : classificationId, record.paths === true);
+      : new DecryptHandler(codec, reveal, classificationId === 0 ? null : classificationId, record.paths === true);
   const matcher = resolveMatcher(services, configuration, spec);
   const limits = spec.mode === 'encrypt' ? services.limits.plaintext : services.limits.token;
   return { transformer: new SniffingTransformer(declared, (format) => format.create(matcher, handler, limits)), handler, codec };
 }
 
-/** The transform of one body on a route, alone. */
-export function routeBodyTransform(services: Services, configuration: Configuration, spec: TransformSpec, declared: BodyFormat | null): BodyTransform {
-  const { transformer, handler } = routeTransformer(services, configuration, spec, declared);
+/** The transform of one body on a route, alone (`reveal` as routeTransformer). */
+export function routeBodyTransform(
+  services: Services,
+  configuration: Configuration,
+  spec: TransformSpec,
+  declared: BodyFormat | null,
+  reveal: RevealPolicy = FOR_THE_POD,
+): BodyTransform {
+  const { transformer, handler } = routeTransformer(services, configuration, spec, declared, {}, reveal);
   return new BodyTransform(spec.mode, transformer, handler);
 }
-
-/** Relay and egress decrypt for the pod: no per-user classification access (DESIGN §12). */
-function trusted(): void {}
 
 function resolveClassification(services: Services, spec: TransformSpec): number {
   if (spec.classification === null) return 0;

@@ -157,6 +157,11 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   encodePlain(plaintext: Buffer, _type: PlainType): Buffer {
     return encodeFormBytes(plaintext);
   }
+
+  /** A form has no null: a redacted parameter keeps its name and loses its value (`ssn=`). */
+  encodeNull(): Buffer {
+    return EMPTY;
+  }
 }
 
 const EMPTY = Buffer.alloc(0);

@@ -172,6 +172,10 @@ export class JsonTransformer implements FieldValue, ChunkTransformer {
     return type === 's' ? jsonString(plaintext) : plaintext;
   }
 
+  encodeNull(): Buffer {
+    return JSON_NULL;
+  }
+
   /** Feeds one chunk; appends the output pieces to `out`. */
   push(chunk: Buffer, out: Buffer[]): void {
     if (chunk.length === 0) return;
@@ -574,6 +578,8 @@ export class JsonTransformer implements FieldValue, ChunkTransformer {
 
 const EMPTY = Buffer.alloc(0);
 const EMPTY_KEY = Buffer.alloc(0);
+/** A redacted value (shared: output pieces are copied, never written to). */
+const JSON_NULL = Buffer.from('null');
 
 function sequenceLength(lead: number): number {
   if (lead >= 0xf0) return 4;

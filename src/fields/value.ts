@@ -32,6 +32,8 @@ export interface FieldValue {
   encodeToken(token: string): Buffer;
   /** The bytes that write a decrypted plaintext of type `type` in place of the value. */
   encodePlain(plaintext: Buffer, type: PlainType): Buffer;
+  /** The bytes that write no value in its place (a redacted one): JSON `null`, an empty form value. */
+  encodeNull(): Buffer;
 }
 
 export interface ValueHandler {

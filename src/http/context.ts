@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { EndUser } from '../auth/end-user.ts';
+import type { RevealCounts } from '../fields/reveal.ts';
 import { requestIdFrom } from '../telemetry/request-id.ts';
 import type { Params } from './router.ts';
 
@@ -33,6 +34,8 @@ export class RequestContext {
   fieldsTransformed: number | null;
   /** The relay's end user (`relay.identity`), once resolved; null when anonymous or not asked. */
   endUser: EndUser | null;
+  /** A decrypt's values per reveal level, once it has run: `x-svc-reveal` (DESIGN §14). */
+  reveal: RevealCounts | null;
 
   constructor(req: IncomingMessage, res: ServerResponse) {
     this.req = req;
@@ -54,6 +57,7 @@ export class RequestContext {
     this.logPath = null;
     this.fieldsTransformed = null;
     this.endUser = null;
+    this.reveal = null;
   }
 
   /** A single-valued header; repeated headers are joined by Node or taken first. */

@@ -1,4 +1,5 @@
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { grantsText, maskText, parseDefault, parseGrants, DENY_DEFAULT, type RevealDefault, type RevealGrant } from './reveal-rules.ts';
 import { definedOnly, nowIso, parseJsonArray, type RowSource } from './sql.ts';
 import { runInTransaction } from './transaction.ts';
 
@@ -28,6 +29,10 @@ export interface Classification {
   fgColor: string;
   emoji: string | null;
   providerContainerId: string | null;
+  /** Who sees how much of its values beyond its members (DESIGN §14). */
+  reveal: readonly RevealGrant[];
+  /** What everyone else sees. */
+  revealDefault: RevealDefault;
   source: RowSource;
   createdAt: string;
   updatedAt: string;
@@ -47,9 +52,13 @@ export interface NewClassification {
   userIds?: readonly number[];
   roleIds?: readonly number[];
   providers?: readonly ClassificationProvider[];
+  /** Default: none. */
+  reveal?: readonly RevealGrant[];
+  /** Default: deny. */
+  revealDefault?: RevealDefault;
 }
 
-/** A member list that is present replaces the stored one; an absent one is left alone. */
+/** A member list (or the reveal grants) that is present replaces the stored one; an absent one is left alone. */
 export interface ClassificationPatch {
   name?: string;
   slug?: string;
@@ -58,6 +67,8 @@ export interface ClassificationPatch {
   fgColor?: string;
   emoji?: string | null;
   providerContainerId?: string | null;
+  reveal?: readonly RevealGrant[];
+  revealDefault?: RevealDefault;
   userIds?: readonly number[];
   roleIds?: readonly number[];
   providers?: readonly ClassificationProvider[];
@@ -72,6 +83,9 @@ interface ClassificationRecord {
   fg_color: string;
   emoji: string | null;
   provider_container_id: string | null;
+  reveal: string;
+  reveal_default: string;
+  reveal_default_mask: string | null;
   source: RowSource;
   created_at: string;
   updated_at: string;
@@ -87,6 +101,8 @@ function toClassification(record: ClassificationRecord): Classification {
     fgColor: record.fg_color,
     emoji: record.emoji,
     providerContainerId: record.provider_container_id,
+    reveal: parseGrants(record.reveal),
+    revealDefault: parseDefault(record.reveal_default, record.reveal_default_mask),
     source: record.source,
     createdAt: record.created_at,
     updatedAt: record.updated_at,
@@ -230,11 +246,12 @@ export class ClassificationsRepository {
   constructor(db: DatabaseSync) {
     this.#db = db;
     this.#insert = db.prepare(`
-      INSERT INTO classifications (name, slug, description, bg_color, fg_color, emoji, provider_container_id, source, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`);
+      INSERT INTO classifications (name, slug, description, bg_color, fg_color, emoji, provider_container_id, reveal, reveal_default,
+        reveal_default_mask, source, created_at, updated_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`);
     this.#update = db.prepare(`
       UPDATE classifications SET name = ?, slug = ?, description = ?, bg_color = ?, fg_color = ?, emoji = ?,
-        provider_container_id = ?, updated_at = ?
+        provider_container_id = ?, reveal = ?, reveal_default = ?, reveal_default_mask = ?, updated_at = ?
        WHERE id = ? RETURNING *`);
     this.#delete = db.prepare('DELETE FROM classifications WHERE id = ?');
     this.#byId = db.prepare('SELECT * FROM classifications WHERE id = ?');
@@ -280,6 +297,7 @@ export class ClassificationsRepository {
   create(input: NewClassification): Classification {
     return runInTransaction(this.#db, () => {
       const now = nowIso();
+      const revealDefault = input.revealDefault ?? DENY_DEFAULT;
       const record = this.#insert.get(
         input.name,
         input.slug ?? this.uniqueSlug(input.name),
@@ -288,6 +306,9 @@ export class ClassificationsRepository {
         input.fgColor,
         input.emoji ?? null,
         input.providerContainerId ?? null,
+        grantsText(input.reveal ?? []),
+        revealDefault.level,
+        maskText(revealDefault.mask),
         input.source ?? 'api',
         now,
         now,
@@ -315,6 +336,9 @@ export class ClassificationsRepository {
         next.fgColor,
         next.emoji,
         next.providerContainerId,
+        grantsText(next.reveal),
+        next.revealDefault.level,
+        maskText(next.revealDefault.mask),
         nowIso(),
         id,
       ) as unknown as ClassificationRecord;

@@ -1,4 +1,5 @@
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
+import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
 import { runInTransaction } from './transaction.ts';
 
 export type LogKind = 'activity' | 'api' | 'usage';
@@ -71,6 +72,8 @@ export interface NewUsageLog {
   mode: UsageMode;
   fieldCount: number;
   bytes: number;
+  /** A decrypt's values per reveal level (DESIGN §14); absent or null for an encrypt. */
+  reveal?: RevealCounts | null;
   createdAt: string;
 }
 
@@ -83,6 +86,7 @@ export interface UsageLog {
   mode: UsageMode;
   fieldCount: number;
   bytes: number;
+  reveal: RevealCounts | null;
   createdAt: string;
 }
 
@@ -170,7 +174,32 @@ export interface UsageLogRecord {
   mode: UsageMode;
   field_count: number;
   bytes: number;
+  /** `{"plain":n,"mask":n,"redact":n,"token":n}`, or null. */
+  reveal: string | null;
   created_at: string;
+}
+
+/** The counts of a `reveal` column; null for none, or for text that does not hold four counts. */
+export function parseRevealCounts(text: string | null): RevealCounts | null {
+  if (text === null) return null;
+  try {
+    const value = JSON.parse(text) as Record<string, unknown>;
+    const counts: RevealCounts = { plain: 0, mask: 0, redact: 0, token: 0 };
+    for (const level of ANSWER_LEVELS) {
+      const n = value[level];
+      if (!Number.isSafeInteger(n) || (n as number) < 0) return null;
+      counts[level] = n as number;
+    }
+    return counts;
+  } catch {
+    return null;
+  }
+}
+
+/** The text of a `reveal` column: keys in `x-svc-reveal` order. */
+export function revealCountsText(counts: RevealCounts | null | undefined): string | null {
+  if (counts == null) return null;
+  return `{"plain":${counts.plain},"mask":${counts.mask},"redact":${counts.redact},"token":${counts.token}}`;
 }
 
 function toActivityLog(r: ActivityLogRecord): ActivityLog {
@@ -214,6 +243,7 @@ function toUsageLog(r: UsageLogRecord): UsageLog {
     mode: r.mode,
     fieldCount: r.field_count,
     bytes: r.bytes,
+    reveal: parseRevealCounts(r.reveal),
     createdAt: r.created_at,
   };
 }
@@ -238,8 +268,8 @@ export const LOG_SQL = Object.freeze({
     api: `INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination,
         duration_ms, ip, created_at, end_user)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    usage: `INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+    usage: `INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, reveal, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   }),
   /** One chunk of retention; the parameter is the cutoff, as `toISOString()` writes it. */
   deleteChunk: Object.freeze({ activity: deleteChunkSql(TABLES.activity), api: deleteChunkSql(TABLES.api), usage: deleteChunkSql(TABLES.usage) }),
@@ -267,7 +297,7 @@ export function apiParams(r: NewApiLog): SQLInputValue[] {
 }
 
 export function usageParams(r: NewUsageLog): SQLInputValue[] {
-  return [r.requestId, r.configurationId, r.apiKeyId ?? null, r.userId ?? null, r.mode, r.fieldCount, r.bytes, r.createdAt];
+  return [r.requestId, r.configurationId, r.apiKeyId ?? null, r.userId ?? null, r.mode, r.fieldCount, r.bytes, revealCountsText(r.reveal), r.createdAt];
 }
 
 /** A cutoff in the `toISOString()` form the created_at columns hold, so text comparison orders by time. */

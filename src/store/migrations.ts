@@ -367,6 +367,21 @@ const schemaV9 = /* sql */ `
 ALTER TABLE api_logs ADD COLUMN end_user TEXT;
 `;
 
+/**
+ * Reveal levels (DESIGN §14). A classification keeps its grants as one JSON array (users
+ * and roles by id, groups by provider group id: store/reveal-rules.ts), the level everyone
+ * else gets, and the mask of a `mask` default. Existing classifications get no grants and a
+ * `deny` default: they reveal exactly what they did. A usage entry of a decrypt records
+ * how many values it showed at each level (`{"plain":n,"mask":n,"redact":n,"token":n}`);
+ * NULL for an encrypt and for the entries written before.
+ */
+const schemaV10 = /* sql */ `
+ALTER TABLE classifications ADD COLUMN reveal TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(reveal) AND json_type(reveal) = 'array');
+ALTER TABLE classifications ADD COLUMN reveal_default TEXT NOT NULL DEFAULT 'deny' CHECK (reveal_default IN ('deny', 'token', 'redact', 'mask'));
+ALTER TABLE classifications ADD COLUMN reveal_default_mask TEXT CHECK (reveal_default_mask IS NULL OR json_valid(reveal_default_mask));
+ALTER TABLE usage_logs ADD COLUMN reveal TEXT CHECK (reveal IS NULL OR json_valid(reveal));
+`;
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
@@ -377,6 +392,7 @@ export const migrations: readonly Migration[] = Object.freeze([
   { version: 7, sql: schemaV7 },
   { version: 8, run: schemaV8 },
   { version: 9, sql: schemaV9 },
+  { version: 10, sql: schemaV10 },
 ]);
 
 /**

@@ -64,9 +64,17 @@ export interface ClassificationProviderRow {
   gwsGroups: string;
 }
 
-/** A classification with its members, as a snapshot carries it (providers' groups as JSON text). */
-export type ClassificationRow = Omit<Classification, 'source'> &
-  Omit<ClassificationMembers, 'providers'> & { providers: ClassificationProviderRow[] };
+/**
+ * A classification with its members and reveal rules, as a snapshot carries it (providers'
+ * groups, the reveal grants and the default's mask as the JSON text of their columns).
+ */
+export type ClassificationRow = Omit<Classification, 'source' | 'reveal' | 'revealDefault'> &
+  Omit<ClassificationMembers, 'providers'> & {
+    providers: ClassificationProviderRow[];
+    reveal: string;
+    revealDefault: string;
+    revealDefaultMask: string | null;
+  };
 
 export interface ApiKeyRow {
   id: string;
@@ -228,7 +236,8 @@ export class ReplicationRepository {
         FROM configurations ORDER BY rowid`);
     this.#dataKeys = db.prepare('SELECT configuration_id, version, wrapped, created_at, destroyed_at FROM data_keys ORDER BY configuration_id, version');
     this.#classifications = db.prepare(`
-      SELECT id, name, slug, description, bg_color, fg_color, emoji, provider_container_id, created_at, updated_at
+      SELECT id, name, slug, description, bg_color, fg_color, emoji, provider_container_id, reveal, reveal_default, reveal_default_mask,
+             created_at, updated_at
         FROM classifications ORDER BY id`);
     this.#classificationUsers = db.prepare('SELECT classification_id AS owner, user_id AS id FROM classification_users ORDER BY classification_id, user_id');
     this.#classificationRoles = db.prepare('SELECT classification_id AS owner, role_id AS id FROM classification_roles ORDER BY classification_id, role_id');
@@ -283,11 +292,13 @@ export class ReplicationRepository {
     this.#clearDataKeys = db.prepare('DELETE FROM data_keys WHERE configuration_id = ?');
     this.#insertDataKey = db.prepare('INSERT INTO data_keys (configuration_id, version, wrapped, created_at, destroyed_at) VALUES (?, ?, ?, ?, ?)');
     this.#upsertClassification = db.prepare(`
-      INSERT INTO classifications (id, name, slug, description, bg_color, fg_color, emoji, provider_container_id, source, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'control-plane', ?, ?)
+      INSERT INTO classifications (id, name, slug, description, bg_color, fg_color, emoji, provider_container_id, reveal, reveal_default,
+        reveal_default_mask, source, created_at, updated_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'control-plane', ?, ?)
       ON CONFLICT (id) DO UPDATE SET name = excluded.name, slug = excluded.slug, description = excluded.description,
         bg_color = excluded.bg_color, fg_color = excluded.fg_color, emoji = excluded.emoji,
-        provider_container_id = excluded.provider_container_id, source = excluded.source, created_at = excluded.created_at,
+        provider_container_id = excluded.provider_container_id, reveal = excluded.reveal, reveal_default = excluded.reveal_default,
+        reveal_default_mask = excluded.reveal_default_mask, source = excluded.source, created_at = excluded.created_at,
         updated_at = excluded.updated_at`);
     this.#removeClassifications = db.prepare(`DELETE FROM classifications WHERE id IN (${ids})`);
     this.#parkClassifications = db.prepare(`UPDATE classifications SET slug = ${park} WHERE id IN (${ids})`);
@@ -435,6 +446,9 @@ export class ReplicationRepository {
       fg_color: string;
       emoji: string | null;
       provider_container_id: string | null;
+      reveal: string;
+      reveal_default: string;
+      reveal_default_mask: string | null;
       created_at: string;
       updated_at: string;
     };
@@ -449,6 +463,9 @@ export class ReplicationRepository {
         fgColor: r.fg_color,
         emoji: r.emoji,
         providerContainerId: r.provider_container_id,
+        reveal: r.reveal,
+        revealDefault: r.reveal_default,
+        revealDefaultMask: r.reveal_default_mask,
         createdAt: r.created_at,
         updatedAt: r.updated_at,
         userIds: [],
@@ -596,7 +613,21 @@ export class ReplicationRepository {
 
   #upsertClassifications(classifications: readonly ClassificationRow[]): void {
     for (const c of classifications) {
-      this.#upsertClassification.run(c.id, c.name, c.slug, c.description, c.bgColor, c.fgColor, c.emoji, c.providerContainerId, c.createdAt, c.updatedAt);
+      this.#upsertClassification.run(
+        c.id,
+        c.name,
+        c.slug,
+        c.description,
+        c.bgColor,
+        c.fgColor,
+        c.emoji,
+        c.providerContainerId,
+        c.reveal,
+        c.revealDefault,
+        c.revealDefaultMask,
+        c.createdAt,
+        c.updatedAt,
+      );
       for (const clear of this.#clearClassificationMembers) clear.run(c.id);
       if (c.userIds.length > 0) this.#addClassificationUsers.run(c.id, JSON.stringify(c.userIds));
       if (c.roleIds.length > 0) this.#addClassificationRoles.run(c.id, JSON.stringify(c.roleIds));

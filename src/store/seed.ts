@@ -2,8 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { ApiKeyPatch } from './api-keys.ts';
 import { slugify, type Classification, type ClassificationPatch, type ClassificationProvider, type GwsGroup } from './classifications.ts';
 import type { Configuration, ConfigurationPatch, ConfigurationType } from './configurations.ts';
+import type { DefaultLevel, MaskSpec, RevealLevel } from '../fields/reveal.ts';
 import type { Store } from './db.ts';
 import { hasUnsafeText, normalizeEmail } from './identity-text.ts';
+import { grantsText, maskText, type RevealDefault, type RevealGrant } from './reveal-rules.ts';
 import type { UserPatch } from './users.ts';
 
 /*
@@ -76,6 +78,19 @@ export interface SeedClassification {
   /** Role names. */
   roles?: readonly string[];
   providers?: readonly SeedClassificationProvider[];
+  /** Reveal grants (DESIGN §14); absent: none. */
+  reveal?: readonly SeedRevealGrant[];
+  /** Absent: deny. */
+  default?: DefaultLevel;
+  /** The mask of `default: mask`. */
+  default_mask?: MaskSpec;
+}
+
+/** Users by email and roles by name, as for members; groups by provider group id. */
+export interface SeedRevealGrant {
+  to: { users?: readonly string[]; roles?: readonly string[]; groups?: readonly string[] };
+  level: RevealLevel;
+  mask?: MaskSpec;
 }
 
 export interface SeedInput {
@@ -434,6 +449,16 @@ function checkClassifications(context: CheckContext, classifications: readonly S
     (classification.roles ?? []).forEach((role, j) => {
       if (!context.roleNames.has(role)) problems.push(`${path}.roles[${j}]: unknown role "${role}"`);
     });
+    (classification.reveal ?? []).forEach((grant, j) => {
+      (grant.to.users ?? []).forEach((email, k) => {
+        const userIssue = userProblem(context, email);
+        if (userIssue !== undefined) problems.push(`${path}.reveal[${j}].to.users[${k}]: ${userIssue}`);
+      });
+      (grant.to.roles ?? []).forEach((role, k) => {
+        if (!context.roleNames.has(role)) problems.push(`${path}.reveal[${j}].to.roles[${k}]: unknown role "${role}"`);
+      });
+      (grant.to.groups ?? []).forEach((group, k) => checkText(context, `${path}.reveal[${j}].to.groups[${k}]`, group));
+    });
     const refs = new Set<string>();
     (classification.providers ?? []).forEach((provider, j) => {
       const ref = provider.configuration;
@@ -618,6 +643,9 @@ function applyClassification(context: ApplyContext, classification: SeedClassifi
     }))
     // The order members() returns, so comparing with what is stored is a plain string compare.
     .sort((a, b) => (a.configurationId < b.configurationId ? -1 : a.configurationId > b.configurationId ? 1 : 0));
+  const reveal = (classification.reveal ?? []).map((grant) => revealGrant(store, grant));
+  // Declarative, as the member lists: a file without `default` means deny, whatever the API set.
+  const revealDefault: RevealDefault = { level: classification.default ?? 'deny', mask: classification.default_mask ?? null };
 
   const existing = store.classifications.findByName(classification.name) ?? renameTarget(store, classification, declared);
   if (existing === undefined) {
@@ -632,6 +660,8 @@ function applyClassification(context: ApplyContext, classification: SeedClassifi
       userIds,
       roleIds,
       providers,
+      reveal,
+      revealDefault,
     });
     result.changes.push(`created classification "${classification.name}"`);
     return;
@@ -649,11 +679,28 @@ function applyClassification(context: ApplyContext, classification: SeedClassifi
   if (!sameSet(members.userIds, userIds)) patch.userIds = userIds;
   if (!sameSet(members.roleIds, roleIds)) patch.roleIds = roleIds;
   if (JSON.stringify(members.providers) !== JSON.stringify(providers)) patch.providers = providers;
+  if (grantsText(existing.reveal) !== grantsText(reveal)) patch.reveal = reveal;
+  if (existing.revealDefault.level !== revealDefault.level || maskText(existing.revealDefault.mask) !== maskText(revealDefault.mask)) {
+    patch.revealDefault = revealDefault;
+  }
   if (Object.keys(patch).length === 0) return;
   store.classifications.update(existing.id, patch);
   result.changes.push(
     patch.name === undefined ? `updated classification "${classification.name}"` : `renamed classification "${existing.name}" to "${classification.name}"`,
   );
+}
+
+/** A grant as the store keeps it: users and roles by id (check() has made sure they exist). */
+function revealGrant(store: Store, grant: SeedRevealGrant): RevealGrant {
+  return {
+    to: {
+      users: unique((grant.to.users ?? []).map((email) => mustFind(store.users.findByEmail(email), 'user', email).id)),
+      roles: unique((grant.to.roles ?? []).map((name) => mustFind(store.roles.findByName(name), 'role', name).id)),
+      groups: unique(grant.to.groups ?? []),
+    },
+    level: grant.level,
+    mask: grant.level === 'mask' ? (grant.mask ?? null) : null,
+  };
 }
 
 /** Drops absent optional keys so the stored JSON, and comparisons with it, are stable. */

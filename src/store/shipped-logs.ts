@@ -5,7 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
-import type { ApiLogRecord, UsageLogRecord } from './logs.ts';
+import type { RevealCounts } from '../fields/reveal.ts';
+import { parseRevealCounts, revealCountsText, type ApiLogRecord, type UsageLogRecord } from './logs.ts';
 import { nowIso } from './sql.ts';
 import { runInTransaction } from './transaction.ts';
 
@@ -16,10 +17,11 @@ export const SHIPPED_KINDS: readonly ShippedKind[] = Object.freeze(['api', 'usag
 /**
  * Shipped rows are the log tables' own rows, snake_case as stored. `end_user` is sent only
  * when set, so a control plane from before it still takes every row of a fleet that does
- * not identify end users.
+ * not identify end users. A usage row's reveal counts travel as an object (absent from a
+ * replica of an earlier build, which records none).
  */
 export type ShippedApiLog = Omit<ApiLogRecord, 'end_user'> & { end_user?: string | null };
-export type ShippedUsageLog = UsageLogRecord;
+export type ShippedUsageLog = Omit<UsageLogRecord, 'reveal'> & { reveal?: RevealCounts | null };
 
 export interface ShippedLogs {
   api: ShippedApiLog[];
@@ -41,7 +43,7 @@ export interface LogCursor {
 export const INSTANCE_ID_PATTERN = /^[0-9a-f]{32}$/;
 
 const API_COLUMNS = 'id, request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination, duration_ms, ip, created_at, end_user';
-const USAGE_COLUMNS = 'id, request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at';
+const USAGE_COLUMNS = 'id, request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, reveal, created_at';
 
 interface KindStatements {
   after: StatementSync;
@@ -82,9 +84,9 @@ export class ShippedLogsRepository {
         created_at, replica, replica_instance, replica_log_id, end_user)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`);
     this.#receiveUsage = db.prepare(`
-      INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, created_at, replica, replica_instance,
-        replica_log_id)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`);
+      INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, reveal, created_at, replica,
+        replica_instance, replica_log_id)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`);
     this.#getInstance = db.prepare('SELECT instance_id FROM sync_instance WHERE id = 1');
     this.#putInstance = db.prepare('INSERT INTO sync_instance (id, instance_id, created_at) VALUES (1, ?, ?) ON CONFLICT (id) DO NOTHING');
     const existing = (table: string) => db.prepare(`SELECT id FROM ${table} WHERE id IN (SELECT value FROM json_each(?))`);
@@ -135,8 +137,11 @@ export class ShippedLogsRepository {
   rowsAfter(kind: 'usage', afterId: number, limit: number): ShippedUsageLog[];
   rowsAfter(kind: ShippedKind, afterId: number, limit: number): ShippedApiLog[] | ShippedUsageLog[] {
     const rows = this.#kinds[kind].after.all(afterId, limit);
-    if (kind === 'api') for (const row of rows) if (row['end_user'] === null) delete row['end_user'];
-    return rows as unknown as ShippedApiLog[] | ShippedUsageLog[];
+    if (kind === 'api') {
+      for (const row of rows) if (row['end_user'] === null) delete row['end_user'];
+      return rows as unknown as ShippedApiLog[];
+    }
+    return (rows as unknown as UsageLogRecord[]).map((r) => ({ ...r, reveal: parseRevealCounts(r.reveal) }));
   }
 
   // Control-plane side
@@ -183,8 +188,20 @@ export class ShippedLogsRepository {
       }
       for (const r of logs.usage) {
         stored += Number(
-          this.#receiveUsage.run(r.request_id, r.configuration_id, r.api_key_id, r.user_id, r.mode, r.field_count, r.bytes, r.created_at, replica, instance, r.id)
-            .changes,
+          this.#receiveUsage.run(
+            r.request_id,
+            r.configuration_id,
+            r.api_key_id,
+            r.user_id,
+            r.mode,
+            r.field_count,
+            r.bytes,
+            revealCountsText(r.reveal),
+            r.created_at,
+            replica,
+            instance,
+            r.id,
+          ).changes,
         );
       }
     });

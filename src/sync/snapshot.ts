@@ -21,6 +21,7 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
+import { DEFAULT_LEVELS, MASK_KEEP_MAX, MASK_PRESETS, REVEAL_LEVELS } from '../fields/reveal.ts';
 import type { Store } from '../store/db.ts';
 import { SECTIONS, type SectionName, type StateChanges, type StateRows, type SyncStateRow } from '../store/replication.ts';
 import type { SnapshotMac } from './snapshot-mac.ts';
@@ -224,6 +225,9 @@ const TO_WIRE: { readonly [S in SectionName]: (rows: StateRows[S]) => unknown[] 
       name: c.name,
       provider_container_id: c.providerContainerId,
       providers: c.providers.map((p) => ({ configuration_id: p.configurationId, gws_groups: parseColumn(p.gwsGroups) })),
+      reveal: parseColumn(c.reveal),
+      reveal_default: c.revealDefault,
+      reveal_default_mask: c.revealDefaultMask === null ? null : parseColumn(c.revealDefaultMask),
       role_ids: c.roleIds,
       slug: c.slug,
       updated_at: c.updatedAt,
@@ -255,6 +259,19 @@ const nullableStr = z.string().nullable();
 const timestamp = z.string().min(1);
 const base64 = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/);
 const jsonValue = z.json();
+
+/** Reveal rules as store/reveal-rules.ts writes them: a replica applies only what it can read back. */
+const maskWire = z.union([
+  z.enum(MASK_PRESETS),
+  z.strictObject({ char: z.string().refine((c) => [...c].length === 1), keep_first: z.number().int().min(0).max(MASK_KEEP_MAX), keep_last: z.number().int().min(0).max(MASK_KEEP_MAX) }),
+]);
+const revealGrantWire = z
+  .strictObject({
+    level: z.enum(REVEAL_LEVELS),
+    mask: maskWire.nullable(),
+    to: z.strictObject({ groups: z.array(str), roles: z.array(id), users: z.array(id) }),
+  })
+  .refine((g) => (g.level === 'mask') === (g.mask !== null), { path: ['mask'], message: 'a mask grant needs a mask, any other none' });
 
 const wireSchema = z.strictObject({
   format: z.literal(SNAPSHOT_FORMAT),
@@ -309,7 +326,11 @@ const wireSchema = z.strictObject({
         user_ids: z.array(id),
         role_ids: z.array(id),
         providers: z.array(z.strictObject({ configuration_id: str, gws_groups: z.array(jsonValue) })),
-      }),
+        // Absent from a control plane of an earlier build: no grants, and `deny`.
+        reveal: z.array(revealGrantWire).optional(),
+        reveal_default: z.enum(DEFAULT_LEVELS).optional(),
+        reveal_default_mask: maskWire.nullable().optional(),
+      }).refine((c) => (c.reveal_default === 'mask') === (c.reveal_default_mask != null), { path: ['reveal_default_mask'], message: 'a mask default needs a mask, any other none' }),
     ),
     api_keys: z.array(
       z.strictObject({
@@ -374,6 +395,9 @@ const FROM_WIRE: { readonly [S in SectionName]: (row: WireRow<S>) => StateRows[S
     userIds: c.user_ids,
     roleIds: c.role_ids,
     providers: c.providers.map((p) => ({ configurationId: p.configuration_id, gwsGroups: JSON.stringify(p.gws_groups) })),
+    reveal: JSON.stringify(c.reveal ?? []),
+    revealDefault: c.reveal_default ?? 'deny',
+    revealDefaultMask: c.reveal_default_mask == null ? null : JSON.stringify(c.reveal_default_mask),
   }),
   apiKeys: (k) => ({
     id: k.id,

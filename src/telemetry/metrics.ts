@@ -4,6 +4,7 @@
  * key versions, allowlist entries (never requested hosts), fixed error kinds.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -18,7 +19,7 @@ export class Metrics {
   readonly registry = new Registry();
   private readonly requests: Counter<'route' | 'method' | 'status'>;
   private readonly latency: Histogram<'route' | 'method' | 'status'>;
-  private readonly fields: Counter<'configuration' | 'mode'>;
+  private readonly fields: Counter<'configuration' | 'mode' | 'level'>;
   private readonly keyVersions: Counter<'configuration' | 'version'>;
   private readonly forwardLatency: Histogram<'destination' | 'status'>;
   private readonly forwardErrors: Counter<'destination' | 'kind'>;
@@ -35,7 +36,12 @@ export class Metrics {
     collectDefaultMetrics({ register: this.registry, prefix: 'svc_' });
     this.requests = new Counter({ name: 'svc_http_requests_total', help: 'HTTP requests by route template, method and status.', labelNames: ['route', 'method', 'status'], registers });
     this.latency = new Histogram({ name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route template, method and status.', labelNames: ['route', 'method', 'status'], buckets: LATENCY_BUCKETS, registers });
-    this.fields = new Counter({ name: 'svc_fields_total', help: 'Field values encrypted or decrypted, by configuration and mode.', labelNames: ['configuration', 'mode'], registers });
+    this.fields = new Counter({
+      name: 'svc_fields_total',
+      help: 'Field values encrypted or decrypted, by configuration, mode and reveal level (plain, mask, redact, token; empty for encrypt).',
+      labelNames: ['configuration', 'mode', 'level'],
+      registers,
+    });
     this.keyVersions = new Counter({
       name: 'svc_decrypt_key_version_total',
       help: 'Tokens decrypted per key version: when an old version stops appearing it can be retired.',
@@ -93,8 +99,20 @@ export class Metrics {
     child.latency.observe(seconds);
   }
 
+  /**
+   * Encrypted values, or values a decrypt handled without reveal counts. `level` is empty:
+   * an encrypt shows nothing to anyone (DESIGN §14 counts what decrypts show).
+   */
   countFields(configuration: string, mode: string, count: number): void {
-    if (count > 0) this.fields.inc({ configuration, mode }, count);
+    if (count > 0) this.fields.inc({ configuration, mode, level: '' }, count);
+  }
+
+  /** A decrypt's values by the level they were answered at (`token`: left as they were). */
+  countRevealed(configuration: string, counts: RevealCounts): void {
+    for (const level of ANSWER_LEVELS) {
+      const n = counts[level];
+      if (n > 0) this.fields.inc({ configuration, mode: 'decrypt', level }, n);
+    }
   }
 
   countKeyVersions(configuration: string, versions: ReadonlyMap<number, number>): void {

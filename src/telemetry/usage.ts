@@ -1,7 +1,9 @@
 /**
  * The records a request leaves behind: one `usage` entry per transform (DESIGN §10) with
- * its field count in `svc_fields_total`, and one `api` entry per logged request.
+ * its field count in `svc_fields_total` (a decrypt's values per reveal level, DESIGN §14),
+ * and one `api` entry per logged request.
  */
+import type { RevealCounts } from '../fields/reveal.ts';
 import type { RequestContext } from '../http/context.ts';
 import { nowIso } from '../store/sql.ts';
 import type { LogWriter } from './log-writer.ts';
@@ -25,8 +27,10 @@ export function recordUsage(
   mode: 'encrypt' | 'decrypt',
   fieldCount: number,
   bytes: number,
+  reveal: RevealCounts | null = null,
 ): void {
-  recorders.metrics.countFields(configuration.name, mode, fieldCount);
+  if (reveal === null) recorders.metrics.countFields(configuration.name, mode, fieldCount);
+  else recorders.metrics.countRevealed(configuration.name, reveal);
   recorders.logs.usage({
     requestId: ctx.id,
     configurationId: configuration.id,
@@ -35,6 +39,7 @@ export function recordUsage(
     mode,
     fieldCount,
     bytes,
+    reveal,
     createdAt: nowIso(),
   });
 }

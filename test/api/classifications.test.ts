@@ -93,7 +93,7 @@ test('GET /classifications lists the seed, sorted by name, in the page envelope'
   );
   const phi = res.json.data[2];
   assert.deepEqual(Object.keys(phi), [
-    'id', 'name', 'slug', 'description', 'bg_color', 'fg_color', 'emoji', 'provider_container_id', 'providers', 'users', 'roles', 'created_at', 'updated_at',
+    'id', 'name', 'slug', 'description', 'bg_color', 'fg_color', 'emoji', 'provider_container_id', 'providers', 'users', 'roles', 'reveal', 'default', 'default_mask', 'created_at', 'updated_at',
   ]);
   assert.equal(phi.id, id.phi);
   assert.equal(phi.slug, 'phi');

@@ -111,7 +111,7 @@ test('an encrypt request appears as an api entry and a usage entry, in every vie
 
   assert.equal(usage.action, 'data.encrypt');
   assert.equal(usage.description, `Encrypted 1 field (${bytes} bytes) with configuration "payments".`);
-  assert.deepEqual(JSON.parse(usage.details), { mode: 'encrypt', field_count: 1, bytes });
+  assert.deepEqual(JSON.parse(usage.details), { mode: 'encrypt', field_count: 1, bytes, reveal: null });
   assert.equal(usage.causer_email, 'ada@example.com');
   assert.equal(usage.status_code, 200);
   assert.equal(usage.request_id, 'trace-1');

@@ -367,3 +367,41 @@ describe('reading files', () => {
     );
   });
 });
+
+describe('seed.classifications[].reveal and default', () => {
+  const classification = (extra: string) => `
+seed:
+  classifications:
+    - name: PCI
+      bg_color: "#000000"
+      fg_color: "#ffffff"
+${extra}`;
+
+  it('takes grants with presets and custom masks, and fills in a custom mask and the default', () => {
+    const config = loadConfig({
+      text: classification(`      reveal:
+        - { to: { roles: [developer] }, level: mask, mask: last4 }
+        - { to: { users: [vic@example.com], groups: [g1] }, level: mask, mask: { keep_last: "2" } }
+        - { to: { groups: [g2] }, level: redact }`),
+      env: {},
+    });
+    const pci = config.seed.classifications[0]!;
+    assert.deepEqual(pci.reveal[1]!.mask, { keep_first: 0, keep_last: 2, char: '•' });
+    assert.equal(pci.default, 'deny');
+    assert.equal(pci.default_mask, undefined);
+  });
+
+  it('refuses a mask without level mask, level mask without a mask, a grant to nobody, out-of-range masks, a plain default, and a mask default without its mask', () => {
+    assertProblem(classification('      reveal: [{ to: { roles: [developer] }, level: token, mask: last4 }]'), 'seed.classifications.0.reveal.0.mask: applies only with level: mask');
+    assertProblem(classification('      reveal: [{ to: { roles: [developer] }, level: mask }]'), 'seed.classifications.0.reveal.0.mask: required with level: mask');
+    assertProblem(classification('      reveal: [{ to: {}, level: token }]'), 'seed.classifications.0.reveal.0.to: must name at least one user, role or group');
+    assertProblem(classification('      reveal: [{ to: { roles: [developer] }, level: peek }]'), /^seed\.classifications\.0\.reveal\.0\.level: /);
+    assertProblem(classification('      reveal: [{ to: { roles: [developer] }, level: mask, mask: last3 }]'), /^seed\.classifications\.0\.reveal\.0\.mask: /);
+    assertProblem(classification('      reveal: [{ to: { roles: [developer] }, level: mask, mask: { keep_first: 33 } }]'), /^seed\.classifications\.0\.reveal\.0\.mask/);
+    assertProblem(classification('      reveal: [{ to: { roles: [developer] }, level: mask, mask: { char: "ab" } }]'), /^seed\.classifications\.0\.reveal\.0\.mask/);
+    assertProblem(classification('      reveal: [{ to: { roles: [developer] }, level: mask, mask: { keep_lst: 4 } }]'), /^seed\.classifications\.0\.reveal\.0\.mask/);
+    assertProblem(classification('      default: plain'), /^seed\.classifications\.0\.default: /);
+    assertProblem(classification('      default: mask'), 'seed.classifications.0.default_mask: required with default: mask');
+    assertProblem(classification('      default: token\n      default_mask: ssn'), 'seed.classifications.0.default_mask: applies only with default: mask');
+  });
+});

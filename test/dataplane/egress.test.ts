@@ -49,6 +49,8 @@ test('an egress route decrypts on the way out: the vendor gets plaintext and the
   assert.equal(res.status, 201);
   assert.equal(res.headers.get('x-echo'), 'yes');
   assert.equal(res.headers.get('x-svc-request-id'), 'eg-1');
+  // Egress decrypts for the pod: every value plain, and the application is told so.
+  assert.equal(res.headers.get('x-svc-reveal'), 'plain=1, mask=0, redact=0, token=0');
   assert.equal(echo.received.length, 1);
   const got = echo.received[0]!;
   assert.equal(got.method, 'PUT');

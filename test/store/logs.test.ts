@@ -68,7 +68,7 @@ test('rows read back with every field, newest first, filtered by user', (t) => {
   store.logs.insertApi([
     { ...api(4), apiKeyId: 'k', userId: 7, configurationId: 'cfg', destination: 'https://x.example/', endUser: 'kate@example.com', statusCode: 502 },
   ]);
-  store.logs.insertUsage([{ ...usage(5), apiKeyId: 'k', userId: 8, mode: 'decrypt' }]);
+  store.logs.insertUsage([{ ...usage(5), apiKeyId: 'k', userId: 8, mode: 'decrypt', reveal: { plain: 1, mask: 1, redact: 1, token: 2 } }]);
 
   const all = store.logs.listActivity({ limit: 10, offset: 0 });
   assert.deepEqual(
@@ -124,6 +124,7 @@ test('rows read back with every field, newest first, filtered by user', (t) => {
     mode: 'decrypt',
     fieldCount: 3,
     bytes: 120,
+    reveal: { plain: 1, mask: 1, redact: 1, token: 2 },
     createdAt: at(5),
   });
   assert.deepEqual(store.logs.listUsage({ limit: 10, offset: 0, userId: 7 }), []);

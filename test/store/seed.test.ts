@@ -412,3 +412,72 @@ test('regression: one person under two spellings of an email is refused, and a l
   assert.deepEqual(result.changes, []);
   assert.deepEqual(store.users.list().map((u) => u.email), ['ada@example.com', 'dev@example.com']);
 });
+
+test('reveal grants and defaults: users by email and roles by name become ids, groups stay ids; a rerun changes nothing; a file that drops them resets to none and deny', (t) => {
+  const store = setup(t);
+  const { deps } = makeDeps();
+  const seed = baseSeed();
+  const phi = seed.classifications![0]!;
+  const withReveal: SeedInput = {
+    ...seed,
+    classifications: [
+      {
+        ...phi,
+        reveal: [
+          { to: { users: ['DEV@example.com'], roles: ['viewer'] }, level: 'mask', mask: 'last4' },
+          { to: { groups: ['g-support'] }, level: 'token' },
+        ],
+        default: 'mask',
+        default_mask: { keep_first: 0, keep_last: 2, char: '*' },
+      },
+      seed.classifications![1]!,
+    ],
+  };
+  applySeed(store, withReveal, deps);
+  const dev = store.users.findByEmail('dev@example.com')!;
+  const viewer = store.roles.findByName('viewer')!;
+  const stored = store.classifications.findByName('PHI')!;
+  assert.deepEqual(stored.reveal, [
+    { to: { users: [dev.id], roles: [viewer.id], groups: [] }, level: 'mask', mask: 'last4' },
+    { to: { users: [], roles: [], groups: ['g-support'] }, level: 'token', mask: null },
+  ]);
+  assert.deepEqual(stored.revealDefault, { level: 'mask', mask: { keep_first: 0, keep_last: 2, char: '*' } });
+  assert.deepEqual(applySeed(store, withReveal, deps).changes, [], 'a second run changes nothing');
+
+  // Rules set through the API on a seeded classification are put back by the next run, as its members are.
+  store.classifications.update(stored.id, { reveal: [], revealDefault: { level: 'token', mask: null } });
+  assert.deepEqual(applySeed(store, withReveal, deps).changes, ['updated classification "PHI"']);
+  assert.equal(store.classifications.findByName('PHI')!.reveal.length, 2);
+
+  assert.deepEqual(applySeed(store, seed, deps).changes, ['updated classification "PHI"']);
+  const reset = store.classifications.findByName('PHI')!;
+  assert.deepEqual(reset.reveal, []);
+  assert.deepEqual(reset.revealDefault, { level: 'deny', mask: null }, 'a file without default means deny');
+});
+
+test('reveal grants naming unknown users or roles, or unsafe group ids, are reported with the other problems', (t) => {
+  const store = setup(t);
+  const { deps } = makeDeps();
+  const seed = baseSeed();
+  seed.classifications = [
+    {
+      name: 'PCI',
+      bg_color: '#aa0000',
+      fg_color: '#ffffff',
+      reveal: [{ to: { users: ['ghost@example.com'], roles: ['superuser'], groups: ['g\u202eevil'] }, level: 'plain' }],
+    },
+  ];
+  assert.throws(
+    () => applySeed(store, seed, deps),
+    (error: unknown) => {
+      assert.ok(error instanceof SeedError);
+      assert.deepEqual(error.problems, [
+        'seed.classifications[0].reveal[0].to.users[0]: unknown user "ghost@example.com"',
+        'seed.classifications[0].reveal[0].to.roles[0]: unknown role "superuser"',
+        'seed.classifications[0].reveal[0].to.groups[0]: must not contain control characters or bidirectional formatting characters',
+      ]);
+      return true;
+    },
+  );
+  assert.deepEqual(store.classifications.list(), []);
+});

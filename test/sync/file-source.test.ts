@@ -373,3 +373,26 @@ test('reloads under continuous load fail no request', async (t) => {
   t.diagnostic(`reload transaction: ${applyMs.join(", ")} ms`);
   t.diagnostic(`${total} encrypt requests in ${Math.round(performance.now() - started)} ms across 10 reloads, all 200; latency p50 ${p50.toFixed(1)} ms, max ${max.toFixed(1)} ms`);
 });
+
+test('reveal rules changed in the file apply to the next decrypt: a reader named by a new mask grant sees the mask, and loses it when the grant goes', async (t) => {
+  const dir = tempDir(t);
+  const users = [...BASE.users, '{ name: Dev Eloper, email: dev@example.com, roles: [developer] }'];
+  const apiKeys = [...BASE.apiKeys, `{ name: dev, user: dev@example.com, key: ${DEV} }`];
+  const base = { users, apiKeys, configurations: BASE.configurations, classifications: BASE.classifications };
+  const running = await start(t, dir, fileText(dir, base, { replace: true }));
+  const enc = await call(running.url, ENC, { key: OWNER, body: '{"card":"4111 1111 1111 1234"}', headers: { 'x-svc-fields': 'card', 'x-svc-classification': 'phi' } });
+  const decrypt = () => call(running.url, '/api/v3/encryption/payments/decrypt', { key: DEV, body: enc.text });
+  assert.equal((await decrypt()).status, 403, 'Dev is not a member of PHI');
+
+  const phi = '{ name: PHI, slug: phi, bg_color: "#aa0000", fg_color: "#ffffff", users: [ada@example.com], reveal: [{ to: { users: [dev@example.com] }, level: mask, mask: last4 }], default: token }';
+  running.write(fileText(dir, { ...base, classifications: [phi] }, { replace: true }), true);
+  await until('the mask grant', async () => (await decrypt()).status === 200);
+  const masked = await decrypt();
+  assert.equal(masked.text, '{"card":"•••• •••• •••• 1234"}');
+  assert.equal(masked.headers.get('x-svc-reveal'), 'plain=0, mask=1, redact=0, token=0');
+  assert.deepEqual((await classification(running, 'phi')).default, 'token');
+
+  running.write(fileText(dir, base, { replace: true }), true);
+  await until('the grant and the default gone', async () => (await decrypt()).status === 403);
+  assert.deepEqual((await classification(running, 'phi')).reveal, []);
+});
