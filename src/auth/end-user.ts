@@ -52,7 +52,7 @@ export interface EndUser extends Identity {
   /** The user claim, normalised (normalizeEmail); '' when the token carries none that can be used. */
   readonly email: string;
   /** Provider group ids the groups claim lists. */
-  readonly groupIds: readonly string[];
+  readonly groups: readonly string[];
 }
 
 /** Longer than any JWT a provider issues; the header itself is bounded by `server.max_header_size`. */
@@ -94,7 +94,7 @@ interface VerifiedClaims {
   readonly subject: string;
   readonly email: string;
   readonly roleNames: readonly string[];
-  readonly groupIds: readonly string[];
+  readonly groups: readonly string[];
 }
 
 interface Settings {
@@ -259,7 +259,7 @@ function claimsOf(payload: JWTPayload, settings: Settings): VerifiedClaims | nul
     subject,
     email,
     roleNames: settings.rolesClaim === null ? [] : listClaim(claimAt(payload, settings.rolesClaim)),
-    groupIds: settings.groupsClaim === null ? [] : listClaim(claimAt(payload, settings.groupsClaim)),
+    groups: settings.groupsClaim === null ? [] : listClaim(claimAt(payload, settings.groupsClaim)),
   };
 }
 
@@ -323,7 +323,7 @@ function endUserOf(claims: VerifiedClaims, store: Store): EndUser | null {
     userId: user?.id ?? null,
     roleIds: [...roleIds].sort((a, b) => a - b),
     email: claims.email,
-    groupIds: claims.groupIds,
+    groups: claims.groups,
   };
 }
 

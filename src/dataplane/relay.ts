@@ -23,6 +23,7 @@ import { sendError } from '../http/respond.ts';
 import type { Destination } from './destination.ts';
 import { hasBody } from '../http/body.ts';
 import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError, type ForwardOptions } from './forwarder.ts';
+import { ClassificationAccess, FOR_THE_POD } from '../auth/classification-access.ts';
 import { RelayGuard } from './relay-guard.ts';
 import { requestBody } from './route-request.ts';
 import { routeForwardOptions } from './route-response.ts';
@@ -252,7 +253,12 @@ export class RelayServer {
     ctx.destination = this.upstream.origin;
     const configuration = routeConfiguration(ctx, this.services, route);
     const request = await requestBody(ctx, this.services, route, configuration, { guard: this.guard });
-    await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, routeForwardOptions(this.services, route, configuration, true));
+    // Answers decrypt as the end user when the relay knows who reads (DESIGN §14): each
+    // classification's reveal rules decide, the anonymous get its default, and a deny is a
+    // redact, so the application's answer never fails because of its reader. Without
+    // relay.identity, for the pod: every value plain.
+    const reveal = this.identity === null ? FOR_THE_POD : new ClassificationAccess(this.services.store, ctx.endUser, { denyAsRedact: true });
+    await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, routeForwardOptions(this.services, route, configuration, true, null, reveal));
     request.recordUsage();
   }
 

@@ -8,6 +8,7 @@ import { ClientGoneError, UpstreamResponseError } from '../errors.ts';
 import { detectFormat, detectRequestFormat, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import { FieldMatcher, splitPath } from '../fields/paths.ts';
 import { joinPieces } from '../fields/transformer.ts';
+import { FOR_THE_POD, type RevealPolicy } from '../auth/classification-access.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
@@ -30,6 +31,7 @@ export function routeForwardOptions(
   configuration: Configuration,
   keepHost: boolean,
   decryptedAt: ReadonlyMap<string, number> | null = null,
+  reveal: RevealPolicy = FOR_THE_POD,
 ): ForwardOptions {
   const spec = route.response;
   if (spec === null && decryptedAt === null) return { keepAuthorization: true, keepHost };
@@ -39,7 +41,7 @@ export function routeForwardOptions(
     setHeaders: { 'accept-encoding': 'identity' },
     dropHeaders: WHOLE_ANSWER,
     respond: (ctx, response, method) =>
-      spec !== null ? respondTransformed(ctx, services, configuration, spec, response, method) : respondEchoed(ctx, services, configuration, decryptedAt!, response, method),
+      spec !== null ? respondTransformed(ctx, services, configuration, spec, response, method, reveal) : respondEchoed(ctx, services, configuration, decryptedAt!, response, method),
   };
 }
 
@@ -78,8 +80,9 @@ function respondTransformed(
   spec: TransformSpec,
   response: Dispatcher.ResponseData,
   method: string,
+  reveal: RevealPolicy,
 ): Promise<void> {
-  return respondWith(ctx, services, configuration, response, method, spec.mode, (declared) => routeBodyTransform(services, configuration, spec, declared));
+  return respondWith(ctx, services, configuration, response, method, spec.mode, (declared) => routeBodyTransform(services, configuration, spec, declared, reveal));
 }
 
 /**

@@ -76,7 +76,7 @@ test('HS256 through secret_file: a valid token identifies the svc user its email
   const token = await sign(subject.signer, { sub: 'auth0|kate', email: 'Kate@Example.COM' });
   const user = await subject.bearer(token);
   const kate = subject.store.users.findByEmail('kate@example.com')!;
-  assert.deepEqual(user, { subject: 'auth0|kate', userId: kate.id, roleIds: [subject.store.roles.findByName('developer')!.id], email: 'kate@example.com', groupIds: [] });
+  assert.deepEqual(user, { subject: 'auth0|kate', userId: kate.id, roleIds: [subject.store.roles.findByName('developer')!.id], email: 'kate@example.com', groups: [] });
   // The same token again: the same answer (from the cache of verified tokens).
   assert.deepEqual(await subject.bearer(token), user);
   // A secret file written with CRLF reads the same.
@@ -194,14 +194,14 @@ test('a verified token whose email names no svc user identifies an end user with
     userId: null,
     roleIds: [subject.store.roles.findByName('developer')!.id],
     email: 'nobody@example.com',
-    groupIds: ['g-nurses'],
+    groups: ['g-nurses'],
   });
   // Kate's own roles and the claimed ones together.
   const kate = await subject.bearer(await sign(subject.signer, { sub: 'k', email: 'kate@example.com', roles: 'owner' }));
   assert.deepEqual(kate?.roleIds, [subject.store.roles.findByName('owner')!.id, subject.store.roles.findByName('developer')!.id].sort((a, b) => a - b));
   // Claims of the wrong type grant nothing; they do not make the reader anonymous.
   const odd = await subject.bearer(await sign(subject.signer, { sub: 'u-78', email: 42, roles: { developer: true }, groups: Array.from({ length: 257 }, (_, i) => `g-${i}`) }));
-  assert.deepEqual(odd, { subject: 'u-78', userId: null, roleIds: [], email: '', groupIds: [] });
+  assert.deepEqual(odd, { subject: 'u-78', userId: null, roleIds: [], email: '', groups: [] });
 });
 
 test('an email the provider has not verified names no svc user; a disabled svc user makes the reader anonymous; the subject falls back to the user claim; an unshowable subject is anonymous', async (t) => {
@@ -231,7 +231,7 @@ test('claims by dotted name read nested claims (realm_access.roles); a top-level
   const viewer = subject.store.roles.findByName('viewer')!.id;
   const user = await subject.bearer(await sign(subject.signer, { sub: 's', preferred_email: 'kate@example.com', realm_access: { roles: ['viewer'] }, 'https://example.com/groups': ['g-1'] }));
   assert.deepEqual(user?.roleIds, [developer, viewer]);
-  assert.deepEqual(user?.groupIds, ['g-1']);
+  assert.deepEqual(user?.groups, ['g-1']);
   assert.equal(user?.email, 'kate@example.com');
   const both = await subject.bearer(await sign(subject.signer, { sub: 's', 'realm_access.roles': ['owner'], realm_access: { roles: ['viewer'] } }));
   assert.deepEqual(both?.roleIds, [subject.store.roles.findByName('owner')!.id], 'the top-level claim named realm_access.roles');

@@ -138,3 +138,79 @@ test('with the JWKS URL unreachable, relay routes still answer: the reader is an
   assert.ok(warnings[0]!.includes(`https://127.0.0.1:${port}/certs`));
   for (const value of [token, esToken]) assert.ok(!running.logs().includes(value.split('.')[2]!));
 });
+
+test('relay response routes decrypt as the end user: members plain, a role grant masked, the anonymous the default, and a deny redacted, never a failed answer', async (t) => {
+  const signer = hs256();
+  const secretFile = writeFile(tempDir(t), 'jwt.secret', `${signer.text}\n`);
+  const seed = SEED_WITH_REVEAL;
+  const upstream = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(answer);
+  });
+  const running = await startApp(
+    t,
+    `relay:
+  listen: 127.0.0.1:0
+  upstream: ${upstream.url}
+  identity:
+    jwt: { secret_file: ${secretFile}, issuer: ${ISSUER}, audience: ${AUDIENCE}, roles_claim: roles }
+  routes:
+    - { name: read, match: { method: GET, path: /records/** }, configuration: payments, response: { decrypt: [] } }`,
+    seed,
+  );
+  const { port } = running.app.relay!.server.address() as AddressInfo;
+  const relay = `http://127.0.0.1:${port}`;
+  const token = async (value: string, classification: string) =>
+    (await call(running.url, '/proxy/payments', { body: JSON.stringify({ v: value }), headers: { 'x-svc-fields': 'v', 'x-svc-classification': classification } })).json.v as string;
+  const card = await token('4111 1111 1111 1111', 'pci');
+  const secret = await token('diagnosis', 'phi');
+  let answer = JSON.stringify({ card, secret });
+  const read = async (authorization: string | null) => {
+    const res = await fetch(`${relay}/records/1`, { headers: authorization === null ? {} : { authorization } });
+    assert.equal(res.status, 200, 'the application answers, whoever reads');
+    return (await res.json()) as { card: unknown; secret: unknown };
+  };
+  const ada = await sign(signer, { sub: 'ada', email: 'ada@example.com' });
+  const developer = await sign(signer, { sub: 'dev-1', email: 'someone@example.com', roles: ['developer'] });
+  const expired = await sign(signer, { sub: 'ada', email: 'ada@example.com' }, { expiresIn: -3600 });
+
+  assert.deepEqual(await read(`Bearer ${ada}`), { card: '4111 1111 1111 1111', secret: 'diagnosis' }, 'a member of both: plain');
+  assert.deepEqual(await read(`Bearer ${developer}`), { card: '•••• •••• •••• 1111', secret: null }, 'a role grant masks; PHI denies, which the relay redacts');
+  for (const anonymous of [null, `Bearer ${expired}`, 'Bearer not-a-jwt']) {
+    assert.deepEqual(await read(anonymous), { card, secret: null }, `${anonymous}: PCI's default is token, PHI's deny is redacted`);
+  }
+  // Without relay.identity the relay decrypts for the pod, as before reveal levels.
+  const pod = await startApp(
+    t,
+    `relay:
+  listen: 127.0.0.1:0
+  upstream: ${upstream.url}
+  routes:
+    - { name: read, match: { method: GET, path: /records/** }, configuration: payments, response: { decrypt: [] } }`,
+    seed,
+  );
+  const podRelay = `http://127.0.0.1:${(pod.app.relay!.server.address() as AddressInfo).port}`;
+  answer = JSON.stringify({
+    card: (await call(pod.url, '/proxy/payments', { body: '{"v":"4111"}', headers: { 'x-svc-fields': 'v', 'x-svc-classification': 'pci' } })).json.v,
+  });
+  assert.deepEqual(await (await fetch(`${podRelay}/records/1`)).json(), { card: '4111' });
+});
+
+const SEED_WITH_REVEAL = `
+seed:
+  users:
+    - { name: Ada Admin, email: ada@example.com, password: "correct horse", roles: [owner] }
+  api_keys:
+    - { name: owner, user: ada@example.com, key: ${KEYS.owner} }
+  configurations:
+    - { name: payments, proxy_slug: payments }
+  classifications:
+    - name: PCI
+      bg_color: "#0000aa"
+      fg_color: "#ffffff"
+      users: [ada@example.com]
+      reveal:
+        - { to: { roles: [developer] }, level: mask, mask: last4 }
+      default: token
+    - { name: PHI, bg_color: "#aa0000", fg_color: "#ffffff", users: [ada@example.com] }
+`;
