@@ -1,0 +1,176 @@
+/**
+ * Forms on the encryption endpoints, rewrap and `/proxy` (DESIGN §15): a form body is
+ * transformed parameter by parameter and answered as a form; a path names a parameter in
+ * either spelling (`card[number]` or `card.number`).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { call, KEYS, SEED, startApp } from '../support/app.ts';
+import { startEcho } from '../support/destinations.ts';
+
+const FORM = 'application/x-www-form-urlencoded';
+const TOKEN = /^svc:[1-9][0-9]*:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+:\$$/;
+const ENC = '/api/v3/encryption/payments/encrypt';
+const DEC = '/api/v3/encryption/payments/decrypt';
+
+/** The token with one character of its ciphertext changed. */
+function tamper(token: string): string {
+  const i = token.length - 4;
+  return `${token.slice(0, i)}${token[i] === 'A' ? 'B' : 'A'}${token.slice(i + 1)}`;
+}
+
+test('a form is encrypted parameter by parameter and answered as a form; decrypting it gives the bytes back', async (t) => {
+  const { url } = await startApp(t);
+  const body = 'amount=1000&card%5Bnumber%5D=4242+4242+4242+4242&card[cvc]=123&note=a%26b%3Dc&ssn=123-45-6789&flag&&empty=';
+  const enc = await call(url, ENC, { body, contentType: FORM, headers: { 'x-svc-fields': 'card[number], card.cvc, ssn' } });
+  assert.equal(enc.status, 200);
+  assert.equal(enc.headers.get('content-type'), FORM);
+  assert.equal(enc.headers.get('x-svc-fields-transformed'), '3');
+  const params = new URLSearchParams(enc.text);
+  for (const name of ['card[number]', 'card[cvc]', 'ssn']) assert.match(params.get(name)!, TOKEN, name);
+  assert.equal(params.get('amount'), '1000');
+  assert.equal(params.get('note'), 'a&b=c');
+  assert.ok(!enc.text.includes('4242') && !enc.text.includes('123-45'), 'no plaintext left');
+  // Names and untouched parameters keep their bytes, escapes included.
+  assert.match(enc.text, /^amount=1000&card%5Bnumber%5D=svc:[^&]+&card\[cvc\]=svc:[^&]+&note=a%26b%3Dc&ssn=svc:[^&]+&flag&&empty=$/);
+  const dec = await call(url, DEC, { body: enc.text, contentType: FORM });
+  assert.equal(dec.status, 200);
+  assert.equal(dec.headers.get('content-type'), FORM);
+  assert.equal(dec.text, body);
+});
+
+test("without x-svc-fields a form is encrypted at the configuration's fields, written as JSON paths", async (t) => {
+  const { url } = await startApp(t);
+  // payments lists card.number: both spellings of the name, and the name repeated.
+  const enc = await call(url, ENC, { body: 'card[number]=1&card%5Bnumber%5D=2&card.number=3&card[numbers]=4&xcard[number]=5', contentType: FORM });
+  assert.equal(enc.status, 200);
+  const parts = enc.text.split('&').map((p) => p.split('='));
+  assert.deepEqual(parts.map(([name]) => name), ['card[number]', 'card%5Bnumber%5D', 'card.number', 'card[numbers]', 'xcard[number]']);
+  assert.match(parts[0]![1]!, TOKEN);
+  assert.match(parts[1]![1]!, TOKEN);
+  assert.match(parts[2]![1]!, TOKEN, 'a dotted name is read as a dotted binder reads it');
+  assert.equal(parts[3]![1], '4');
+  assert.equal(parts[4]![1], '5');
+});
+
+test('a path in bracket form names the same field in a JSON body, and a dotted path the same parameter in a form', async (t) => {
+  const { url } = await startApp(t);
+  const json = await call(url, ENC, { body: '{"card":{"number":"4242"},"items":[{"sku":"a"},{"sku":"b"}],"card[number]":"literal"}', headers: { 'x-svc-fields': 'card[number], items[*][sku]' } });
+  assert.equal(json.status, 200);
+  assert.match(json.json.card.number, TOKEN);
+  assert.match(json.json.items[0].sku, TOKEN);
+  assert.match(json.json.items[1].sku, TOKEN);
+  assert.equal(json.json['card[number]'], 'literal', 'a key with brackets in it is another field');
+  const escaped = await call(url, ENC, { body: '{"card[number]":"literal"}', headers: { 'x-svc-fields': 'card\\[number\\]' } });
+  assert.match(escaped.json['card[number]'], TOKEN, 'escaped brackets name the key as written');
+  const form = await call(url, ENC, { body: 'items[0][sku]=a&items[1][sku]=b&items[1][qty]=2&tags[]=x&tags[]=y', contentType: FORM, headers: { 'x-svc-fields': 'items.*.sku, tags[]' } });
+  const params = new URLSearchParams(form.text);
+  assert.match(params.get('items[0][sku]')!, TOKEN);
+  assert.match(params.get('items[1][sku]')!, TOKEN);
+  assert.equal(params.get('items[1][qty]'), '2');
+  for (const tag of params.getAll('tags[]')) assert.match(tag, TOKEN);
+  // A token decrypted from a form names its field as a JSON path: one path language.
+  const token = params.get('items[1][sku]')!;
+  const bad = await call(url, DEC, { body: `items[1][sku]=${tamper(token)}`, contentType: FORM, headers: { 'x-svc-fields': 'items[1][sku]' } });
+  assert.equal(bad.status, 422);
+  assert.deepEqual(Object.keys(bad.json.errors), ['items.1.sku']);
+});
+
+test('malformed brackets in x-svc-fields are a 400 that says what is wrong', async (t) => {
+  const { url } = await startApp(t);
+  for (const [fields, says] of [
+    ['card[number', 'without its "]"'],
+    ['card]number', 'without its "["'],
+    ['[card]', 'follows no name'],
+    ['card[number]x', 'after a "]"'],
+    ['card[a[b]]', 'inside brackets'],
+    ['card[num*]', 'inside a segment'],
+  ] as const) {
+    const res = await call(url, ENC, { body: 'card[number]=1', contentType: FORM, headers: { 'x-svc-fields': fields } });
+    assert.equal(res.status, 400, fields);
+    assert.ok(res.json.message.includes(says), `${fields}: ${res.json.message}`);
+  }
+});
+
+test('hostile forms: + is a space, duplicates are each transformed, ; is no separator, bad escapes and non-UTF-8 are 400', async (t) => {
+  const { url } = await startApp(t);
+  const dup = await call(url, ENC, { body: 'ssn=1&ssn=2&ssn[]=3&SSN=4', contentType: FORM, headers: { 'x-svc-fields': 'ssn' } });
+  assert.equal(dup.headers.get('x-svc-fields-transformed'), '3');
+  const dupParams = new URLSearchParams(dup.text);
+  for (const v of dupParams.getAll('ssn')) assert.match(v, TOKEN);
+  assert.equal(dupParams.get('SSN'), '4', 'names are compared exactly');
+  // A form serialiser (WHATWG URL) splits at & only: ;ssn= is part of a's value.
+  const semi = await call(url, ENC, { body: 'a=1;ssn=2&b=3', contentType: FORM, headers: { 'x-svc-fields': 'ssn' } });
+  assert.equal(semi.text, 'a=1;ssn=2&b=3');
+  const spaces = await call(url, ENC, { body: 'ssn=1+2%202', contentType: FORM, headers: { 'x-svc-fields': 'ssn' } });
+  const back = await call(url, DEC, { body: spaces.text, contentType: FORM });
+  assert.equal(back.text, 'ssn=1+2+2', 'decrypted values are written with the form rules: a space is +');
+  for (const body of ['ssn=%zz', 'ssn=1%', 'ss%5=1', 'ssn=%E2%82', 'ssn=%C0%AE']) {
+    const res = await call(url, ENC, { body, contentType: FORM, headers: { 'x-svc-fields': 'ssn' } });
+    assert.equal(res.status, 400, body);
+    assert.match(res.json.message, /^The request body is not a valid form: /);
+    assert.equal(res.json.code ?? 'SVC_ERR_INVALID_FORM', 'SVC_ERR_INVALID_FORM');
+  }
+  for (const contentType of [`${FORM}; charset=iso-8859-1`, 'text/plain', 'multipart/form-data; boundary=x']) {
+    assert.equal((await call(url, ENC, { body: 'ssn=1', contentType, headers: { 'x-svc-fields': 'ssn' } })).status, 415, contentType);
+  }
+  const gz = await call(url, ENC, { body: 'ssn=1', contentType: FORM, headers: { 'x-svc-fields': 'ssn', 'content-encoding': 'gzip' } });
+  assert.equal(gz.status, 415);
+  assert.equal((await call(url, ENC, { body: 'ssn=1', contentType: `${FORM}; charset=UTF-8`, headers: { 'x-svc-fields': 'ssn' } })).status, 200);
+});
+
+test('a tampered token in a form is a 422 naming its path; a value past max_value is a 413', async (t) => {
+  const { url } = await startApp(t, 'limits: { max_value: 1kb }');
+  const enc = await call(url, ENC, { body: 'card[number]=4242', contentType: FORM });
+  const tampered = `card[number]=${tamper(new URLSearchParams(enc.text).get('card[number]')!)}`;
+  const dec = await call(url, DEC, { body: tampered, contentType: FORM, headers: { 'x-svc-fields': 'card[number]' } });
+  assert.equal(dec.status, 422);
+  assert.deepEqual(Object.keys(dec.json.errors), ['card.number']);
+  const big = await call(url, ENC, { body: `other=${'y'.repeat(50_000)}&card[number]=${'x'.repeat(1100)}`, contentType: FORM });
+  assert.equal(big.status, 413);
+  assert.equal(big.json.message, 'A field value exceeds the limit of 1024 bytes.');
+  const bigName = await call(url, ENC, { body: `${'n'.repeat(1100)}=1`, contentType: FORM });
+  assert.equal(bigName.status, 413);
+});
+
+test('rewrap takes a form and answers a form', async (t) => {
+  const running = await startApp(t);
+  const { url } = running;
+  const enc = await call(url, ENC, { body: 'card[number]=4242&keep=1', contentType: FORM });
+  const configurations = await call(url, '/api/v3/configurations', { method: 'GET' });
+  const id = configurations.json.data.find((c: { name: string }) => c.name === 'payments').id;
+  assert.equal((await call(url, `/api/v3/configurations/${id}/rotate`)).status, 200);
+  const rewrap = await call(url, '/api/v3/encryption/payments/rewrap', { body: enc.text, contentType: FORM, headers: { 'x-svc-fields': 'card[number]' } });
+  assert.equal(rewrap.status, 200);
+  assert.equal(rewrap.headers.get('content-type'), FORM);
+  const token = new URLSearchParams(rewrap.text).get('card[number]')!;
+  assert.match(token, /^svc:2:/);
+  assert.ok(rewrap.text.endsWith('&keep=1'));
+  const dec = await call(url, DEC, { body: rewrap.text, contentType: FORM });
+  assert.equal(dec.text, 'card[number]=4242&keep=1');
+});
+
+test('/proxy forwards a form encrypted, and decrypts one to the destination only', async (t) => {
+  const echo = await startEcho(t);
+  const seed = SEED.replace('{ name: payments, proxy_slug: payments, fields: [card.number] }', `{ name: payments, proxy_slug: payments, fields: [card.number], destinations: ["${echo.url}/"] }`);
+  const { url } = await startApp(t, '', seed);
+  const enc = await call(url, '/proxy/payments', { body: 'card[number]=4242+4242&amount=5', contentType: FORM, headers: { 'x-svc-destination': `${echo.url}/v1/charges?x=1` } });
+  assert.equal(enc.status, 201);
+  const sent = echo.received[0]!;
+  assert.equal(sent.url, '/v1/charges?x=1');
+  assert.equal(sent.headers['content-type'], FORM);
+  const forwarded = sent.body.toString();
+  assert.match(new URLSearchParams(forwarded).get('card[number]')!, TOKEN);
+  assert.ok(forwarded.endsWith('&amount=5'));
+  const dec = await call(url, '/proxy/payments', { body: forwarded, contentType: FORM, headers: { 'x-svc-mode': 'decrypt', 'x-svc-destination': `${echo.url}/out` } });
+  assert.equal(dec.status, 201);
+  assert.equal(echo.received[1]!.body.toString(), 'card[number]=4242+4242&amount=5');
+  // Without a destination, /proxy answers the form itself.
+  const own = await call(url, '/proxy/payments', { method: 'PUT', body: forwarded, contentType: FORM, headers: { 'x-svc-mode': 'decrypt' } });
+  assert.equal(own.status, 200);
+  assert.equal(own.headers.get('content-type'), FORM);
+  assert.equal(own.text, 'card[number]=4242+4242&amount=5');
+  // A viewer may not decrypt: the permission is checked whatever the format.
+  const viewer = await call(url, DEC, { key: KEYS.viewer, body: forwarded, contentType: FORM });
+  assert.equal(viewer.status, 403);
+});
