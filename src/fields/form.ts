@@ -22,11 +22,23 @@ const IN_NAME = 0;
 const IN_VALUE = 1;
 const IN_MATCHED_VALUE = 2;
 
+export interface FormOptions {
+  /**
+   * Also read a `;` inside a value as the start of another parameter, as some servers split
+   * forms (older Python and Go). A value found that way ends at the next `;` or `&`; one
+   * after a `&` still ends only at `&`, so none is ever cut short.
+   */
+  readonly semicolons?: boolean;
+  /** Write a space in a replaced value as `+` (forms), else as `%20` (query strings). */
+  readonly plusForSpace?: boolean;
+}
+
 export class FormTransformer implements ChunkTransformer, FieldValue {
   private readonly matcher: FieldMatcher;
   private readonly handler: ValueHandler;
   private readonly limits: CaptureLimits;
   private readonly semicolons: boolean;
+  private readonly plusForSpace: boolean;
   private mode = IN_NAME;
   private parts: Buffer[] = [];
   private held = 0;
@@ -41,16 +53,12 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   raw: Buffer = EMPTY;
   escaped = false;
 
-  /**
-   * `semicolons`: also read a `;` inside a value as the start of another parameter, as some
-   * servers split forms (older Python and Go). A value found that way ends at the next `;`
-   * or `&`; one after a `&` still ends only at `&`, so none is ever cut short.
-   */
-  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false }: { semicolons?: boolean } = {}) {
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false, plusForSpace = true }: FormOptions = {}) {
     this.matcher = matcher;
     this.handler = handler;
     this.limits = limits;
     this.semicolons = semicolons;
+    this.plusForSpace = plusForSpace;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
@@ -176,7 +184,7 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   }
 
   encodePlain(plaintext: Buffer, _type: PlainType): Buffer {
-    return encodeFormBytes(plaintext);
+    return encodeFormBytes(plaintext, this.plusForSpace);
   }
 
   /** A form has no null: a redacted parameter keeps its name and loses its value (`ssn=`). */
@@ -283,8 +291,11 @@ export function decodeFormBytes(raw: Buffer): Buffer {
   return decoded;
 }
 
-/** The form serialiser's encoding: `*-._` and alphanumerics kept, space as `+`, the rest `%XX`. */
-export function encodeFormBytes(bytes: Buffer): Buffer {
+/**
+ * The form serialiser's encoding: `*-._` and alphanumerics kept, space as `+` (or `%20`
+ * with `plusForSpace` false, which every query reader takes as a space), the rest `%XX`.
+ */
+export function encodeFormBytes(bytes: Buffer, plusForSpace = true): Buffer {
   let plain = true;
   for (const c of bytes) {
     if (!isFormSafe(c)) {
@@ -297,7 +308,7 @@ export function encodeFormBytes(bytes: Buffer): Buffer {
   let o = 0;
   for (const c of bytes) {
     if (isFormSafe(c)) out[o++] = c;
-    else if (c === 0x20) out[o++] = 0x2b;
+    else if (c === 0x20 && plusForSpace) out[o++] = 0x2b;
     else {
       out[o++] = 0x25;
       out[o++] = HEX[c >> 4]!;
