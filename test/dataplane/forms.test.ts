@@ -4,6 +4,8 @@
  * either spelling (`card[number]` or `card.number`).
  */
 import { test } from 'node:test';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import assert from 'node:assert/strict';
 import { call, KEYS, SEED, startApp } from '../support/app.ts';
 import { startEcho } from '../support/destinations.ts';
@@ -173,4 +175,36 @@ test('/proxy forwards a form encrypted, and decrypts one to the destination only
   // A viewer may not decrypt: the permission is checked whatever the format.
   const viewer = await call(url, DEC, { key: KEYS.viewer, body: forwarded, contentType: FORM });
   assert.equal(viewer.status, 403);
+});
+
+test('a body declared a form that reads as JSON is refused on /proxy and on routes, and a vendor answer of that kind is a 502', async (t) => {
+  const echo = await startEcho(t);
+  const seed = SEED.replace('{ name: payments, proxy_slug: payments, fields: [card.number] }', `{ name: payments, proxy_slug: payments, fields: [card.number], destinations: ["${echo.url}/"] }`);
+  const json = '{"card":{"number":"4242"}}';
+  // The vendor answers JSON labelled as a form, echoing the card number in plaintext.
+  const vendor = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': FORM });
+      res.end(json);
+    });
+  });
+  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => { vendor.closeAllConnections(); vendor.close(() => r()); }));
+  const { url } = await startApp(t, `
+egress:
+  - { name: vendor, destination: "http://127.0.0.1:${(vendor.address() as AddressInfo).port}", configuration: payments, request: { decrypt: [card.number] } }
+  - { name: upload, destination: "${echo.url}", configuration: payments, request: { encrypt: [card.number] } }`, seed);
+  for (const body of [json, ` \r\n${json}`, '[{"card":{"number":"4242"}}]']) {
+    const proxied = await call(url, '/proxy/payments', { body, contentType: FORM, headers: { 'x-svc-destination': `${echo.url}/in` } });
+    assert.equal(proxied.status, 400, body);
+    assert.match(proxied.json.message, /^The request body is not a valid form: it reads as JSON/);
+    const upload = await fetch(`${url}/egress/upload/x`, { method: 'POST', headers: { 'content-type': FORM }, body });
+    assert.equal(upload.status, 400, body);
+  }
+  assert.equal(echo.received.length, 0, 'nothing was forwarded');
+  const token = (await call(url, ENC, { body: 'card[number]=4242', contentType: FORM })).text;
+  const answer = await fetch(`${url}/egress/vendor/x`, { method: 'POST', headers: { 'content-type': FORM }, body: token });
+  assert.equal(answer.status, 502);
+  assert.ok(!(await answer.text()).includes('4242'));
 });
