@@ -208,3 +208,33 @@ egress:
   assert.equal(answer.status, 502);
   assert.ok(!(await answer.text()).includes('4242'));
 });
+
+test('a large form streams to the destination on encrypt-and-forward, its named values encrypted wherever they fall', async (t) => {
+  const echo = await startEcho(t);
+  const seed = SEED.replace('{ name: payments, proxy_slug: payments, fields: [card.number] }', `{ name: payments, proxy_slug: payments, fields: [card.number], destinations: ["${echo.url}/"] }`);
+  const { url } = await startApp(t, '', seed);
+  const filler = 'x'.repeat(300_000);
+  const body = `a=${filler}&card[number]=4242+4242&b=${filler}&card%5Bnumber%5D=5555`;
+  // Sent in pieces without a length: the body streams through the transformer.
+  const chunks = [body.slice(0, 100_001), body.slice(100_001, 300_007), body.slice(300_007)];
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (const c of chunks) controller.enqueue(new TextEncoder().encode(c));
+      controller.close();
+    },
+  });
+  const res = await fetch(`${url}/proxy/payments`, {
+    method: 'POST',
+    headers: { 'x-svc-authorization': KEYS.owner, 'content-type': FORM, 'x-svc-destination': `${echo.url}/in` },
+    body: stream,
+    duplex: 'half',
+  } as RequestInit);
+  assert.equal(res.status, 201);
+  const sent = echo.received[0]!.body.toString();
+  const params = new URLSearchParams(sent);
+  assert.match(params.get('card[number]')!, TOKEN);
+  assert.equal(params.get('a'), filler);
+  assert.equal(params.get('b'), filler);
+  assert.ok(!sent.includes('4242') && !sent.includes('5555'));
+  assert.ok(sent.includes('&card%5Bnumber%5D=svc:1:'));
+});
