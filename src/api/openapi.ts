@@ -159,7 +159,7 @@ function egressPath(): JsonObject {
       tag: 'relay',
       summary: `Egress route to a vendor (DESIGN §12), ${method.toUpperCase()}`,
       description:
-        "Forwards to the route's destination + `/{rest}` + query, transforming the body as the route says. Authenticated by the route's configuration, " +
+        "Forwards to the route's destination + `/{rest}` + query, transforming the body (and, with the route's `query` rules, the named query parameters) as the route says. Authenticated by the route's configuration, " +
         'not by an API key (the pod is the trust boundary). `{rest}` spans the rest of the path, slashes included.',
       permission: null,
       security: 'none',
