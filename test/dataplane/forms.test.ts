@@ -238,3 +238,46 @@ test('a large form streams to the destination on encrypt-and-forward, its named 
   assert.ok(!sent.includes('4242') && !sent.includes('5555'));
   assert.ok(sent.includes('&card%5Bnumber%5D=svc:1:'));
 });
+
+test('one path language: a rule written for a form request re-encrypts that field in a JSON answer, and a JSON rule in a form answer', async (t) => {
+  // The vendor answers in the other format, echoing the card number it received.
+  const received: string[] = [];
+  const vendor = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString();
+      received.push(body);
+      if (req.headers['content-type'] === FORM) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ card: { number: new URLSearchParams(body).get('card[number]') }, ok: true }));
+      } else {
+        res.writeHead(200, { 'content-type': FORM });
+        res.end(`ok=1&card%5Bnumber%5D=${encodeURIComponent(JSON.parse(body).card.number)}`);
+      }
+    });
+  });
+  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => { vendor.closeAllConnections(); vendor.close(() => r()); }));
+  const destination = `http://127.0.0.1:${(vendor.address() as AddressInfo).port}`;
+  const { url } = await startApp(t, `
+egress:
+  - { name: bracketed, destination: "${destination}", configuration: payments, request: { decrypt: ["card[number]"] } }
+  - { name: dotted, destination: "${destination}", configuration: payments, request: { decrypt: [card.number] } }`);
+  const token = new URLSearchParams((await call(url, ENC, { body: 'card[number]=4242+4242', contentType: FORM })).text).get('card[number]')!;
+  const fromForm = await fetch(`${url}/egress/bracketed/x`, { method: 'POST', headers: { 'content-type': FORM }, body: `card[number]=${token}` });
+  assert.equal(fromForm.status, 200);
+  assert.equal(received[0], 'card[number]=4242+4242', 'the vendor got the plaintext');
+  const json = (await fromForm.json()) as { card: { number: string }; ok: boolean };
+  assert.match(json.card.number, TOKEN, 'the JSON answer holds a token, not the plaintext');
+  const back = await call(url, DEC, { body: JSON.stringify({ v: json.card.number }) });
+  assert.equal(back.json.v, '4242 4242');
+  const fromJson = await fetch(`${url}/egress/dotted/x`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
+  assert.equal(fromJson.status, 200);
+  assert.equal(received[1], '{"card":{"number":"4242 4242"}}');
+  const form = await fromJson.text();
+  assert.equal(fromJson.headers.get('content-type'), FORM);
+  assert.match(new URLSearchParams(form).get('card[number]')!, TOKEN, 'the form answer holds a token');
+  assert.ok(form.startsWith('ok=1&card%5Bnumber%5D=svc:1:'));
+  assert.ok(!form.includes('4242'));
+});
