@@ -259,3 +259,29 @@ test('relay guard: on_plaintext refuse answers 422; a query the guard cannot rea
   assert.equal((await fetch(`${passing.relay}/anything?%zz=1`)).status, 200);
   assert.equal(passing.app.seen.at(-1)!.url, '/anything?%zz=1');
 });
+
+test('relay: bracket paths on a route transform form bodies and form answers, and name the same fields in JSON', async (t) => {
+  // The application answers with what it got, in the format it got it.
+  const app = await startUpstream(t, (req, body, res) => {
+    res.writeHead(200, { 'content-type': req.headers['content-type'] ?? 'text/plain' });
+    res.end(body);
+  });
+  const running = await startApp(t, relayYaml(app.url, null, `
+    - { name: in, match: { method: POST, path: /in }, configuration: payments, request: { encrypt: ["patient[ssn]", "items[*][card]"] } }
+    - { name: out, match: { method: POST, path: /out }, configuration: payments, response: { decrypt: ["patient[ssn]"] } }`));
+  const relay = `http://127.0.0.1:${(running.app.relay!.server.address() as AddressInfo).port}`;
+  const form = await fetch(`${relay}/in`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `patient%5Bssn%5D=${SSN}&items[0][card]=4242&items[1][card]=5555&n=1` });
+  assert.equal(form.status, 200);
+  const sent = app.seen.at(-1)!.body.toString();
+  assert.match(sent, /^patient%5Bssn%5D=svc:1:[^&]+&items\[0\]\[card\]=svc:1:[^&]+&items\[1\]\[card\]=svc:1:[^&]+&n=1$/);
+  const json = await fetch(`${relay}/in`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ patient: { ssn: SSN }, items: [{ card: '4242' }] }) });
+  assert.equal(json.status, 200);
+  const got = JSON.parse(app.seen.at(-1)!.body.toString());
+  assert.match(got.patient.ssn, TOKEN);
+  assert.match(got.items[0].card, TOKEN);
+  // The answer side: the application answers a form holding a token; the client gets the plaintext.
+  const token = new URLSearchParams(sent).get('patient[ssn]')!;
+  const out = await fetch(`${relay}/out`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `patient[ssn]=${token}&k=1` });
+  assert.equal(out.status, 200);
+  assert.equal(await out.text(), `patient[ssn]=${SSN}&k=1`);
+});
