@@ -164,8 +164,19 @@ export class InvalidJsonError extends SvcError {
 
 /** A form body (`application/x-www-form-urlencoded`) that cannot be decoded. */
 export class InvalidFormError extends SvcError {
+  /** What is wrong, without the body's bytes. */
+  readonly detail: string;
+
   constructor(detail: string) {
     super('SVC_ERR_INVALID_FORM', 400, `The request body is not a valid form: ${detail}.`);
+    this.detail = detail;
+  }
+}
+
+/** A query string that a route's or the relay guard's `query` rules must read but cannot decode. */
+export class InvalidQueryError extends SvcError {
+  constructor(detail: string) {
+    super('SVC_ERR_INVALID_QUERY', 400, `The query string is not valid: ${detail}.`);
   }
 }
 

@@ -355,6 +355,8 @@ const relayRouteSchema = z.strictObject({
   configuration: text,
   request: transformSchema.optional(),
   response: transformSchema.optional(),
+  /** The request's query-string parameters, named as form fields (DESIGN §15). */
+  query: transformSchema.optional(),
 });
 
 const protectSchema = z.strictObject({
@@ -443,6 +445,8 @@ const egressSchema = z.strictObject({
    * encrypted again (DESIGN §13); `passthrough` relays the answer as it is.
    */
   response: z.union([z.literal('passthrough'), transformSchema]).optional(),
+  /** The request's query-string parameters, named as form fields (DESIGN §15). */
+  query: transformSchema.optional(),
 });
 
 // ---------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ export class Metrics {
     });
     this.forwardLatency = new Histogram({ name: 'svc_forward_duration_seconds', help: 'Time to the destination\'s response headers, by allowlist entry and status.', labelNames: ['destination', 'status'], buckets: LATENCY_BUCKETS, registers });
     this.forwardErrors = new Counter({ name: 'svc_forward_errors_total', help: 'Forwards that failed, by allowlist entry and kind.', labelNames: ['destination', 'kind'], registers });
-    this.relayGuard = new Counter({ name: 'svc_relay_guard_total', help: 'Request bodies the relay guard inspected, by outcome: encrypted (it encrypted protected fields), refused (415 or 422), passed.', labelNames: ['outcome'], registers });
+    this.relayGuard = new Counter({ name: 'svc_relay_guard_total', help: 'Request bodies the relay guard inspected, and query strings it changed or refused, by outcome: encrypted (it encrypted protected fields), refused (400, 415 or 422), passed.', labelNames: ['outcome'], registers });
     this.relayPassthrough = new Counter({ name: 'svc_relay_passthrough_total', help: 'Relay requests that matched no route.', registers });
     this.stateVersion = new Gauge({ name: 'svc_state_version', help: 'Version of the applied state (seed or control-plane snapshot).', registers });
     this.reloadFailures = new Counter({ name: 'svc_state_reload_failures_total', help: 'State reloads that failed and kept the last good state.', registers });

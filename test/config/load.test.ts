@@ -146,6 +146,32 @@ describe('defaults', () => {
     assert.equal(config.egress[0]?.name, 'stripe');
   });
 
+  it('field paths may be dotted or bracketed; malformed brackets are refused at their index', () => {
+    const config = loadConfig({
+      text: [
+        'egress:',
+        '  - { name: stripe, destination: https://api.stripe.com, configuration: payments, request: { decrypt: ["card[number]", "items[0][sku]", card.cvc] } }',
+        'seed:',
+        '  configurations: [{ name: payments, fields: ["card[number]", "metadata[*]"] }]',
+      ].join('\n'),
+      env: {},
+    });
+    assert.deepEqual(config.egress[0]?.request?.decrypt, ['card[number]', 'items[0][sku]', 'card.cvc']);
+    assert.deepEqual(config.seed.configurations[0]?.fields, ['card[number]', 'metadata[*]']);
+    const problems = problemsOf(
+      [
+        'egress: [{ name: e, destination: "http://b", configuration: c, request: { decrypt: [ok, "card[number"] } }]',
+        'seed: { configurations: [{ name: c, fields: ["card]number", "[card]", "card[a]b"] }] }',
+      ].join('\n'),
+    );
+    assert.deepEqual(problems, [
+      'seed.configurations.0.fields.0: the path "card]number" has a "]" without its "["; write "\\]" for a literal bracket',
+      'seed.configurations.0.fields.1: the path "[card]" has a "[" that follows no name; write "\\[" for a literal bracket',
+      'seed.configurations.0.fields.2: the path "card[a]b" has "b" after a "]": a "]" is followed by "[", "." or the end; write "\\]" for a literal bracket',
+      'egress.0.request.decrypt.1: the path "card[number" has a "[" without its "]"',
+    ]);
+  });
+
   it('"off" disables the admin listener', () => {
     assert.equal(loadConfig({ text: 'server: { admin_listen: "off" }', env: {} }).server.admin_listen, 'off');
   });
