@@ -3,10 +3,16 @@
  * is bounded: route templates (never raw paths), status codes, configuration names,
  * key versions, allowlist entries (never requested hosts), fixed error kinds.
  */
+import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+/** Quantiles of the event-loop delay exported at each scrape; 1 is the largest delay seen. */
+const LOOP_QUANTILES = [0.5, 0.9, 0.99, 0.999, 1] as const;
+/** How often the delay monitor's timer fires (milliseconds): a stall is measured whatever its length. */
+const LOOP_RESOLUTION_MS = 10;
+
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 export interface QueueSource {
@@ -28,6 +34,8 @@ export class Metrics {
   private readonly relayGuard: Counter<'outcome'>;
   private readonly relayPassthrough: Counter;
   private readonly snapshotsRefused: Counter<'reason'>;
+  /** Event-loop delay since the previous scrape (perf_hooks, recorded in nanoseconds). */
+  private readonly loopDelay: ELDHistogram;
   /** Children by label key, so a request does not re-hash its labels. */
   private readonly requestChildren = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<'route' | 'method' | 'status'> }>();
 
@@ -59,6 +67,20 @@ export class Metrics {
       help: 'Control-plane snapshots a replica refused, by reason (invalid, mac, digest, version, older, store).',
       labelNames: ['reason'],
       registers,
+    });
+    this.loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
+    this.loopDelay.enable();
+    const loopDelay = this.loopDelay;
+    new Gauge({
+      name: 'svc_event_loop_delay_seconds',
+      help: 'How late the event loop ran timers, by quantile (1 is the largest), since the previous scrape: every request waits this long on top of its own work.',
+      labelNames: ['quantile'],
+      registers,
+      collect() {
+        const empty = loopDelay.count === 0;
+        for (const q of LOOP_QUANTILES) this.set({ quantile: String(q) }, empty ? 0 : (q === 1 ? loopDelay.max : loopDelay.percentile(q * 100)) / 1e9);
+        loopDelay.reset();
+      },
     });
     new Gauge({
       name: 'svc_log_queue_depth',
@@ -137,6 +159,11 @@ export class Metrics {
 
   countSnapshotRefused(reason: 'invalid' | 'mac' | 'digest' | 'version' | 'older' | 'store'): void {
     this.snapshotsRefused.inc({ reason });
+  }
+
+  /** Stops the event-loop delay monitor's timer. */
+  close(): void {
+    this.loopDelay.disable();
   }
 
   async render(): Promise<{ contentType: string; body: string }> {
