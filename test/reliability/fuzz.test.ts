@@ -10,10 +10,8 @@
  * memory (JS heap and Buffers, after a forced full GC) returns to where it was after a
  * warm-up, and stays flat over the second half of the run.
  *
- * The heap is read through the inspector (`--inspect` on port 0): `HeapProfiler.
- * collectGarbage` then `process.memoryUsage()`. Without a forced GC the figure would be
- * whatever the collector last left behind, and only a very large leak would show. RSS is
- * reported, not asserted: the allocator keeps freed pages, so it says little about leaks.
+ * The heap is read through the inspector after a forced full GC (fuzz-harness.ts); RSS is
+ * reported, not asserted.
  *
  * Seeded: `SVC_FUZZ_SEED` replays a run; each failure is printed with its method, path,
  * headers and body prefix (raw cases: their bytes).
@@ -22,16 +20,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
 import { Pool, errors as undiciErrors } from 'undici';
 import { KEYS, SEED } from '../support/app.ts';
-import { startChild, type Child } from '../support/child.ts';
+import { startChild } from '../support/child.ts';
 import { startEcho, type Echo } from '../support/destinations.ts';
 import { fuzzCaseArb, type FuzzCase, type HttpCase, type OpenApi, type RawCase, type World } from './fuzz-arbitraries.ts';
 import { FULL, scaled } from './scale.ts';
 import { assertNoSecrets } from './no-secrets.ts';
+import { count, describeFailures, errorLogLines, errorShapeProblem, INSPECT, openMemoryReader, sendRaw } from './fuzz-harness.ts';
 
 const SEED_VALUE = Number(process.env['SVC_FUZZ_SEED'] || 20_240_707);
 assert.ok(Number.isSafeInteger(SEED_VALUE), `SVC_FUZZ_SEED must be an integer, not ${process.env['SVC_FUZZ_SEED']}`);
@@ -90,66 +87,6 @@ interface Stats {
   /** Requests the parser refused while their (large) body was still being sent: see refusedByParser. */
   closedMidUpload: number;
   failures: Failure[];
-}
-
-// ---------------------------------------------------------------------------------------
-// The child's heap, through the inspector protocol
-
-class Inspector {
-  readonly #ws: WebSocket;
-  #next = 1;
-  readonly #pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-
-  private constructor(ws: WebSocket) {
-    this.#ws = ws;
-    ws.addEventListener('message', (event) => {
-      const msg = JSON.parse(String(event.data)) as { id?: number; result?: unknown; error?: { message: string } };
-      if (msg.id === undefined) return;
-      const waiter = this.#pending.get(msg.id);
-      this.#pending.delete(msg.id);
-      if (msg.error !== undefined) waiter?.reject(new Error(msg.error.message));
-      else waiter?.resolve(msg.result);
-    });
-  }
-
-  static async open(url: string): Promise<Inspector> {
-    const ws = new WebSocket(url);
-    await new Promise<void>((resolve, reject) => {
-      ws.addEventListener('open', () => resolve(), { once: true });
-      ws.addEventListener('error', () => reject(new Error(`cannot reach the inspector at ${url}`)), { once: true });
-    });
-    return new Inspector(ws);
-  }
-
-  send(method: string, params: Record<string, unknown> = {}): Promise<unknown> {
-    const id = this.#next++;
-    return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
-      this.#ws.send(JSON.stringify({ id, method, params }));
-    });
-  }
-
-  close(): void {
-    this.#ws.close();
-  }
-}
-
-interface Memory {
-  heapUsed: number;
-  external: number;
-  arrayBuffers: number;
-  rss: number;
-}
-
-/** Memory after two full collections (the second frees what the first's finalizers released). */
-async function settledMemory(inspector: Inspector, child: Child): Promise<Memory> {
-  await sleep(SETTLE_MS);
-  await inspector.send('HeapProfiler.collectGarbage');
-  await sleep(200);
-  await inspector.send('HeapProfiler.collectGarbage');
-  const out = (await inspector.send('Runtime.evaluate', { expression: 'JSON.stringify(process.memoryUsage())', returnByValue: true })) as { result: { value: string } };
-  const usage = JSON.parse(out.result.value) as Memory;
-  return { heapUsed: usage.heapUsed, external: usage.external, arrayBuffers: usage.arrayBuffers, rss: child.rss() };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -235,24 +172,6 @@ function describeCase(c: FuzzCase): string {
   return `${c.family}: ${c.method} ${c.path.length > 300 ? `${c.path.slice(0, 300)}… (${c.path.length} chars)` : c.path}\n    headers: ${JSON.stringify(c.headers, (_k, v: unknown) => (typeof v === 'string' && v.length > 300 ? `${v.slice(0, 300)}… (${v.length} chars)` : v))}\n    body: ${body}`;
 }
 
-function count(map: Record<string, number>, key: string): void {
-  map[key] = (map[key] ?? 0) + 1;
-}
-
-/** The DESIGN §7 error shape: `{"message": string}`, plus `errors` on 422. */
-function errorShapeProblem(status: number, contentType: string | undefined, text: string): string | null {
-  if (!/^application\/json/.test(contentType ?? '')) return `content-type ${contentType}`;
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    return 'body is not JSON';
-  }
-  if (json === null || typeof json !== 'object' || typeof (json as { message?: unknown }).message !== 'string') return 'no string "message"';
-  if (status === 422 && typeof (json as { errors?: unknown }).errors !== 'object') return '422 without "errors"';
-  return null;
-}
-
 async function runHttp(pool: Pool, c: HttpCase, stats: Stats): Promise<void> {
   stats.http++;
   const fail = (kind: string, detail: string) => stats.failures.push({ kind, fuzzCase: c, detail });
@@ -318,39 +237,18 @@ async function refusedByParser(pool: Pool, c: HttpCase): Promise<boolean> {
   }
 }
 
-/** Writes the bytes, half-closes, and waits for the server to close: it must answer or close, never hang. */
-function runRaw(port: number, c: RawCase, stats: Stats): Promise<void> {
+/** The bytes, then a half-close: the server must answer or close, never hang. */
+async function runRaw(port: number, c: RawCase, stats: Stats): Promise<void> {
   stats.raw++;
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    const socket = connect(port, '127.0.0.1');
-    const timer = setTimeout(() => {
-      stats.failures.push({ kind: 'hang', fuzzCase: c, detail: `still open ${RAW_TIMEOUT_MS} ms after the request was sent; got ${JSON.stringify(Buffer.concat(chunks).subarray(0, 200).toString('latin1'))}` });
-      socket.destroy();
-    }, RAW_TIMEOUT_MS);
-    socket.on('data', (d: Buffer) => chunks.push(d));
-    socket.on('error', () => {}); // a reset is one way of closing
-    socket.on('close', () => {
-      clearTimeout(timer);
-      const reply = Buffer.concat(chunks).toString('latin1');
-      // JSON bodies cannot hold a raw line break inside a string, so a line that starts
-      // with a status line is one (bodies here are the service's own JSON).
-      const statuses = [...reply.matchAll(/(?:^|\r\n)HTTP\/1\.[01] (\d{3})/g)].map((m) => Number(m[1]));
-      if (statuses.length === 0) stats.rawClosedSilently++;
-      else stats.rawAnswered++;
-      count((stats.families['raw'] ??= {}), statuses.length === 0 ? 'closed' : `${Math.floor(statuses[0]! / 100)}xx`);
-      for (const s of statuses) {
-        count(stats.statuses, `raw ${s}`);
-        if (s >= 500) stats.failures.push({ kind: `raw ${s}`, fuzzCase: c, detail: reply.slice(0, 300) });
-      }
-      resolve();
-    });
-    socket.on('connect', () => {
-      const size = Math.ceil(c.bytes.length / c.pieces);
-      for (let i = 0; i < c.bytes.length; i += size) socket.write(c.bytes.subarray(i, i + size));
-      socket.end();
-    });
-  });
+  const { reply, statuses, hung } = await sendRaw(port, c.bytes, c.pieces, RAW_TIMEOUT_MS);
+  if (hung) stats.failures.push({ kind: 'hang', fuzzCase: c, detail: `still open ${RAW_TIMEOUT_MS} ms after the request was sent; got ${JSON.stringify(reply.slice(0, 200))}` });
+  if (statuses.length === 0) stats.rawClosedSilently++;
+  else stats.rawAnswered++;
+  count((stats.families['raw'] ??= {}), statuses.length === 0 ? 'closed' : `${Math.floor(statuses[0]! / 100)}xx`);
+  for (const s of statuses) {
+    count(stats.statuses, `raw ${s}`);
+    if (s >= 500) stats.failures.push({ kind: `raw ${s}`, fuzzCase: c, detail: reply.slice(0, 300) });
+  }
 }
 
 async function runBatch(pool: Pool, port: number, cases: FuzzCase[], stats: Stats, inFlight: Set<FuzzCase>): Promise<void> {
@@ -396,12 +294,9 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   - { name: enc, destination: "${echo.url}/", configuration: lookup, request: { encrypt: [ssn, items.*.email], classification: nobody } }
   - { name: pass, destination: "${echo.url}/p/", configuration: payments }
 `;
-  const child = await startChild(t, `${egress}${seed}`, {}, ['--inspect=127.0.0.1:0']);
+  const child = await startChild(t, `${egress}${seed}`, {}, [INSPECT]);
   const port = Number(new URL(child.url).port);
-  const inspectorUrl = /Debugger listening on (ws:\/\/\S+)/.exec(child.output())?.[1];
-  assert.ok(inspectorUrl !== undefined, child.output());
-  const inspector = await Inspector.open(inspectorUrl);
-  t.after(() => inspector.close());
+  const memory = await openMemoryReader(t, child);
   const pool = new Pool(child.url, { connections: CONCURRENCY, pipelining: 1, keepAliveTimeout: 2_000 });
   t.after(() => pool.destroy());
 
@@ -431,18 +326,18 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   };
 
   await run(0, WARMUP);
-  const baseline = await settledMemory(inspector, child);
+  const baseline = await memory.settled(SETTLE_MS);
   const measuredFrom = performance.now();
   const firstBatch = Math.ceil(WARMUP / BATCH);
   const half = Math.floor(REQUESTS / 2);
   await run(firstBatch, half);
   const measuredSeconds = (performance.now() - measuredFrom) / 1000;
-  const middle = exit === null ? await settledMemory(inspector, child) : baseline;
+  const middle = exit === null ? await memory.settled(SETTLE_MS) : baseline;
   const resumedAt = performance.now();
   await run(firstBatch + Math.ceil(half / BATCH), REQUESTS - half);
   const seconds = measuredSeconds + (performance.now() - resumedAt) / 1000;
   const peakRss = exit === null ? child.peakRss() : 0;
-  const after = exit === null ? await settledMemory(inspector, child) : baseline;
+  const after = exit === null ? await memory.settled(SETTLE_MS) : baseline;
 
   // The process is alive and serving.
   const crash = exit as { code: number | null; signal: string | null; inFlight: FuzzCase[] } | null;
@@ -454,7 +349,7 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   assert.equal(stats.http + stats.raw, WARMUP + REQUESTS);
   assert.ok(stats.forwarded > 0 && (stats.statuses['200'] ?? 0) > 0 && stats.rawAnswered > 0, JSON.stringify(stats.statuses));
 
-  const errorLogs = child.output().split('\n').filter((line) => /"level":(50|60)/.test(line));
+  const errorLogs = errorLogLines(child.output());
   assertNoSecrets('fuzz', child.output());
   const mib = (bytes: number) => +(bytes / 2 ** 20).toFixed(2);
   const figures = {
@@ -486,14 +381,8 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   if (FULL) console.log(`RELIABILITY ${JSON.stringify(figures)}`);
   else t.diagnostic(JSON.stringify(figures));
 
-  // The first few of each kind, so one noisy kind cannot hide the others.
-  const kinds: Record<string, number> = {};
-  const shown: string[] = [];
-  for (const f of stats.failures) {
-    count(kinds, f.kind);
-    if (kinds[f.kind]! <= 5) shown.push(`#${shown.length + 1} [${f.kind}] ${describeCase(f.fuzzCase)}\n    got: ${f.detail}`);
-  }
-  assert.equal(stats.failures.length, 0, `${stats.failures.length} failing requests (seed ${SEED_VALUE}) by kind ${JSON.stringify(kinds)}:\n${shown.join('\n')}`);
+  const { kinds, shown } = describeFailures(stats.failures, (f) => describeCase(f.fuzzCase));
+  assert.equal(stats.failures.length, 0, `${stats.failures.length} failing requests (seed ${SEED_VALUE}) by kind ${JSON.stringify(kinds)}:\n${shown}`);
   assert.equal(errorLogs.length, 0, `the service logged errors:\n${errorLogs.slice(0, 10).join('\n')}`);
   // Memory: back to the warm-up level within the bounds above, and flat over the second half.
   for (const [name, field, bound] of [['heap', 'heapUsed', HEAP_BOUND], ['external memory', 'external', EXTERNAL_BOUND]] as const) {
