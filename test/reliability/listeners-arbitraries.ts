@@ -155,6 +155,11 @@ function relayPathArb(): fc.Arbitrary<string> {
   return weighted<string>([8, plain], [4, spelled], [1, fc.webPath().map((p) => (p.startsWith('/') ? p : `/${p}`))], [1, text(12).map((s) => `/${pathText(s)}`)]);
 }
 
+/** Mangling may turn an absolute-form target into one undici will not send (`http:%2F%2F…`): a leading `/` makes it an origin-form path again. */
+function sendable(c: HttpCase): HttpCase {
+  return c.path.startsWith('/') || /^https?:\/\//.test(c.path) ? c : { ...c, path: `/${c.path}` };
+}
+
 /** A request to the relay with secrets in its body (the property's main subject). */
 function relayProtectedArb(w: World, secret: fc.Arbitrary<string>): fc.Arbitrary<HttpCase> {
   return fc
@@ -171,7 +176,7 @@ function relayProtectedArb(w: World, secret: fc.Arbitrary<string>): fc.Arbitrary
       const headers = { ...c.headers };
       for (const k of Object.keys(headers)) if (k.toLowerCase() === 'content-type') delete headers[k];
       if (r.draft.type !== null) headers['content-type'] = r.draft.type;
-      return { ...c, headers };
+      return sendable({ ...c, headers });
     });
 }
 
@@ -186,7 +191,7 @@ function relayOtherArb(w: World): fc.Arbitrary<HttpCase> {
       headers: headersArb(w, { fields: true, destination: true, mode: true }),
       mangling: manglingArb,
     })
-    .map((r) => httpCase(w, 'relay:other', r.method, withQuery(r.path, r.query), r.mangling, r.headers, r.body));
+    .map((r) => sendable(httpCase(w, 'relay:other', r.method, withQuery(r.path, r.query), r.mangling, r.headers, r.body)));
 }
 
 /** Framing a relay request on a raw socket: good, and every conflict and malformation a smuggler tries. */
@@ -341,6 +346,12 @@ function secretArb(marker: string): fc.Arbitrary<string> {
 /** Stand-in for a secret where bytes are mutated at random (a flipped key byte would rightly let it through). */
 const decoy = fc.constant('123-45-6789');
 
+/** `w` with API keys of the right shape that no user holds. */
+function decoyWorld(w: World): World {
+  const key = (c: string) => `svc_${c.repeat(40)}`;
+  return { ...w, keys: { owner: key('D'), others: [key('E'), key('F')], revoked: key('G') } };
+}
+
 /** One generated request or raw byte stream, aimed at one of the three listeners. */
 export function listenerCaseArb(lw: ListenersWorld): fc.Arbitrary<ListenerCase> {
   const w = lw.base;
@@ -350,11 +361,14 @@ export function listenerCaseArb(lw: ListenersWorld): fc.Arbitrary<ListenerCase> 
   const egress = egressArb(lw);
   const relayHttp = weighted<HttpCase>([3, relayProtectedArb(w, relaySecret)], [2, relayOther]);
   const egressHttp = weighted<HttpCase>([4, egress], [1, egressEncArb(lw, secretArb(lw.markers.enc))]);
+  // Bytes mutated at random may rename `x-svc-authorization` into a header of the client's
+  // own, which is passed on: such streams carry keys that open nothing.
+  const d = decoyWorld(w);
   const relayRaw = weighted<RawCase>(
     [3, relaySmuggleArb(relaySecret)],
-    [2, rawArb(w, weighted<HttpCase>([1, relayProtectedArb(w, decoy)], [1, relayOther]), RELAY_RAW_TARGETS)],
+    [2, rawArb(d, weighted<HttpCase>([1, relayProtectedArb(d, decoy)], [1, relayOtherArb(d)]), RELAY_RAW_TARGETS)],
   );
-  const egressRaw = rawArb(w, egress, EGRESS_RAW_TARGETS);
+  const egressRaw = rawArb(d, egressArb({ ...lw, base: d }), EGRESS_RAW_TARGETS);
   const adminRaw = weighted<RawCase>(
     [3, rawArb(w, admin, ['/healthz', '/metrics', '/readyz', '/api/v3/classifications', '*', 'http://127.0.0.1/metrics', '127.0.0.1:9090', '/egress/dec/x'])],
     // Many requests pipelined on one connection.
@@ -368,6 +382,6 @@ export function listenerCaseArb(lw: ListenersWorld): fc.Arbitrary<ListenerCase> 
     [32, egressHttp.map(aim('egress'))],
     [5, egressRaw.map(aim('egress'))],
     // A few raw streams of bytes mutated from anything above.
-    [1, fc.tuple(relayOther, byteOps).map(([c, ops]) => ({ kind: 'raw' as const, family: 'raw:mutated', bytes: mutateBytes(serialize(c), ops), pieces: 2, listener: 'relay' as const }))],
+    [1, fc.tuple(relayOtherArb(d), byteOps).map(([c, ops]) => ({ kind: 'raw' as const, family: 'raw:mutated', bytes: mutateBytes(serialize(c), ops), pieces: 2, listener: 'relay' as const }))],
   );
 }

@@ -18,8 +18,9 @@
  * error the service answers is `{"message"}` (DESIGN §7); and memory after a forced full
  * GC returns to its level after the warm-up and stays flat over the second half.
  *
- * Seeded: `SVC_FUZZ_SEED` replays a run; each failure is printed with its listener, method,
- * path, headers and body prefix (raw cases: their bytes).
+ * Seeded: `SVC_FUZZ_SEED` replays a run, `SVC_FUZZ_PROGRESS=1` reports each batch as it
+ * ends; each failure is printed with its listener, method, path, headers and body prefix
+ * (raw cases: their bytes; what reached the application or the vendor: that request).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -39,7 +40,7 @@ const SEED_VALUE = Number(process.env['SVC_FUZZ_SEED'] || 20_261_128);
 assert.ok(Number.isSafeInteger(SEED_VALUE), `SVC_FUZZ_SEED must be an integer, not ${process.env['SVC_FUZZ_SEED']}`);
 const BATCH = 250;
 const WARMUP = scaled(250, 5_000);
-const REQUESTS = scaled(1_250, 60_000);
+const REQUESTS = scaled(2_250, 60_000);
 /** Before each memory reading: lets the log writer drain its queue and idle sockets time out. */
 const SETTLE_MS = scaled(200, 3_000);
 const CONCURRENCY = scaled(16, 24);
