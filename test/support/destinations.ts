@@ -26,8 +26,8 @@ export interface EchoOptions {
   readonly status?: number;
   /** Answer `{"bytes": n}` instead of the body, and keep none of it. */
   readonly discardBody?: boolean;
-  /** Answer with the request's own `content-type` (none if it had none), not `application/json`. */
-  readonly mirrorType?: boolean;
+  /** The answer's `content-type` from the request's (absent: none), instead of `application/json`. */
+  readonly answerType?: (requestType: string | undefined) => string | undefined;
 }
 
 /**
@@ -53,7 +53,7 @@ export async function startEcho(t: TestContext, options: EchoOptions = {}): Prom
     });
     req.on('end', () => {
       record.body = options.discardBody ? Buffer.from(JSON.stringify({ bytes: size })) : Buffer.concat(chunks);
-      const type = options.mirrorType ? req.headers['content-type'] : 'application/json';
+      const type = options.answerType === undefined ? 'application/json' : options.answerType(req.headers['content-type']);
       res.writeHead(options.status ?? 201, { ...(type === undefined ? {} : { 'content-type': type }), 'x-echo': 'yes', 'set-cookie': ['a=1', 'b=2'] });
       res.end(record.body);
     });
