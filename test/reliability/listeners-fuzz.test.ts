@@ -26,21 +26,21 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { IncomingHttpHeaders } from 'node:http';
 import fc from 'fast-check';
-import { Pool, errors as undiciErrors } from 'undici';
+import { Pool } from 'undici';
 import { KEYS, SEED } from '../support/app.ts';
 import { startChild } from '../support/child.ts';
 import { startEcho, type Echo } from '../support/destinations.ts';
 import type { HttpCase, OpenApi, RawCase, World } from './fuzz-arbitraries.ts';
-import { count, describeFailures, errorLogLines, errorShapeProblem, INSPECT, openMemoryReader, sendRaw } from './fuzz-harness.ts';
+import { answerProblems, concludeRun, count, errorLogLines, INSPECT, openMemoryReader, runConcurrently, runInPhases, sendHttp, sendRaw } from './fuzz-harness.ts';
 import { listenerCaseArb, SMUGGLE, type Aimed, type ListenerCase, type ListenerName, type ListenersWorld } from './listeners-arbitraries.ts';
 import { assertNoSecrets } from './no-secrets.ts';
-import { FULL, scaled } from './scale.ts';
+import { scaled } from './scale.ts';
 
 const SEED_VALUE = Number(process.env['SVC_FUZZ_SEED'] || 20_261_128);
 assert.ok(Number.isSafeInteger(SEED_VALUE), `SVC_FUZZ_SEED must be an integer, not ${process.env['SVC_FUZZ_SEED']}`);
 const BATCH = 250;
-const WARMUP = scaled(250, 5_000);
-const REQUESTS = scaled(2_250, 60_000);
+const WARMUP = scaled(500, 5_000);
+const REQUESTS = scaled(5_500, 60_000);
 /** Before each memory reading: lets the log writer drain its queue and idle sockets time out. */
 const SETTLE_MS = scaled(200, 3_000);
 const CONCURRENCY = scaled(16, 24);
@@ -50,14 +50,6 @@ const REQUEST_TIMEOUT_MS = 20_000;
 const RAW_TIMEOUT_MS = 15_000;
 /** How long a smuggling case's connection (left open for writing) is given before the client gives up on it. */
 const KEEP_OPEN_MS = 2_000;
-/** Heap and Buffer growth allowed from the warm-up to the end, and over the second half (as fuzz.test.ts, which explains them). */
-const HEAP_BOUND = 8 * 1024 * 1024;
-const EXTERNAL_BOUND = 8 * 1024 * 1024;
-const HALF_BOUND = 4 * 1024 * 1024;
-
-/** Answers Node's parser sends itself before any route runs (src/http/listener.ts): no request id there. */
-const PARSER_MESSAGES = new Set(['Bad request.', 'Request header fields too large.', 'Request timeout.']);
-const PARSER_STATUSES = new Set([400, 408, 431]);
 const ADMIN_ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
 
 /** Markers of the planted plaintexts (listeners-arbitraries.ts): letters and digits only, so no token or encoding can spell one by chance. */
@@ -193,71 +185,23 @@ interface Listeners {
 async function runHttp(l: Listeners, c: Aimed<HttpCase>, stats: Stats): Promise<void> {
   stats.http[c.listener]++;
   const fail = (kind: string, detail: string) => stats.failures.push({ kind: `${c.listener}: ${kind}`, fuzzCase: c, detail });
-  const pool = l.pools[c.listener];
-  let res: Awaited<ReturnType<Pool['request']>>;
-  try {
-    res = await pool.request({ path: c.path, method: c.method as 'GET', headers: c.headers, body: c.body ?? undefined, headersTimeout: REQUEST_TIMEOUT_MS, bodyTimeout: REQUEST_TIMEOUT_MS });
-  } catch (err) {
-    const e = err as Error & { code?: string };
-    if (e instanceof undiciErrors.HeadersTimeoutError) fail('hang', `no answer in ${REQUEST_TIMEOUT_MS} ms`);
-    else if (e instanceof undiciErrors.InvalidArgumentError || e.code === 'ERR_ASSERTION') fail('unsendable (harness)', `undici refused it: ${e.message}`);
-    else if (['EPIPE', 'ECONNRESET', 'UND_ERR_SOCKET'].includes(e.code ?? '') && c.body !== null && (await refusedEarly(pool, c))) stats.closedMidUpload++;
-    else fail('no response', `${e.code ?? e.name}: ${e.message}`);
-    return;
-  }
-  let text: string;
-  try {
-    text = await res.body.text();
-  } catch (err) {
-    fail('response cut', `status ${res.statusCode}, then ${(err as Error).message}`);
-    return;
-  }
-  const status = res.statusCode;
+  // The relay and egress refuse some heads (a target, a header) before reading the body.
+  const out = await sendHttp(l.pools[c.listener], c, REQUEST_TIMEOUT_MS, false);
+  if (out.kind === 'refused mid-upload') stats.closedMidUpload++;
+  if (out.kind === 'failed') fail(out.failure, out.detail);
+  if (out.kind !== 'answered') return;
+  const { status, text } = out;
   count(stats.statuses, `${c.listener} ${status}`);
   count((stats.families[`${c.listener} ${c.family}`] ??= {}), `${Math.floor(status / 100)}xx`);
-  const header = (name: string) => {
-    const v = res.headers[name];
-    return Array.isArray(v) ? v[0] : v;
-  };
-  const relayed = header('x-echo') === 'yes';
+  const relayed = out.header('x-echo') === 'yes';
   if (c.family === 'relay:protected' && relayed) stats.guardedDelivered++;
-  if (status >= 500) {
-    fail(`${status}`, text.slice(0, 300));
-    return;
-  }
-  let message: string | undefined;
-  try {
-    message = (JSON.parse(text) as { message?: string }).message;
-  } catch {
-    message = undefined;
-  }
-  const fromParser = PARSER_STATUSES.has(status) && header('connection') === 'close' && (c.method === 'HEAD' || (message !== undefined && PARSER_MESSAGES.has(message)));
-  if (header('x-svc-request-id') === undefined && !fromParser) fail('no x-svc-request-id', `status ${status}`);
-  if (status >= 400 && !relayed && c.method !== 'HEAD') {
-    const problem = errorShapeProblem(status, header('content-type'), text);
-    if (problem !== null) fail('error body', `status ${status}: ${problem}: ${text.slice(0, 200)}`);
-  }
+  for (const p of answerProblems(c, out, relayed)) fail(p.kind, p.detail);
   if (c.listener === 'admin' && status < 300) {
     const path = URL.parse(c.path, 'http://admin.invalid')?.pathname ?? c.path;
     if (!ADMIN_ROUTES.has(path)) fail('served a path that is not its own', `status ${status}: ${text.slice(0, 200)}`);
   }
   // A decrypting egress route never hands back what it decrypted, whatever the vendor echoes.
-  if (c.listener === 'egress' && (holds(text, MARKERS.dec) || holds(JSON.stringify(res.headers), MARKERS.dec))) fail('decrypted plaintext came back', `status ${status}: ${text.slice(0, 400)}`);
-}
-
-/**
- * Whether the service refuses `c` from its head alone (sent again without a body): such a
- * request is answered and the connection closed at once, so a client still uploading a
- * body may see the close (EPIPE, reset) before the answer.
- */
-async function refusedEarly(pool: Pool, c: HttpCase): Promise<boolean> {
-  try {
-    const res = await pool.request({ path: c.path, method: c.method as 'GET', headers: c.headers, body: Buffer.alloc(0), headersTimeout: REQUEST_TIMEOUT_MS });
-    await res.body.text();
-    return res.statusCode >= 400 && res.statusCode < 500 && res.headers['connection'] === 'close';
-  } catch {
-    return false;
-  }
+  if (c.listener === 'egress' && (holds(text, MARKERS.dec) || holds(JSON.stringify(out.headers), MARKERS.dec))) fail('decrypted plaintext came back', `status ${status}: ${text.slice(0, 400)}`);
 }
 
 async function runRaw(l: Listeners, c: Aimed<RawCase>, stats: Stats): Promise<void> {
@@ -275,19 +219,6 @@ async function runRaw(l: Listeners, c: Aimed<RawCase>, stats: Stats): Promise<vo
     if (s >= 500) stats.failures.push({ kind: `${c.listener}: raw ${s}`, fuzzCase: c, detail: reply.slice(0, 300) });
   }
   if (c.listener === 'egress' && holds(reply, MARKERS.dec)) stats.failures.push({ kind: 'egress: decrypted plaintext came back (raw)', fuzzCase: c, detail: reply.slice(0, 400) });
-}
-
-async function runBatch(l: Listeners, cases: ListenerCase[], stats: Stats, inFlight: Set<ListenerCase>): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < cases.length) {
-      const c = cases[next++]!;
-      inFlight.add(c);
-      await (c.kind === 'raw' ? runRaw(l, c, stats) : runHttp(l, c, stats));
-      inFlight.delete(c);
-    }
-  };
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -345,7 +276,7 @@ ${seed}`;
     for (let done = 0, batch = from; done < total && exit === null; done += BATCH, batch++) {
       const cases = fc.sample(arb, { seed: SEED_VALUE + batch, numRuns: Math.min(BATCH, total - done) });
       if (process.env['SVC_FUZZ_PROGRESS'] === '1') console.error(`${new Date().toISOString()} batch ${batch}: ${stats.failures.length} failures so far`, stats.failures.slice(-5).map((f) => `[${f.kind}] ${describeCase(f.fuzzCase)}\n  got: ${f.detail}`).join('\n'));
-      await runBatch(listeners, cases, stats, inFlight);
+      await runConcurrently(cases, CONCURRENCY, inFlight, (c) => (c.kind === 'raw' ? runRaw(listeners, c, stats) : runHttp(listeners, c, stats)));
       stats.toApplication += application.received.length;
       stats.toVendor += vendor.received.length;
       checkReceived(application, 'application', MARKERS.relay, stats);
@@ -354,19 +285,7 @@ ${seed}`;
     }
   };
 
-  await run(0, WARMUP);
-  const baseline = await memory.settled(SETTLE_MS);
-  const measuredFrom = performance.now();
-  const firstBatch = Math.ceil(WARMUP / BATCH);
-  const half = Math.floor(REQUESTS / 2);
-  await run(firstBatch, half);
-  const measuredSeconds = (performance.now() - measuredFrom) / 1000;
-  const middle = exit === null ? await memory.settled(SETTLE_MS) : baseline;
-  const resumedAt = performance.now();
-  await run(firstBatch + Math.ceil(half / BATCH), REQUESTS - half);
-  const seconds = measuredSeconds + (performance.now() - resumedAt) / 1000;
-  const peakRss = exit === null ? child.peakRss() : 0;
-  const after = exit === null ? await memory.settled(SETTLE_MS) : baseline;
+  const phased = await runInPhases({ warmup: WARMUP, requests: REQUESTS, batch: BATCH, settleMs: SETTLE_MS, memory, child, alive: () => exit === null, run });
 
   const crash = exit as { code: number | null; signal: string | null; inFlight: ListenerCase[] } | null;
   assert.equal(crash, null, crash === null ? '' : `the service exited (${crash.code ?? crash.signal}) with in flight:\n${crash.inFlight.map(describeCase).join('\n')}\n${child.output().slice(-3000)}`);
@@ -383,44 +302,7 @@ ${seed}`;
 
   const errorLogs = errorLogLines(child.output());
   assertNoSecrets('listeners fuzz', child.output());
-  const mib = (bytes: number) => +(bytes / 2 ** 20).toFixed(2);
-  const figures = {
-    part: 'listeners-fuzz',
-    form: FULL ? 'full' : 'short',
-    seed: SEED_VALUE,
-    requests: WARMUP + REQUESTS,
-    measured_requests: REQUESTS,
-    warmup_requests: WARMUP,
-    http_requests: stats.http,
-    raw_connections: stats.raw,
-    raw_answered: stats.rawAnswered,
-    raw_closed_without_answer: stats.rawClosedSilently,
-    raw_left_waiting_for_a_body: stats.rawWaiting,
-    received_by_application: stats.toApplication,
-    received_by_vendor: stats.toVendor,
-    planted_secrets_delivered_encrypted: stats.guardedDelivered,
-    refused_mid_upload: stats.closedMidUpload,
-    concurrency: CONCURRENCY,
-    requests_per_second: Math.round(REQUESTS / seconds),
-    status_5xx: Object.entries(stats.statuses).filter(([s]) => / 5\d\d$/.test(s)).reduce((n, [, v]) => n + v, 0),
-    statuses: Object.fromEntries(Object.entries(stats.statuses).sort()),
-    by_family: stats.families,
-    failures: stats.failures.length,
-    error_log_lines: errorLogs.length,
-    crashed: false,
-    heap_used_mib: { after_warmup: mib(baseline.heapUsed), halfway: mib(middle.heapUsed), end: mib(after.heapUsed) },
-    external_mib: { after_warmup: mib(baseline.external), halfway: mib(middle.external), end: mib(after.external) },
-    rss_mib: { after_warmup: mib(baseline.rss), halfway: mib(middle.rss), end: mib(after.rss), peak: mib(peakRss) },
-    wall_seconds: Math.round((performance.now() - started) / 1000),
-  };
-  if (FULL) console.log(`RELIABILITY ${JSON.stringify(figures)}`);
-  else t.diagnostic(JSON.stringify(figures));
-
-  const { kinds, shown } = describeFailures(stats.failures, (f) => describeCase(f.fuzzCase));
-  assert.equal(stats.failures.length, 0, `${stats.failures.length} failures (seed ${SEED_VALUE}) by kind ${JSON.stringify(kinds)}:\n${shown}`);
-  assert.equal(errorLogs.length, 0, `the service logged errors:\n${errorLogs.slice(0, 10).join('\n')}`);
-  for (const [name, field, bound] of [['heap', 'heapUsed', HEAP_BOUND], ['external memory', 'external', EXTERNAL_BOUND]] as const) {
-    assert.ok(after[field] - baseline[field] <= bound, `${name} grew from ${baseline[field]} bytes after the warm-up to ${after[field]} at the end`);
-    assert.ok(after[field] - middle[field] <= HALF_BOUND, `${name} grew from ${middle[field]} bytes halfway to ${after[field]} at the end`);
-  }
+  const counts = { http_requests: stats.http, raw_connections: stats.raw, raw_answered: stats.rawAnswered, raw_closed_without_answer: stats.rawClosedSilently, raw_left_waiting_for_a_body: stats.rawWaiting, received_by_application: stats.toApplication, received_by_vendor: stats.toVendor, planted_secrets_delivered_encrypted: stats.guardedDelivered, refused_mid_upload: stats.closedMidUpload };
+  const summary = { part: 'listeners-fuzz', seed: SEED_VALUE, warmup: WARMUP, requests: REQUESTS, concurrency: CONCURRENCY, started, phased };
+  concludeRun(t, { ...summary, counts, statuses: stats.statuses, families: stats.families, failures: stats.failures, describe: (f) => describeCase(f.fuzzCase), errorLogs });
 });
