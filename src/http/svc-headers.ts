@@ -42,5 +42,5 @@ export function refuseUnknownSvcHeaders(headers: IncomingHttpHeaders): void {
 
 /** A header of ours, however its separators are written (`x-svc-`, `x_svc_`): never forwarded. */
 export function isOwnHeader(name: string): boolean {
-  return name.length > 6 && name.charCodeAt(0) === 0x78 && (name.startsWith('x-svc-') || /^x[-_]svc[-_]/.test(name));
+  return name.length >= 6 && name.charCodeAt(0) === 0x78 && (name.startsWith('x-svc-') || /^x[-_]svc[-_]/.test(name));
 }

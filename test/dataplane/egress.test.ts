@@ -4,6 +4,7 @@ import { createServer } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
 import { Router } from '../../src/http/router.ts';
+import { isOwnHeader } from '../../src/http/svc-headers.ts';
 import { call, KEYS, startApp, type Running } from '../support/app.ts';
 import { closedPort, startEcho, type Echo } from '../support/destinations.ts';
 
@@ -224,4 +225,16 @@ test('regression: a vendor echo declared as text, or with no type, is read as JS
     assert.ok(!text.includes('4111111111111111'), `${declared}: ${text}`);
     assert.match(JSON.parse(text).card.number, TOKEN, String(declared));
   }
+});
+
+test('regression: a header named just x-svc- (or x_svc_) is ours too, and never reaches the vendor', async (t) => {
+  for (const name of ['x-svc-', 'x_svc_', 'x-svc-a']) assert.ok(isOwnHeader(name), name);
+  for (const name of ['x-svc', 'x-svcx', 'x-sv-', 'svc-']) assert.ok(!isOwnHeader(name), name);
+  const echo = await startEcho(t);
+  const { url } = await start(t, echo);
+  const res = await fetch(`${url}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-svc-': 'a', x_svc_: 'b', 'x-other': 'c' }, body: '{"amount":1}' });
+  assert.equal(res.status, 201, await res.text());
+  const got = echo.received[0]!;
+  assert.equal(got.headers['x-other'], 'c');
+  assert.deepEqual(Object.keys(got.headers).filter((h) => /^x[-_]svc/.test(h)), []);
 });

@@ -84,39 +84,39 @@ const HUGE_BODY = Buffer.from(`{"a":"${'x'.repeat(10 * 1024 * 1024 + 16)}"}`);
 // Small helpers
 
 /** UTF-8 bytes as latin1 characters (how undici and Node carry header bytes), minus what no header may hold. */
-function headerText(s: string): string {
+export function headerText(s: string): string {
   return Buffer.from(s, 'utf8').toString('latin1').replace(/[^\t\x20-\x7e\x80-\xff]/g, '');
 }
 
 /** UTF-8 bytes as latin1 characters, percent-encoding what cannot appear raw in a request target. */
-function pathText(s: string): string {
+export function pathText(s: string): string {
   return Buffer.from(s, 'utf8')
     .toString('latin1')
     .replace(/[^\x21-\xff]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
 }
 
-function weighted<T>(...entries: Array<[number, fc.Arbitrary<T>]>): fc.Arbitrary<T> {
+export function weighted<T>(...entries: Array<[number, fc.Arbitrary<T>]>): fc.Arbitrary<T> {
   return fc.oneof(...entries.map(([weight, arbitrary]) => ({ weight, arbitrary })));
 }
 
 /** `arb` with weight `present`, else `nil` with weight `absent`. */
-function sometimes<T, N>(arb: fc.Arbitrary<T>, present: number, absent: number, nil: N): fc.Arbitrary<T | N> {
+export function sometimes<T, N>(arb: fc.Arbitrary<T>, present: number, absent: number, nil: N): fc.Arbitrary<T | N> {
   return fc.oneof({ weight: present, arbitrary: arb as fc.Arbitrary<T | N> }, { weight: absent, arbitrary: fc.constant(nil) as fc.Arbitrary<T | N> });
 }
 
-const text = (max: number) => fc.string({ maxLength: max, unit: 'grapheme' });
+export const text = (max: number) => fc.string({ maxLength: max, unit: 'grapheme' });
 /** Any bytes as latin1 characters (fc's 'binary' unit would build a map of every code point first). */
-const binaryText = (max: number) => fc.uint8Array({ maxLength: max }).map((b) => Buffer.from(b).toString('latin1'));
+export const binaryText = (max: number) => fc.uint8Array({ maxLength: max }).map((b) => Buffer.from(b).toString('latin1'));
 
-const TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~";
+export const TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~";
 const BASE62 = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789';
 
-function charsFrom(alphabet: string, min: number, max: number): fc.Arbitrary<string> {
+export function charsFrom(alphabet: string, min: number, max: number): fc.Arbitrary<string> {
   return fc.array(fc.constantFrom(...alphabet.split('')), { minLength: min, maxLength: max }).map((a) => a.join(''));
 }
 
 /** Values a field, id or slug must survive: numbers out of range, injection, traversal, prototype names. */
-const HOSTILE = [
+export const HOSTILE = [
   '0', '-1', '1.5', '1e3', '0x10', '+1', ' 1', '1 ', '01', '9007199254740993', '99999999999999999999999999',
   'NaN', 'Infinity', '-Infinity', 'null', 'undefined', 'true', '[]', '{}', '__proto__', 'constructor', 'prototype',
   'toString', 'hasOwnProperty', "' OR '1'='1", '1; DROP TABLE users; --', '1 OR 1=1', '"', "'", '\\', '%', '%%',
@@ -267,7 +267,7 @@ interface HeaderPlan {
 }
 
 /** Headers before the body is known: the content type is settled by `finishHeaders`. */
-interface HeaderDraft {
+export interface HeaderDraft {
   readonly headers: Record<string, string>;
   readonly types: { readonly json: string; readonly ndjson: string };
   /** Below 1 a bodiless request still sends a content type; below 12 (of 13) a body does. */
@@ -275,7 +275,7 @@ interface HeaderDraft {
 }
 
 /** A header set: each header present with its own probability, values from the arbitraries above. */
-function headersArb(w: World, plan: HeaderPlan, bearerOverride?: fc.Arbitrary<string>): fc.Arbitrary<HeaderDraft> {
+export function headersArb(w: World, plan: HeaderPlan, bearerOverride?: fc.Arbitrary<string>): fc.Arbitrary<HeaderDraft> {
   const bearer = bearerOverride ?? bearerArb(w);
   const record = fc.record({
     key: sometimes(apiKeyArb(w), plan.key === false ? 1 : 24, 1, undefined),
@@ -330,7 +330,7 @@ function saneHeadersArb(w: World, withMode: boolean): fc.Arbitrary<HeaderDraft> 
     });
 }
 
-function finishHeaders(draft: HeaderDraft, kind: BodyKind | null): Record<string, string> {
+export function finishHeaders(draft: HeaderDraft, kind: BodyKind | null): Record<string, string> {
   if (draft.typeRoll >= (kind === null ? 1 : 12)) return draft.headers;
   return { ...draft.headers, 'content-type': kind === 'ndjson' ? draft.types.ndjson : draft.types.json };
 }
@@ -338,14 +338,14 @@ function finishHeaders(draft: HeaderDraft, kind: BodyKind | null): Record<string
 // ---------------------------------------------------------------------------------------
 // Bodies
 
-type BodyKind = 'json' | 'ndjson' | 'other';
+export type BodyKind = 'json' | 'ndjson' | 'other';
 
-interface Body {
+export interface Body {
   readonly kind: BodyKind;
   readonly bytes: Buffer;
 }
 
-function tokenArb(w: World): fc.Arbitrary<string> {
+export function tokenArb(w: World): fc.Arbitrary<string> {
   const real = fc.constantFrom(...w.tokens);
   const mutated = fc.tuple(real, fc.nat(), fc.integer({ min: 0, max: 8 }), fc.constantFrom(...'A_-0z$:.=+/ '.split(''))).map(([t, at, op, ch]) => {
     const i = at % t.length;
@@ -365,7 +365,7 @@ function tokenArb(w: World): fc.Arbitrary<string> {
   return weighted<string>([6, real], [3, mutated], [1, fc.constantFrom('svc:1:::$', 'svc:', 'svc:1:AQ:AA:$', 'svc:-1:x:y:$', 'svc:1e3:x:y:$', 'svc:01:x:y:$', `svc:1:${'A'.repeat(5000)}:x:$`)]);
 }
 
-function leafArb(w: World): fc.Arbitrary<Json> {
+export function leafArb(w: World): fc.Arbitrary<Json> {
   return weighted<Json>(
     [4, fc.oneof(fc.string({ maxLength: 12 }), fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean(), fc.constant(null)) as fc.Arbitrary<Json>],
     [5, tokenArb(w)],
@@ -378,7 +378,7 @@ function leafArb(w: World): fc.Arbitrary<Json> {
 const DOC_KEYS = ['card', 'items', 'tags', 'ssn', 'a', 'b', 'n', 'a.b', '*', 'é', 'email', 'number'] as const;
 
 /** Documents shaped like the field paths above, so encryption and decryption actually happen. */
-function fieldedDocArb(w: World): fc.Arbitrary<Json> {
+export function fieldedDocArb(w: World): fc.Arbitrary<Json> {
   const leaf = leafArb(w);
   const inner = fc.array(fc.tuple(fc.constantFrom('number', 'cvc', 'email', 'id'), leaf), { maxLength: 3 }).map((pairs): Json => Object.fromEntries(pairs));
   const value = weighted<Json>([4, leaf], [2, inner], [1, fc.array(weighted<Json>([1, leaf], [1, inner]), { maxLength: 4 })]);
@@ -387,11 +387,11 @@ function fieldedDocArb(w: World): fc.Arbitrary<Json> {
 }
 
 /** The document written with varied spelling (whitespace, escapes, number forms). */
-function spelled(doc: fc.Arbitrary<Json>): fc.Arbitrary<string> {
+export function spelled(doc: fc.Arbitrary<Json>): fc.Arbitrary<string> {
   return fc.tuple(doc, fc.nat()).map(([d, seed]) => spell(d, rng(seed)));
 }
 
-function mutateBytes(buf: Buffer, ops: ReadonlyArray<readonly [number, number, number]>): Buffer {
+export function mutateBytes(buf: Buffer, ops: ReadonlyArray<readonly [number, number, number]>): Buffer {
   let out = buf;
   for (const [at, op, byte] of ops) {
     const i = out.length === 0 ? 0 : at % out.length;
@@ -407,13 +407,13 @@ function mutateBytes(buf: Buffer, ops: ReadonlyArray<readonly [number, number, n
   return out;
 }
 
-const byteOps = fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 5 }), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 4 });
+export const byteOps = fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 5 }), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 4 });
 
 function nested(depth: number, object: boolean): string {
   return object ? `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}` : `${'['.repeat(depth)}${']'.repeat(depth)}`;
 }
 
-function bodyArb(w: World): fc.Arbitrary<Body> {
+export function bodyArb(w: World): fc.Arbitrary<Body> {
   const json = (s: fc.Arbitrary<string | Buffer>): fc.Arbitrary<Body> => s.map((b) => ({ kind: 'json', bytes: Buffer.from(b) }));
   const huge = weighted<string>(
     [3, fc.integer({ min: 1, max: 5000 }).map((n) => '9'.repeat(n))],
@@ -445,12 +445,12 @@ function bodyArb(w: World): fc.Arbitrary<Body> {
 // Paths
 
 /** Drawn once per request; `mangle` applies it (most draws leave the path alone). */
-type Mangling = readonly [roll: number, op: number, at: number, junk: string];
+export type Mangling = readonly [roll: number, op: number, at: number, junk: string];
 
-const manglingArb: fc.Arbitrary<Mangling> = fc.tuple(fc.integer({ min: 0, max: 99 }), fc.integer({ min: 0, max: 13 }), fc.nat(), text(8));
+export const manglingArb: fc.Arbitrary<Mangling> = fc.tuple(fc.integer({ min: 0, max: 99 }), fc.integer({ min: 0, max: 13 }), fc.nat(), text(8));
 
 /** Percent-encoding, double slashes, dot segments, case, trailing bits, absolute form, length. */
-function mangle(w: World, path: string, [roll, op, at, junk]: Mangling): string {
+export function mangle(w: World, path: string, [roll, op, at, junk]: Mangling): string {
   if (roll >= 8) return path;
   const i = path.length === 0 ? 0 : 1 + (at % Math.max(1, path.length - 1));
   switch (op) {
@@ -471,7 +471,7 @@ function mangle(w: World, path: string, [roll, op, at, junk]: Mangling): string 
   }
 }
 
-function queryArb(names: readonly string[]): fc.Arbitrary<string> {
+export function queryArb(names: readonly string[]): fc.Arbitrary<string> {
   const key = weighted<string>([6, fc.constantFrom(...names, 'page', 'per_page')], [1, charsFrom('abz_[]', 1, 8)], [1, fc.constantFrom('roles[]', 'providers[]', 'page[]', '__proto__', 'constructor', '')]);
   const value = weighted<string>(
     [4, fc.constantFrom('1', '2', '10', '100', 'name', 'id', 'created_at', 'asc', 'desc', 'api', 'usage', 'activity', '1,2', 'phi')],
@@ -482,18 +482,18 @@ function queryArb(names: readonly string[]): fc.Arbitrary<string> {
   return fc.array(fc.tuple(key, value), { maxLength: 5 }).map((pairs) => pairs.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&'));
 }
 
-function withQuery(path: string, query: string | undefined): string {
+export function withQuery(path: string, query: string | undefined): string {
   return query === undefined ? path : `${path}${path.includes('?') ? '&' : '?'}${query}`;
 }
 
-const ALL_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+export const ALL_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
-function methodArb(usual: readonly string[]): fc.Arbitrary<string> {
+export function methodArb(usual: readonly string[]): fc.Arbitrary<string> {
   return weighted<string>([17, fc.constantFrom(...usual)], [3, fc.constantFrom(...ALL_METHODS)], [1, fc.constantFrom('TRACE', 'PROPFIND', 'PURGE', 'LINK', 'SEARCH', 'REPORT', 'MKCOL', 'get', 'QUERY')]);
 }
 
 /** Assembles a case; HEAD never carries a body (undici's rule). */
-function httpCase(w: World, family: string, method: string, path: string, m: Mangling, draft: HeaderDraft, body: Body | null): HttpCase {
+export function httpCase(w: World, family: string, method: string, path: string, m: Mangling, draft: HeaderDraft, body: Body | null): HttpCase {
   const sent = method === 'HEAD' ? null : body;
   return { kind: 'http', family, method, path: mangle(w, path, m), headers: finishHeaders(draft, sent?.kind ?? null), body: sent?.bytes ?? null };
 }
@@ -798,19 +798,27 @@ function loginArb(w: World): fc.Arbitrary<HttpCase> {
 // --- raw bytes ---------------------------------------------------------------------------
 
 /** An HTTP case as the bytes a client would send, for mutation. */
-function serialize(c: HttpCase): Buffer {
+export function serialize(c: HttpCase): Buffer {
   const head = [`${c.method} ${c.path} HTTP/1.1`, 'host: 127.0.0.1', ...Object.entries(c.headers).map(([k, v]) => `${k}: ${v}`)];
   if (c.body !== null) head.push(`content-length: ${c.body.length}`);
   return Buffer.concat([Buffer.from(`${head.join('\r\n')}\r\n\r\n`, 'latin1'), c.body ?? Buffer.alloc(0)]);
 }
 
-function rawArb(w: World, requests: fc.Arbitrary<HttpCase>): fc.Arbitrary<RawCase> {
+/** Request targets for the main listener's raw cases: routes, `*`, absolute and authority form, odd bytes. */
+const MAIN_RAW_TARGETS = ['/', '/healthz', '/proxy/payments', '/api/v3/encryption/payments/encrypt', '*', 'http://127.0.0.1/healthz', '127.0.0.1:80', '//', '/a b', '/\x00', '/\x7f', '/é', ''];
+
+/**
+ * Raw byte streams: random bytes, request lines and headers broken in every way the parser
+ * must survive, mutated real requests from `requests`, and a good request pipelined with a
+ * broken one. `targets` are the request targets of the generated request lines.
+ */
+export function rawArb(w: World, requests: fc.Arbitrary<HttpCase>, targets: readonly string[] = MAIN_RAW_TARGETS): fc.Arbitrary<RawCase> {
   const key = w.keys.owner;
   const requestLine = fc
     .record({
       method: weighted<string>([4, fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'CONNECT', 'TRACE', 'PRI', 'get', 'G ET', 'GETT', 'FOO', '')], [1, charsFrom(TOKEN_CHARS, 1, 300)], [1, binaryText(10)]),
       target: weighted<string>(
-        [4, fc.constantFrom('/', '/healthz', '/proxy/payments', '/api/v3/encryption/payments/encrypt', '*', 'http://127.0.0.1/healthz', '127.0.0.1:80', '//', '/a b', '/\x00', '/\x7f', '/é', '')],
+        [4, fc.constantFrom(...targets)],
         [1, fc.integer({ min: 8000, max: 70_000 }).map((n) => `/${'a'.repeat(n)}`)],
         [1, binaryText(40)],
       ),

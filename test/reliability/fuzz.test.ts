@@ -10,10 +10,8 @@
  * memory (JS heap and Buffers, after a forced full GC) returns to where it was after a
  * warm-up, and stays flat over the second half of the run.
  *
- * The heap is read through the inspector (`--inspect` on port 0): `HeapProfiler.
- * collectGarbage` then `process.memoryUsage()`. Without a forced GC the figure would be
- * whatever the collector last left behind, and only a very large leak would show. RSS is
- * reported, not asserted: the allocator keeps freed pages, so it says little about leaks.
+ * The heap is read through the inspector after a forced full GC (fuzz-harness.ts); RSS is
+ * reported, not asserted.
  *
  * Seeded: `SVC_FUZZ_SEED` replays a run; each failure is printed with its method, path,
  * headers and body prefix (raw cases: their bytes).
@@ -22,16 +20,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
-import { Pool, errors as undiciErrors } from 'undici';
+import { Pool } from 'undici';
 import { KEYS, SEED } from '../support/app.ts';
-import { startChild, type Child } from '../support/child.ts';
+import { startChild } from '../support/child.ts';
 import { startEcho, type Echo } from '../support/destinations.ts';
 import { fuzzCaseArb, type FuzzCase, type HttpCase, type OpenApi, type RawCase, type World } from './fuzz-arbitraries.ts';
-import { FULL, scaled } from './scale.ts';
+import { scaled } from './scale.ts';
 import { assertNoSecrets } from './no-secrets.ts';
+import { answerProblems, concludeRun, count, errorLogLines, INSPECT, openMemoryReader, runConcurrently, runInPhases, sendHttp, sendRaw } from './fuzz-harness.ts';
 
 const SEED_VALUE = Number(process.env['SVC_FUZZ_SEED'] || 20_240_707);
 assert.ok(Number.isSafeInteger(SEED_VALUE), `SVC_FUZZ_SEED must be an integer, not ${process.env['SVC_FUZZ_SEED']}`);
@@ -45,32 +42,8 @@ const CONCURRENCY = scaled(16, 24);
 const REQUEST_TIMEOUT_MS = 20_000;
 /** Past `server.headers_timeout` (10 s): a server that only lets go when its own timeout fires still lets go. */
 const RAW_TIMEOUT_MS = 15_000;
-/**
- * Heap growth allowed between the warm-up and the end, after a full GC. Legitimate
- * growth is bounded state the warm-up may not have filled yet: the compiled
- * `x-svc-fields` cache (512 entries, each header at most 8 KiB), the caller cache (1,024),
- * and the login lockout table (at most 10,000 emails). A leak of 100 bytes per request is
- * 10 MiB over the full run, so 8 MiB catches it there; in the short form the same bound
- * only catches gross leaks (5 KiB per request).
- */
-const HEAP_BOUND = 8 * 1024 * 1024;
-/**
- * The same for memory outside the JS heap (Buffers). The cached compiled field paths keep
- * their keys as small Buffers, each a slice of an 8 KiB pool slab that it keeps alive: a
- * few MiB across the cache's 512 entries, reached only as entries are replaced over time.
- */
-const EXTERNAL_BOUND = 8 * 1024 * 1024;
-/**
- * Growth allowed over the second half of the measured run, after the first half has
- * filled every bounded cache: a steady leak shows here (4 MiB over 50,000 requests is 84
- * bytes each).
- */
-const HALF_BOUND = 4 * 1024 * 1024;
 
 const OPENAPI = JSON.parse(readFileSync(new URL('../../docs/openapi.json', import.meta.url), 'utf8')) as OpenApi;
-/** Answers Node's parser sends itself before any route runs (src/http/listener.ts): no request id there. */
-const PARSER_MESSAGES = new Set(['Bad request.', 'Request header fields too large.', 'Request timeout.']);
-const PARSER_STATUSES = new Set([400, 408, 431]);
 
 interface Failure {
   readonly kind: string;
@@ -87,69 +60,9 @@ interface Stats {
   rawAnswered: number;
   rawClosedSilently: number;
   forwarded: number;
-  /** Requests the parser refused while their (large) body was still being sent: see refusedByParser. */
+  /** Requests the parser refused while their (large) body was still being sent: see sendHttp. */
   closedMidUpload: number;
   failures: Failure[];
-}
-
-// ---------------------------------------------------------------------------------------
-// The child's heap, through the inspector protocol
-
-class Inspector {
-  readonly #ws: WebSocket;
-  #next = 1;
-  readonly #pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-
-  private constructor(ws: WebSocket) {
-    this.#ws = ws;
-    ws.addEventListener('message', (event) => {
-      const msg = JSON.parse(String(event.data)) as { id?: number; result?: unknown; error?: { message: string } };
-      if (msg.id === undefined) return;
-      const waiter = this.#pending.get(msg.id);
-      this.#pending.delete(msg.id);
-      if (msg.error !== undefined) waiter?.reject(new Error(msg.error.message));
-      else waiter?.resolve(msg.result);
-    });
-  }
-
-  static async open(url: string): Promise<Inspector> {
-    const ws = new WebSocket(url);
-    await new Promise<void>((resolve, reject) => {
-      ws.addEventListener('open', () => resolve(), { once: true });
-      ws.addEventListener('error', () => reject(new Error(`cannot reach the inspector at ${url}`)), { once: true });
-    });
-    return new Inspector(ws);
-  }
-
-  send(method: string, params: Record<string, unknown> = {}): Promise<unknown> {
-    const id = this.#next++;
-    return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
-      this.#ws.send(JSON.stringify({ id, method, params }));
-    });
-  }
-
-  close(): void {
-    this.#ws.close();
-  }
-}
-
-interface Memory {
-  heapUsed: number;
-  external: number;
-  arrayBuffers: number;
-  rss: number;
-}
-
-/** Memory after two full collections (the second frees what the first's finalizers released). */
-async function settledMemory(inspector: Inspector, child: Child): Promise<Memory> {
-  await sleep(SETTLE_MS);
-  await inspector.send('HeapProfiler.collectGarbage');
-  await sleep(200);
-  await inspector.send('HeapProfiler.collectGarbage');
-  const out = (await inspector.send('Runtime.evaluate', { expression: 'JSON.stringify(process.memoryUsage())', returnByValue: true })) as { result: { value: string } };
-  const usage = JSON.parse(out.result.value) as Memory;
-  return { heapUsed: usage.heapUsed, external: usage.external, arrayBuffers: usage.arrayBuffers, rss: child.rss() };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -235,135 +148,31 @@ function describeCase(c: FuzzCase): string {
   return `${c.family}: ${c.method} ${c.path.length > 300 ? `${c.path.slice(0, 300)}… (${c.path.length} chars)` : c.path}\n    headers: ${JSON.stringify(c.headers, (_k, v: unknown) => (typeof v === 'string' && v.length > 300 ? `${v.slice(0, 300)}… (${v.length} chars)` : v))}\n    body: ${body}`;
 }
 
-function count(map: Record<string, number>, key: string): void {
-  map[key] = (map[key] ?? 0) + 1;
-}
-
-/** The DESIGN §7 error shape: `{"message": string}`, plus `errors` on 422. */
-function errorShapeProblem(status: number, contentType: string | undefined, text: string): string | null {
-  if (!/^application\/json/.test(contentType ?? '')) return `content-type ${contentType}`;
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    return 'body is not JSON';
-  }
-  if (json === null || typeof json !== 'object' || typeof (json as { message?: unknown }).message !== 'string') return 'no string "message"';
-  if (status === 422 && typeof (json as { errors?: unknown }).errors !== 'object') return '422 without "errors"';
-  return null;
-}
-
 async function runHttp(pool: Pool, c: HttpCase, stats: Stats): Promise<void> {
   stats.http++;
-  const fail = (kind: string, detail: string) => stats.failures.push({ kind, fuzzCase: c, detail });
-  let res: Awaited<ReturnType<Pool['request']>>;
-  try {
-    res = await pool.request({ path: c.path, method: c.method as 'GET', headers: c.headers, body: c.body ?? undefined, headersTimeout: REQUEST_TIMEOUT_MS, bodyTimeout: REQUEST_TIMEOUT_MS });
-  } catch (err) {
-    const e = err as Error & { code?: string };
-    if (e instanceof undiciErrors.HeadersTimeoutError) fail('hang', `no answer in ${REQUEST_TIMEOUT_MS} ms`);
-    else if (e instanceof undiciErrors.InvalidArgumentError || e.code === 'ERR_ASSERTION') fail('unsendable (harness)', `undici refused it: ${e.message}`);
-    else if (['EPIPE', 'ECONNRESET', 'UND_ERR_SOCKET'].includes(e.code ?? '') && c.body !== null && (await refusedByParser(pool, c))) stats.closedMidUpload++;
-    else fail('no response', `${e.code ?? e.name}: ${e.message}`);
-    return;
-  }
-  let text: string;
-  try {
-    text = await res.body.text();
-  } catch (err) {
-    fail('response cut', `status ${res.statusCode}, then ${(err as Error).message}`);
-    return;
-  }
-  const status = res.statusCode;
-  count(stats.statuses, String(status));
-  count((stats.families[c.family.split(':')[0] === 'api' ? 'api' : c.family] ??= {}), `${Math.floor(status / 100)}xx`);
-  const header = (name: string) => {
-    const v = res.headers[name];
-    return Array.isArray(v) ? v[0] : v;
-  };
-  const relayed = header('x-echo') === 'yes';
+  const out = await sendHttp(pool, c, REQUEST_TIMEOUT_MS, true);
+  if (out.kind === 'refused mid-upload') stats.closedMidUpload++;
+  if (out.kind === 'failed') stats.failures.push({ kind: out.failure, fuzzCase: c, detail: out.detail });
+  if (out.kind !== 'answered') return;
+  count(stats.statuses, String(out.status));
+  count((stats.families[c.family.split(':')[0] === 'api' ? 'api' : c.family] ??= {}), `${Math.floor(out.status / 100)}xx`);
+  const relayed = out.header('x-echo') === 'yes';
   if (relayed) stats.forwarded++;
-  if (status >= 500) {
-    fail(`${status}`, text.slice(0, 300));
-    return;
-  }
-  let message: string | undefined;
-  try {
-    message = (JSON.parse(text) as { message?: string }).message;
-  } catch {
-    message = undefined;
-  }
-  // Node's parser answers before any route runs (HEAD gets no body to say so, but it gets `connection: close`).
-  const fromParser = PARSER_STATUSES.has(status) && header('connection') === 'close' && (c.method === 'HEAD' || (message !== undefined && PARSER_MESSAGES.has(message)));
-  if (header('x-svc-request-id') === undefined && !fromParser) fail('no x-svc-request-id', `status ${status}`);
-  if (status >= 400 && !relayed && c.method !== 'HEAD') {
-    const problem = errorShapeProblem(status, header('content-type'), text);
-    if (problem !== null) fail('error body', `status ${status}: ${problem}: ${text.slice(0, 200)}`);
-  }
+  for (const p of answerProblems(c, out, relayed)) stats.failures.push({ kind: p.kind, fuzzCase: c, detail: p.detail });
 }
 
-/**
- * Whether Node's parser refuses the request line and headers of `c` (sent again without a
- * body). Such a request is answered 400 or 431 and the connection closed at once, so a
- * client still uploading a large body may see the close (EPIPE, reset) before the answer:
- * the server answered or closed, which is all that is asked of it.
- */
-async function refusedByParser(pool: Pool, c: HttpCase): Promise<boolean> {
-  try {
-    const res = await pool.request({ path: c.path, method: c.method as 'GET', headers: c.headers, body: Buffer.alloc(0), headersTimeout: REQUEST_TIMEOUT_MS });
-    const text = await res.body.text();
-    return PARSER_STATUSES.has(res.statusCode) && res.headers['connection'] === 'close' && PARSER_MESSAGES.has((JSON.parse(text) as { message?: string }).message ?? '');
-  } catch {
-    return false;
-  }
-}
-
-/** Writes the bytes, half-closes, and waits for the server to close: it must answer or close, never hang. */
-function runRaw(port: number, c: RawCase, stats: Stats): Promise<void> {
+/** The bytes, then a half-close: the server must answer or close, never hang. */
+async function runRaw(port: number, c: RawCase, stats: Stats): Promise<void> {
   stats.raw++;
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    const socket = connect(port, '127.0.0.1');
-    const timer = setTimeout(() => {
-      stats.failures.push({ kind: 'hang', fuzzCase: c, detail: `still open ${RAW_TIMEOUT_MS} ms after the request was sent; got ${JSON.stringify(Buffer.concat(chunks).subarray(0, 200).toString('latin1'))}` });
-      socket.destroy();
-    }, RAW_TIMEOUT_MS);
-    socket.on('data', (d: Buffer) => chunks.push(d));
-    socket.on('error', () => {}); // a reset is one way of closing
-    socket.on('close', () => {
-      clearTimeout(timer);
-      const reply = Buffer.concat(chunks).toString('latin1');
-      // JSON bodies cannot hold a raw line break inside a string, so a line that starts
-      // with a status line is one (bodies here are the service's own JSON).
-      const statuses = [...reply.matchAll(/(?:^|\r\n)HTTP\/1\.[01] (\d{3})/g)].map((m) => Number(m[1]));
-      if (statuses.length === 0) stats.rawClosedSilently++;
-      else stats.rawAnswered++;
-      count((stats.families['raw'] ??= {}), statuses.length === 0 ? 'closed' : `${Math.floor(statuses[0]! / 100)}xx`);
-      for (const s of statuses) {
-        count(stats.statuses, `raw ${s}`);
-        if (s >= 500) stats.failures.push({ kind: `raw ${s}`, fuzzCase: c, detail: reply.slice(0, 300) });
-      }
-      resolve();
-    });
-    socket.on('connect', () => {
-      const size = Math.ceil(c.bytes.length / c.pieces);
-      for (let i = 0; i < c.bytes.length; i += size) socket.write(c.bytes.subarray(i, i + size));
-      socket.end();
-    });
-  });
-}
-
-async function runBatch(pool: Pool, port: number, cases: FuzzCase[], stats: Stats, inFlight: Set<FuzzCase>): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < cases.length) {
-      const c = cases[next++]!;
-      inFlight.add(c);
-      await (c.kind === 'raw' ? runRaw(port, c, stats) : runHttp(pool, c, stats));
-      inFlight.delete(c);
-    }
-  };
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  const { reply, statuses, hung } = await sendRaw(port, c.bytes, c.pieces, RAW_TIMEOUT_MS);
+  if (hung) stats.failures.push({ kind: 'hang', fuzzCase: c, detail: `still open ${RAW_TIMEOUT_MS} ms after the request was sent; got ${JSON.stringify(reply.slice(0, 200))}` });
+  if (statuses.length === 0) stats.rawClosedSilently++;
+  else stats.rawAnswered++;
+  count((stats.families['raw'] ??= {}), statuses.length === 0 ? 'closed' : `${Math.floor(statuses[0]! / 100)}xx`);
+  for (const s of statuses) {
+    count(stats.statuses, `raw ${s}`);
+    if (s >= 500) stats.failures.push({ kind: `raw ${s}`, fuzzCase: c, detail: reply.slice(0, 300) });
+  }
 }
 
 /** DESIGN §8: nothing of ours (`x-svc-*`, our API key) reaches a destination. */
@@ -396,12 +205,9 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   - { name: enc, destination: "${echo.url}/", configuration: lookup, request: { encrypt: [ssn, items.*.email], classification: nobody } }
   - { name: pass, destination: "${echo.url}/p/", configuration: payments }
 `;
-  const child = await startChild(t, `${egress}${seed}`, {}, ['--inspect=127.0.0.1:0']);
+  const child = await startChild(t, `${egress}${seed}`, {}, [INSPECT]);
   const port = Number(new URL(child.url).port);
-  const inspectorUrl = /Debugger listening on (ws:\/\/\S+)/.exec(child.output())?.[1];
-  assert.ok(inspectorUrl !== undefined, child.output());
-  const inspector = await Inspector.open(inspectorUrl);
-  t.after(() => inspector.close());
+  const memory = await openMemoryReader(t, child);
   const pool = new Pool(child.url, { connections: CONCURRENCY, pipelining: 1, keepAliveTimeout: 2_000 });
   t.after(() => pool.destroy());
 
@@ -425,24 +231,12 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   const run = async (from: number, total: number) => {
     for (let done = 0, batch = from; done < total && exit === null; done += BATCH, batch++) {
       const cases = fc.sample(arb, { seed: SEED_VALUE + batch, numRuns: Math.min(BATCH, total - done) });
-      await runBatch(pool, port, cases, stats, inFlight);
+      await runConcurrently(cases, CONCURRENCY, inFlight, (c) => (c.kind === 'raw' ? runRaw(port, c, stats) : runHttp(pool, c, stats)));
       checkDestination(echo, stats);
     }
   };
 
-  await run(0, WARMUP);
-  const baseline = await settledMemory(inspector, child);
-  const measuredFrom = performance.now();
-  const firstBatch = Math.ceil(WARMUP / BATCH);
-  const half = Math.floor(REQUESTS / 2);
-  await run(firstBatch, half);
-  const measuredSeconds = (performance.now() - measuredFrom) / 1000;
-  const middle = exit === null ? await settledMemory(inspector, child) : baseline;
-  const resumedAt = performance.now();
-  await run(firstBatch + Math.ceil(half / BATCH), REQUESTS - half);
-  const seconds = measuredSeconds + (performance.now() - resumedAt) / 1000;
-  const peakRss = exit === null ? child.peakRss() : 0;
-  const after = exit === null ? await settledMemory(inspector, child) : baseline;
+  const phased = await runInPhases({ warmup: WARMUP, requests: REQUESTS, batch: BATCH, settleMs: SETTLE_MS, memory, child, alive: () => exit === null, run });
 
   // The process is alive and serving.
   const crash = exit as { code: number | null; signal: string | null; inFlight: FuzzCase[] } | null;
@@ -454,50 +248,9 @@ test(`fuzz: ${REQUESTS} generated requests and raw byte streams over every endpo
   assert.equal(stats.http + stats.raw, WARMUP + REQUESTS);
   assert.ok(stats.forwarded > 0 && (stats.statuses['200'] ?? 0) > 0 && stats.rawAnswered > 0, JSON.stringify(stats.statuses));
 
-  const errorLogs = child.output().split('\n').filter((line) => /"level":(50|60)/.test(line));
+  const errorLogs = errorLogLines(child.output());
   assertNoSecrets('fuzz', child.output());
-  const mib = (bytes: number) => +(bytes / 2 ** 20).toFixed(2);
-  const figures = {
-    part: 'fuzz',
-    form: FULL ? 'full' : 'short',
-    seed: SEED_VALUE,
-    requests: WARMUP + REQUESTS,
-    measured_requests: REQUESTS,
-    warmup_requests: WARMUP,
-    http_requests: stats.http,
-    raw_connections: stats.raw,
-    raw_answered: stats.rawAnswered,
-    raw_closed_without_answer: stats.rawClosedSilently,
-    forwarded_to_destination: stats.forwarded,
-    refused_by_parser_mid_upload: stats.closedMidUpload,
-    concurrency: CONCURRENCY,
-    requests_per_second: Math.round(REQUESTS / seconds),
-    status_5xx: Object.entries(stats.statuses).filter(([s]) => /(^|\s)5\d\d$/.test(s)).reduce((n, [, v]) => n + v, 0),
-    statuses: Object.fromEntries(Object.entries(stats.statuses).sort()),
-    by_family: stats.families,
-    failures: stats.failures.length,
-    error_log_lines: errorLogs.length,
-    crashed: false,
-    heap_used_mib: { after_warmup: mib(baseline.heapUsed), halfway: mib(middle.heapUsed), end: mib(after.heapUsed) },
-    external_mib: { after_warmup: mib(baseline.external), halfway: mib(middle.external), end: mib(after.external) },
-    rss_mib: { after_warmup: mib(baseline.rss), halfway: mib(middle.rss), end: mib(after.rss), peak: mib(peakRss) },
-    wall_seconds: Math.round((performance.now() - started) / 1000),
-  };
-  if (FULL) console.log(`RELIABILITY ${JSON.stringify(figures)}`);
-  else t.diagnostic(JSON.stringify(figures));
-
-  // The first few of each kind, so one noisy kind cannot hide the others.
-  const kinds: Record<string, number> = {};
-  const shown: string[] = [];
-  for (const f of stats.failures) {
-    count(kinds, f.kind);
-    if (kinds[f.kind]! <= 5) shown.push(`#${shown.length + 1} [${f.kind}] ${describeCase(f.fuzzCase)}\n    got: ${f.detail}`);
-  }
-  assert.equal(stats.failures.length, 0, `${stats.failures.length} failing requests (seed ${SEED_VALUE}) by kind ${JSON.stringify(kinds)}:\n${shown.join('\n')}`);
-  assert.equal(errorLogs.length, 0, `the service logged errors:\n${errorLogs.slice(0, 10).join('\n')}`);
-  // Memory: back to the warm-up level within the bounds above, and flat over the second half.
-  for (const [name, field, bound] of [['heap', 'heapUsed', HEAP_BOUND], ['external memory', 'external', EXTERNAL_BOUND]] as const) {
-    assert.ok(after[field] - baseline[field] <= bound, `${name} grew from ${baseline[field]} bytes after the warm-up to ${after[field]} at the end`);
-    assert.ok(after[field] - middle[field] <= HALF_BOUND, `${name} grew from ${middle[field]} bytes halfway to ${after[field]} at the end`);
-  }
+  const counts = { http_requests: stats.http, raw_connections: stats.raw, raw_answered: stats.rawAnswered, raw_closed_without_answer: stats.rawClosedSilently, forwarded_to_destination: stats.forwarded, refused_by_parser_mid_upload: stats.closedMidUpload };
+  const summary = { part: 'fuzz', seed: SEED_VALUE, warmup: WARMUP, requests: REQUESTS, concurrency: CONCURRENCY, started, phased };
+  concludeRun(t, { ...summary, counts, statuses: stats.statuses, families: stats.families, failures: stats.failures, describe: (f) => describeCase(f.fuzzCase), errorLogs });
 });

@@ -22,8 +22,19 @@ export interface Echo {
   readonly received: Received[];
 }
 
-/** Records each request and answers 201 with the body it got and a custom header. */
-export async function startEcho(t: TestContext, options: { status?: number; discardBody?: boolean } = {}): Promise<Echo> {
+export interface EchoOptions {
+  readonly status?: number;
+  /** Answer `{"bytes": n}` instead of the body, and keep none of it. */
+  readonly discardBody?: boolean;
+  /** The answer's `content-type` from the request's (absent: none), instead of `application/json`. */
+  readonly answerType?: (requestType: string | undefined) => string | undefined;
+}
+
+/**
+ * Records each request (a body cut short by the client too, as far as it came) and answers
+ * 201 with the body it got and a custom header.
+ */
+export async function startEcho(t: TestContext, options: EchoOptions = {}): Promise<Echo> {
   const received: Received[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -36,11 +47,14 @@ export async function startEcho(t: TestContext, options: { status?: number; disc
     });
     req.on('error', () => (record.aborted = true));
     req.on('close', () => {
-      if (!req.complete) record.aborted = true;
+      if (req.complete) return;
+      record.aborted = true;
+      if (!options.discardBody) record.body = Buffer.concat(chunks);
     });
     req.on('end', () => {
       record.body = options.discardBody ? Buffer.from(JSON.stringify({ bytes: size })) : Buffer.concat(chunks);
-      res.writeHead(options.status ?? 201, { 'content-type': 'application/json', 'x-echo': 'yes', 'set-cookie': ['a=1', 'b=2'] });
+      const type = options.answerType === undefined ? 'application/json' : options.answerType(req.headers['content-type']);
+      res.writeHead(options.status ?? 201, { ...(type === undefined ? {} : { 'content-type': type }), 'x-echo': 'yes', 'set-cookie': ['a=1', 'b=2'] });
       res.end(record.body);
     });
   });
