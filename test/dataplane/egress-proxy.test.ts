@@ -1,0 +1,249 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
+import { statSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { inspect, promisify } from 'node:util';
+import Stripe from 'stripe';
+import { fetch as undiciFetch, ProxyAgent } from 'undici';
+import { call } from '../support/app.ts';
+import { startProxy, startVendor, tokensFor, VENDOR_CA_FILE, type ProxyRunning } from '../support/egress-proxy.ts';
+import { createCertificateAuthority, issueLeafCertificate, readCertificateAuthority } from '../../src/crypto/certificates.ts';
+
+const run = promisify(execFile);
+const TOKEN = /^svc:1:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+:\$$/;
+
+/** `127.0.0.1:<port>` listed with a rule that decrypts the card fields of POST /v1/payment_methods. */
+function stripeHost(port: number, extra = ''): string {
+  return `  hosts:
+    - match: 127.0.0.1:${port}
+      configuration: payments
+      routes:
+        - match: { method: POST, path: /v1/payment_methods }
+          request: { decrypt: ["card[number]", "card[cvc]"] }
+${extra}`;
+}
+
+function proxyAgent(proxy: ProxyRunning): ProxyAgent {
+  return new ProxyAgent({ uri: proxy.proxyUrl, requestTls: { ca: proxy.caPem } });
+}
+
+async function cardTokens(proxy: ProxyRunning): Promise<{ number: string; cvc: string }> {
+  const tokens = await tokensFor(proxy.url, { card: { number: '4242424242424242', cvc: '314' } }, 'card.number,card.cvc');
+  assert.match(tokens.card.number, TOKEN);
+  assert.match(tokens.card.cvc, TOKEN);
+  return tokens.card;
+}
+
+test('the stripe SDK creates a payment method through the proxy: the vendor gets plaintext, the SDK gets tokens back', async (t) => {
+  // Like Stripe, the stand-in answers JSON; unlike it, it echoes the card fields, so the
+  // re-encryption of the answer can be seen.
+  const vendor = await startVendor(t, (request, res) => {
+    const form = new URLSearchParams(request.body);
+    res.writeHead(200, { 'content-type': 'application/json', 'request-id': 'req_1' });
+    res.end(JSON.stringify({ id: 'pm_1', object: 'payment_method', type: form.get('type'), card: { number: form.get('card[number]'), cvc: form.get('card[cvc]'), exp_year: Number(form.get('card[exp_year]')) } }));
+  });
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  const card = await cardTokens(proxy);
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const stripe = new Stripe('sk_test_123', {
+    host: '127.0.0.1',
+    port: vendor.port,
+    protocol: 'https',
+    maxNetworkRetries: 0,
+    telemetry: false,
+    httpClient: Stripe.createFetchHttpClient(((url: string, init: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch),
+  });
+  const created = await stripe.paymentMethods.create({ type: 'card', card: { number: card.number, cvc: card.cvc, exp_month: 12, exp_year: 2030 } });
+
+  assert.equal(vendor.received.length, 1);
+  const got = vendor.received[0]!;
+  assert.equal(got.method, 'POST');
+  assert.equal(got.url, '/v1/payment_methods');
+  assert.equal(got.headers['authorization'], 'Bearer sk_test_123', 'the application’s own vendor credential goes through');
+  const form = new URLSearchParams(got.body);
+  assert.equal(form.get('card[number]'), '4242424242424242');
+  assert.equal(form.get('card[cvc]'), '314');
+  assert.equal(form.get('card[exp_month]'), '12');
+  assert.ok(!got.body.includes('svc:1:'), 'no token reaches the vendor');
+
+  assert.equal(created.id, 'pm_1');
+  const echoed = created.card as unknown as { number: string; cvc: string; exp_year: number };
+  assert.match(echoed.number, TOKEN, 'the echoed card number is a token again');
+  assert.match(echoed.cvc, TOKEN);
+  assert.equal(echoed.exp_year, 2030);
+  const back = await call(proxy.url, '/proxy/payments', { body: JSON.stringify({ card: echoed }), headers: { 'x-svc-mode': 'decrypt' } });
+  assert.deepEqual(back.json.card, { number: '4242424242424242', cvc: '314', exp_year: 2030 });
+});
+
+test('curl --proxy with the installation CA: decrypts for a listed host; a tampered token is 422 and nothing is sent', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  const card = await cardTokens(proxy);
+  const caFile = join(proxy.caDir, 'trusted.pem');
+  writeFileSync(caFile, proxy.caPem);
+  const curl = (body: string) =>
+    run('/usr/bin/curl', ['-sS', '--proxy', proxy.proxyUrl, '--cacert', caFile, '-w', '\n%{http_code}', '-d', body, `https://127.0.0.1:${vendor.port}/v1/payment_methods`]);
+
+  const ok = await curl(`type=card&card[number]=${card.number}&card[cvc]=${card.cvc}`);
+  const [answer, status] = ok.stdout.split('\n');
+  assert.equal(status, '200');
+  assert.equal(vendor.received.length, 1);
+  assert.equal(vendor.received[0]!.body, 'type=card&card[number]=4242424242424242&card[cvc]=314');
+  assert.equal(JSON.parse(answer!).body, 'type=card&card[number]=4242424242424242&card[cvc]=314', 'a field inside a string the vendor echoes is not a path: passed as it is');
+
+  const tampered = card.number.slice(0, -3) + (card.number.at(-3) === 'A' ? 'B' : 'A') + card.number.slice(-2);
+  const refused = await curl(`type=card&card[number]=${tampered}&card[cvc]=${card.cvc}`);
+  const [body, code] = refused.stdout.split('\n');
+  assert.equal(code, '422');
+  assert.match(JSON.parse(body!).message, /token/i);
+  assert.equal(vendor.received.length, 1, 'nothing was sent for the tampered token');
+});
+
+test('Node fetch through an undici ProxyAgent: a JSON request decrypts by the same rule, the echoed answer is a token again', async (t) => {
+  const vendor = await startVendor(t, (request, res) => {
+    res.writeHead(201, { 'content-type': 'application/json', 'x-vendor': 'yes' });
+    res.end(request.body);
+  });
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  const card = await cardTokens(proxy);
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/payment_methods`, {
+    method: 'POST',
+    dispatcher: agent,
+    headers: { 'content-type': 'application/json', 'x-svc-request-id': 'ep-1' },
+    body: JSON.stringify({ card: { number: card.number, cvc: card.cvc, brand: 'visa' } }),
+  });
+  const answered = (await res.json()) as { card: { number: string; cvc: string; brand: string } };
+  assert.equal(res.status, 201);
+  assert.equal(res.headers.get('x-vendor'), 'yes');
+  assert.equal(res.headers.get('x-svc-request-id'), 'ep-1');
+  assert.equal(vendor.received[0]!.body, '{"card":{"number":"4242424242424242","cvc":"314","brand":"visa"}}');
+  assert.ok(!('x-svc-request-id' in vendor.received[0]!.headers), 'x-svc- headers stay with the proxy');
+  assert.match(answered.card.number, TOKEN);
+  assert.match(answered.card.cvc, TOKEN);
+  assert.equal(answered.card.brand, 'visa');
+});
+
+test('a listed host with no matching route passes unchanged; the api log and the metric name the host rule', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, stripeHost(vendor.port), { admin: true });
+  const card = await cardTokens(proxy);
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const body = `card[number]=${card.number}`;
+  // Another path, then another method: no route matches, and the host has no rules of its own.
+  for (const [method, path] of [['POST', '/v1/customers'], ['PUT', '/v1/payment_methods']] as const) {
+    const res = await undiciFetch(`https://127.0.0.1:${vendor.port}${path}?expand=x`, { method, dispatcher: agent, headers: { 'content-type': 'application/x-www-form-urlencoded' }, body });
+    assert.equal(res.status, 200);
+    const echoed = (await res.json()) as { url: string; body: string };
+    assert.equal(echoed.url, `${path}?expand=x`);
+    assert.equal(echoed.body, body, 'the token passes as it was sent');
+  }
+  await proxy.app.services.logs.flush?.();
+  const metrics = await (await fetch(`${proxy.adminUrl}/metrics`)).text();
+  assert.match(metrics, new RegExp(`svc_egress_proxy_requests_total\\{host_rule="127\\.0\\.0\\.1:${vendor.port}",status="200"\\} 2`));
+});
+
+test('an unlisted host is refused with 403 and nothing is dialled, by CONNECT and by absolute-form http', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  // The same vendor by another name is another host.
+  await assert.rejects(undiciFetch(`https://localhost:${vendor.port}/v1/payment_methods`, { dispatcher: agent }), (err: Error) => /Proxy response \(403\)/.test(inspect(err)));
+  const plain = await rawRequest(proxy.proxyPort, `GET http://localhost:${vendor.port}/v1/x HTTP/1.1\r\nhost: localhost\r\n\r\n`);
+  assert.match(plain, /^HTTP\/1\.1 403 /);
+  assert.match(plain, /The egress proxy does not serve the host localhost\./);
+  const connectRaw = await rawRequest(proxy.proxyPort, `CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n`);
+  assert.match(connectRaw, /^HTTP\/1\.1 403 Forbidden/);
+  assert.equal(vendor.connections, 0, 'the vendor was never dialled');
+  assert.equal(vendor.received.length, 0);
+});
+
+test('unknown_hosts: tunnel passes a blind tunnel, and still refuses non-public addresses (DESIGN §8)', async (t) => {
+  const vendor = await startVendor(t);
+  // fakedns: public.test resolves to 127.0.0.1, which is not public; a host rule for it is absent.
+  const proxy = await startProxy(t, `  unknown_hosts: tunnel\n  hosts: []`, {
+    resolve: (host, cb) => (host === 'vendor.test' ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(Object.assign(new Error('no such host'), { code: 'ENOTFOUND' }), [])),
+  });
+  for (const target of [`127.0.0.1:${vendor.port}`, `vendor.test:${vendor.port}`, `[::ffff:127.0.0.1]:${vendor.port}`]) {
+    const answer = await rawRequest(proxy.proxyPort, `CONNECT ${target} HTTP/1.1\r\nhost: ${target}\r\n\r\n`);
+    assert.match(answer, /^HTTP\/1\.1 403 /, target);
+  }
+  const plain = await rawRequest(proxy.proxyPort, `GET http://127.0.0.1:${vendor.port}/x HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n`);
+  assert.match(plain, /^HTTP\/1\.1 403 /);
+  assert.equal(vendor.connections, 0);
+});
+
+test('a vendor certificate that fails verification is 502 and nothing is sent', async (t) => {
+  // A certificate from a CA the proxy does not trust.
+  const stranger = createCertificateAuthority('not trusted');
+  const leaf = issueLeafCertificate(readCertificateAuthority(stranger.cert, stranger.key), '127.0.0.1');
+  const vendor = await startVendor(t, undefined, leaf);
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/payment_methods`, { method: 'POST', dispatcher: agent, body: 'a=1', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  const answer = await res.text();
+  assert.equal(res.status, 502, answer);
+  assert.equal(JSON.parse(answer).message, 'The destination could not be reached.');
+  assert.equal(vendor.received.length, 0);
+});
+
+test('the CA is created on first start (directory 0700, key 0600) and kept across restarts; leaves are P-256 for the CONNECT host', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  assert.equal(statSync(proxy.caDir).mode & 0o777, 0o700);
+  assert.equal(statSync(join(proxy.caDir, 'egress-ca.key')).mode & 0o777, 0o600);
+  const ca = new X509Certificate(proxy.caPem);
+  assert.ok(ca.ca);
+  const leafPem = await new Promise<string>((resolve, reject) => {
+    const socket = connect(proxy.proxyPort, '127.0.0.1', () => socket.write(`CONNECT 127.0.0.1:${vendor.port} HTTP/1.1\r\n\r\n`));
+    socket.once('data', async (chunk) => {
+      if (!chunk.toString().startsWith('HTTP/1.1 200')) return reject(new Error(chunk.toString()));
+      const { connect: tlsConnect } = await import('node:tls');
+      const tls = tlsConnect({ socket, ca: proxy.caPem, host: '127.0.0.1' }, () => {
+        const cert = tls.getPeerX509Certificate()!;
+        tls.destroy();
+        resolve(cert.toString());
+      });
+      tls.on('error', reject);
+    });
+    socket.on('error', reject);
+  });
+  const leaf = new X509Certificate(leafPem);
+  assert.ok(leaf.checkIssued(ca) && leaf.verify(ca.publicKey));
+  assert.equal(leaf.checkIP('127.0.0.1'), '127.0.0.1');
+  assert.equal(leaf.publicKey.asymmetricKeyDetails?.namedCurve, 'prime256v1');
+  // Restart on the same files: the same CA.
+  const again = await startProxy(t, stripeHost(vendor.port), { dir: join(proxy.caDir, '..') });
+  assert.equal(again.caPem, proxy.caPem);
+});
+
+/** Sends raw bytes to the proxy and returns what it answered until it closed or 2 s passed. */
+function rawRequest(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(text));
+    let got = '';
+    socket.on('data', (chunk) => {
+      got += chunk.toString();
+      if (/\r\n\r\n/.test(got) && !/^HTTP\/1\.1 200/.test(got) && /content-length: (\d+)/i.test(got)) {
+        const length = Number(/content-length: (\d+)/i.exec(got)![1]);
+        if (got.length - got.indexOf('\r\n\r\n') - 4 >= length) {
+          socket.destroy();
+          resolve(got);
+        }
+      }
+    });
+    socket.on('end', () => resolve(got));
+    socket.on('close', () => resolve(got));
+    socket.on('error', reject);
+  });
+}
+
+void VENDOR_CA_FILE;
