@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { statSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -9,8 +9,11 @@ import { inspect, promisify } from 'node:util';
 import Stripe from 'stripe';
 import { fetch as undiciFetch, ProxyAgent } from 'undici';
 import { call } from '../support/app.ts';
-import { startProxy, startVendor, tokensFor, VENDOR_CA_FILE, type ProxyRunning } from '../support/egress-proxy.ts';
+import { startProxy, startVendor, tokensFor, type ProxyRunning } from '../support/egress-proxy.ts';
 import { createCertificateAuthority, issueLeafCertificate, readCertificateAuthority } from '../../src/crypto/certificates.ts';
+import { EgressHosts } from '../../src/dataplane/egress-hosts.ts';
+import { parseAuthority } from '../../src/dataplane/egress-proxy.ts';
+import { startEcho } from '../support/destinations.ts';
 
 const run = promisify(execFile);
 const TOKEN = /^svc:1:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+:\$$/;
@@ -129,7 +132,7 @@ test('Node fetch through an undici ProxyAgent: a JSON request decrypts by the sa
   assert.equal(answered.card.brand, 'visa');
 });
 
-test('a listed host with no matching route passes unchanged; the api log and the metric name the host rule', async (t) => {
+test('a listed host with no matching route passes unchanged; the metric names the host rule', async (t) => {
   const vendor = await startVendor(t);
   const proxy = await startProxy(t, stripeHost(vendor.port), { admin: true });
   const card = await cardTokens(proxy);
@@ -165,9 +168,9 @@ test('an unlisted host is refused with 403 and nothing is dialled, by CONNECT an
   assert.equal(vendor.received.length, 0);
 });
 
-test('unknown_hosts: tunnel passes a blind tunnel, and still refuses non-public addresses (DESIGN §8)', async (t) => {
+test('unknown_hosts: tunnel refuses non-public addresses (DESIGN §8): by address, by a name that resolves to one, IPv4-mapped', async (t) => {
   const vendor = await startVendor(t);
-  // fakedns: public.test resolves to 127.0.0.1, which is not public; a host rule for it is absent.
+  // vendor.test resolves to 127.0.0.1, which is not public; no host rule lists it.
   const proxy = await startProxy(t, `  unknown_hosts: tunnel\n  hosts: []`, {
     resolve: (host, cb) => (host === 'vendor.test' ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(Object.assign(new Error('no such host'), { code: 'ENOTFOUND' }), [])),
   });
@@ -178,6 +181,22 @@ test('unknown_hosts: tunnel passes a blind tunnel, and still refuses non-public 
   const plain = await rawRequest(proxy.proxyPort, `GET http://127.0.0.1:${vendor.port}/x HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n`);
   assert.match(plain, /^HTTP\/1\.1 403 /);
   assert.equal(vendor.connections, 0);
+});
+
+test('unknown_hosts: tunnel relays bytes blind to a public address, by address and by name', async (t) => {
+  // A public address exists only inside a network namespace of the test's own (root and
+  // unshare needed): nothing leaves the machine.
+  const probe = spawnSync('unshare', ['--net', 'true']);
+  if (probe.status !== 0) {
+    t.skip('needs unshare --net (root) for a public address that stays on this machine');
+    return;
+  }
+  const child = new URL('../support/egress-tunnel-child.ts', import.meta.url).pathname;
+  const script = `ip link set lo up && ip addr add 8.8.4.4/32 dev lo && exec "$0" "$1" 8.8.4.4`;
+  const { stdout, stderr } = await run('unshare', ['--net', 'sh', '-c', script, process.execPath, child], { timeout: 60_000 });
+  const result = JSON.parse(stdout) as { byAddress: string; byName: string };
+  assert.match(result.byAddress, /^HTTP\/1\.1 200 Connection Established\r\n\r\nhello over the tunnel$/, stderr);
+  assert.match(result.byName, /^HTTP\/1\.1 200 Connection Established\r\n\r\nby name too$/, stderr);
 });
 
 test('a vendor certificate that fails verification is 502 and nothing is sent', async (t) => {
@@ -246,4 +265,70 @@ function rawRequest(port: number, text: string): Promise<string> {
   });
 }
 
-void VENDOR_CA_FILE;
+
+test('absolute-form http:// to a listed host applies the same rules; the api log names the host rule; refused requests write none', async (t) => {
+  const echo = await startEcho(t);
+  const proxy = await startProxy(t, `  hosts:
+    - match: 127.0.0.1:${echo.port}
+      configuration: payments
+      request: { decrypt: [card.number] }
+`);
+  const card = await cardTokens(proxy);
+  const agent = new ProxyAgent({ uri: proxy.proxyUrl });
+  t.after(() => agent.close());
+  const res = await undiciFetch(`http://127.0.0.1:${echo.port}/charges?x=1`, {
+    method: 'POST',
+    dispatcher: agent,
+    headers: { 'content-type': 'application/json', 'x-svc-request-id': 'ep-log-1' },
+    body: JSON.stringify({ card: { number: card.number } }),
+  });
+  const answered = (await res.json()) as { card: { number: string } };
+  assert.equal(res.status, 201);
+  assert.equal(echo.received[0]!.url, '/charges?x=1');
+  assert.equal(echo.received[0]!.body.toString(), '{"card":{"number":"4242424242424242"}}');
+  assert.match(answered.card.number, TOKEN, 'host-level rules re-encrypt the echo too');
+  const denied = await rawRequest(proxy.proxyPort, `GET http://localhost:${echo.port}/x HTTP/1.1\r\nhost: localhost\r\n\r\n`);
+  assert.match(denied, /^HTTP\/1\.1 403 /);
+
+  const logs = proxy.app.services;
+  let entries: ReturnType<typeof logs.store.logs.listApi> = [];
+  for (let i = 0; i < 100 && !entries.some((e) => e.requestId === 'ep-log-1'); i++) {
+    logs.logs.flush();
+    await new Promise((r) => setTimeout(r, 20));
+    entries = logs.store.logs.listApi({ limit: 100, offset: 0 });
+  }
+  const entry = entries.find((e) => e.requestId === 'ep-log-1');
+  assert.ok(entry, JSON.stringify(entries.map((e) => e.path)));
+  assert.equal(entry.path, `egress-proxy:127.0.0.1:${echo.port} POST /charges`);
+  assert.equal(entry.statusCode, 201);
+  assert.equal(entry.configurationId, logs.store.configurations.findByName('payments')!.id);
+  assert.equal(entry.destination, `http://127.0.0.1:${echo.port}`);
+  assert.ok(!entries.some((e) => e.path.includes('localhost')), 'the refused request left no api log entry');
+});
+
+test('host rules: exact before wildcard, the longest wildcard first, the default port per scheme, never the bare domain', () => {
+  const rule = (match: string) => ({ match, configuration: 'payments', routes: [] });
+  const hosts = new EgressHosts([rule('*.example.com'), rule('*.api.example.com'), rule('pay.api.example.com'), rule('plain.example.org:8080'), rule('[::1]:8443')]);
+  const found = (host: string, port: number, scheme: 'https' | 'http') => hosts.find(host, port, scheme)?.match ?? null;
+  assert.equal(found('pay.api.example.com', 443, 'https'), 'pay.api.example.com');
+  assert.equal(found('other.api.example.com', 443, 'https'), '*.api.example.com');
+  assert.equal(found('a.b.example.com', 443, 'https'), '*.example.com');
+  assert.equal(found('example.com', 443, 'https'), null, 'a wildcard does not name the domain itself');
+  assert.equal(found('evilexample.com', 443, 'https'), null);
+  assert.equal(found('a.example.com', 80, 'http'), '*.example.com');
+  assert.equal(found('a.example.com', 80, 'https'), null, 'no port: 443 for CONNECT');
+  assert.equal(found('a.example.com', 8443, 'https'), null);
+  assert.equal(found('plain.example.org', 8080, 'http'), 'plain.example.org:8080');
+  assert.equal(found('plain.example.org', 80, 'http'), null);
+  assert.equal(found('::1', 8443, 'https'), '[::1]:8443');
+});
+
+test('CONNECT targets are read strictly: host:port only, lower-cased, no trailing dot', () => {
+  assert.deepEqual(parseAuthority('API.Stripe.com:443'), { host: 'api.stripe.com', port: 443 });
+  assert.deepEqual(parseAuthority('api.stripe.com.:443'), { host: 'api.stripe.com', port: 443 });
+  assert.deepEqual(parseAuthority('[::1]:8443'), { host: '::1', port: 8443 });
+  assert.deepEqual(parseAuthority('127.0.0.1:1'), { host: '127.0.0.1', port: 1 });
+  for (const target of ['api.stripe.com', 'api.stripe.com:', 'api.stripe.com:0', 'api.stripe.com:65536', 'https://api.stripe.com:443', 'user@api.stripe.com:443', 'api.stripe.com:443/x', '[::1:443', '[zz]:443', 'api..stripe.com:443', ' api.stripe.com:443', 'api.stripe.com:443 ', '-x.com:443', '']) {
+    assert.equal(parseAuthority(target), null, target);
+  }
+});
