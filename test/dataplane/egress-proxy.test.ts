@@ -332,3 +332,76 @@ test('CONNECT targets are read strictly: host:port only, lower-cased, no trailin
     assert.equal(parseAuthority(target), null, target);
   }
 });
+
+test('an unchanged Node application: NODE_USE_ENV_PROXY=1, HTTPS_PROXY and NODE_EXTRA_CA_CERTS, with fetch and https.request', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  const card = await cardTokens(proxy);
+  const caFile = join(proxy.caDir, 'trusted.pem');
+  writeFileSync(caFile, proxy.caPem);
+  const url = `https://127.0.0.1:${vendor.port}/v1/payment_methods`;
+  const body = `card[number]=${card.number}`;
+  // What an application does, knowing nothing of the sidecar.
+  const app = `
+    const https = require('node:https');
+    const viaFetch = await (await fetch(${JSON.stringify(url)}, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: ${JSON.stringify(body)} })).json();
+    const viaHttps = await new Promise((resolve, reject) => {
+      const req = https.request(${JSON.stringify(url)}, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' } }, (res) => {
+        let text = '';
+        res.on('data', (c) => (text += c));
+        res.on('end', () => resolve(JSON.parse(text)));
+      });
+      req.on('error', reject);
+      req.end(${JSON.stringify(body)});
+    });
+    console.log(JSON.stringify([viaFetch, viaHttps]));
+  `;
+  const env = { PATH: process.env['PATH'] ?? '', NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: proxy.proxyUrl, NODE_EXTRA_CA_CERTS: caFile };
+  const { stdout } = await run(process.execPath, ['--input-type=commonjs', '-e', `(async () => { ${app} })().catch((e) => { console.error(e); process.exit(1); })`], { env, timeout: 30_000 });
+  const answers = JSON.parse(stdout) as Array<{ body: string }>;
+  assert.deepEqual(answers.map((a) => a.body), ['card[number]=4242424242424242', 'card[number]=4242424242424242']);
+  assert.equal(vendor.received.length, 2);
+});
+
+test('Python requests with HTTPS_PROXY and REQUESTS_CA_BUNDLE, and Java HttpClient with proxy properties and a truststore', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  const card = await cardTokens(proxy);
+  const caFile = join(proxy.caDir, 'trusted.pem');
+  writeFileSync(caFile, proxy.caPem);
+  const url = `https://127.0.0.1:${vendor.port}/v1/payment_methods`;
+
+  await t.test('python requests', async (t) => {
+    if (spawnSync('python3', ['-c', 'import requests']).status !== 0) return t.skip('python3 with requests is not installed');
+    const script = `import requests, sys\nr = requests.post(sys.argv[1], data={"card[number]": sys.argv[2]})\nprint(r.status_code, r.json()["body"])`;
+    const { stdout } = await run('python3', ['-c', script, url, card.number], { env: { PATH: process.env['PATH'] ?? '', HTTPS_PROXY: proxy.proxyUrl, REQUESTS_CA_BUNDLE: caFile }, timeout: 30_000 });
+    assert.equal(stdout.trim(), '200 card%5Bnumber%5D=4242424242424242');
+  });
+
+  await t.test('java', async (t) => {
+    if (spawnSync('java', ['-version']).status !== 0 || spawnSync('keytool', ['-help']).status !== 0) return t.skip('java and keytool are not installed');
+    const store = join(proxy.caDir, 'truststore.p12');
+    await run('keytool', ['-importcert', '-noprompt', '-alias', 'svc-egress', '-file', caFile, '-keystore', store, '-storetype', 'PKCS12', '-storepass', 'changeit']);
+    const source = join(proxy.caDir, 'Vendor.java');
+    writeFileSync(
+      source,
+      `import java.net.URI; import java.net.http.*;
+public class Vendor { public static void main(String[] a) throws Exception {
+  var client = HttpClient.newBuilder().proxy(java.net.ProxySelector.getDefault()).build();
+  var req = HttpRequest.newBuilder(URI.create(a[0])).header("content-type", "application/x-www-form-urlencoded").POST(HttpRequest.BodyPublishers.ofString("card[number]=" + a[1])).build();
+  var res = client.send(req, HttpResponse.BodyHandlers.ofString());
+  System.out.println(res.statusCode() + " " + res.body());
+} }`,
+    );
+    // Java skips the proxy for localhost and 127.* unless http.nonProxyHosts (for https too) is set empty.
+    const { stdout } = await run(
+      'java',
+      [`-Dhttps.proxyHost=127.0.0.1`, `-Dhttps.proxyPort=${proxy.proxyPort}`, `-Djavax.net.ssl.trustStore=${store}`, '-Djavax.net.ssl.trustStorePassword=changeit', '-Dhttp.nonProxyHosts=', source, url, card.number],
+      { timeout: 120_000 },
+    ).catch((err: Error & { stderr?: string }) => {
+      throw new Error(`java failed; vendor TLS connections so far: ${vendor.connections}; ${String(err.stderr).split('\n').filter((l) => /subject|issuer|SunCertPathBuilder|Proxy|CONNECT|anchor/i.test(l)).slice(0, 30).join('\n')}`);
+    });
+    assert.match(stdout.trim(), /^200 \{.*"body":"card\[number\]=4242424242424242"\}$/);
+  });
+  assert.ok(vendor.received.every((r) => !r.body.includes('svc:1:')), 'no token reached the vendor');
+});
