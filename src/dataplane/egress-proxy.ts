@@ -13,7 +13,7 @@
  */
 import { connect as netConnect, isIP, type Socket } from 'node:net';
 import type { IncomingMessage } from 'node:http';
-import { getCACertificates, TLSSocket } from 'node:tls';
+import { createSecureContext, getCACertificates, TLSSocket, type SecureContext } from 'node:tls';
 import { Agent, type Dispatcher } from 'undici';
 import type { EgressProxyConfig } from '../config/schema.ts';
 import { AddressNotAllowedError, BadRequestError, EgressHostNotAllowedError, UpstreamTimeoutError, UpstreamUnreachableError, type SvcError } from '../errors.ts';
@@ -64,7 +64,9 @@ export class EgressProxy {
       connections: 256,
       headersTimeout: forwarding.headers_timeout,
       bodyTimeout: forwarding.body_timeout,
-      connect: { timeout: forwarding.connect_timeout, ca: vendorCas(config.trust_file) },
+      // One context for every vendor connection: with `ca` alone, each new connection
+      // would parse the whole CA list again.
+      connect: { timeout: forwarding.connect_timeout, secureContext: vendorContext(config.trust_file) },
     });
     const finish = options.onFinish;
     this.listener = new Listener('egress-proxy', config.listen, (ctx) => this.onRequest(ctx), {
@@ -273,6 +275,10 @@ function bareHost(hostname: string): string {
  * The CAs a vendor's certificate may chain to: the ones Node trusts by default (its
  * bundle and NODE_EXTRA_CA_CERTS), the operating system's, and `trust_file`.
  */
+function vendorContext(trustFile: string | undefined): SecureContext {
+  return createSecureContext({ ca: vendorCas(trustFile), minVersion: 'TLSv1.2' });
+}
+
 function vendorCas(trustFile: string | undefined): string[] {
   const cas = [...getCACertificates('default')];
   try {
