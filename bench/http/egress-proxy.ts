@@ -6,7 +6,10 @@
  *   the proxy decrypts (TLS terminated, body read whole, tokens checked, TLS again to the
  *   vendor, answer re-encrypted where the request decrypted — here nothing is echoed);
  * - `tunnel`: the same request with the plaintext an application would send without the
- *   sidecar, through `unknown_hosts: tunnel` (bytes only, TLS end to end).
+ *   sidecar, through `unknown_hosts: tunnel` (bytes only, TLS end to end);
+ * - `terminate` (for the breakdown): the plaintext request to a listed host with no rules,
+ *   so TLS is terminated and the request relayed, but no body is transformed. The vendor
+ *   answers it on a second address of the same process (127.0.0.1, its own certificate).
  *
  *   node bench/http/egress-proxy.ts [--rounds 5] [--seconds 5] [--rate 200] [--connections 8] [--quick] [--profile <dir>]
  *
@@ -42,27 +45,33 @@ const TUNNEL_NAME = 'tunnel.bench';
 const KEY = `svc_${'Bench'.padEnd(40, '0')}`;
 const SELF = fileURLToPath(import.meta.url);
 
-type Case = 'decrypt' | 'tunnel';
+type Case = 'decrypt' | 'terminate' | 'tunnel';
+const CASES: readonly Case[] = ['tunnel', 'terminate', 'decrypt'];
 
 // ---------------------------------------------------------------------------------------
 // Children
 
 /** The vendor: HTTPS on PUBLIC, a small JSON answer like a payment API's. */
-async function vendor(cert: string, key: string): Promise<void> {
+async function vendor(leaves: { public: { cert: string; key: string }; loopback: { cert: string; key: string } }): Promise<void> {
   const answer = Buffer.from(JSON.stringify({ id: 'pm_1', object: 'payment_method', type: 'card', card: { brand: 'visa', last4: '4242', exp_month: 12, exp_year: 2030 } }));
-  const server = createServer({ cert, key, keepAliveTimeout: 60_000 }, (req, res) => {
+  const handle = (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => {
     let bytes = 0;
     req.on('data', (chunk: Buffer) => (bytes += chunk.length));
     req.on('end', () => {
       res.writeHead(bytes > 0 ? 200 : 400, { 'content-type': 'application/json', 'content-length': answer.length });
       res.end(answer);
     });
-  });
-  server.listen(0, PUBLIC, () => process.send!({ port: (server.address() as { port: number }).port }));
+  };
+  const listen = (leaf: { cert: string; key: string }, host: string) =>
+    new Promise<number>((resolve) => {
+      const server = createServer({ ...leaf, keepAliveTimeout: 60_000 }, handle);
+      server.listen(0, host, () => resolve((server.address() as { port: number }).port));
+    });
+  process.send!({ port: await listen(leaves.public, PUBLIC), loopbackPort: await listen(leaves.loopback, '127.0.0.1') });
 }
 
 /** The service: an egress proxy listing the vendor by address, tunnelling anything else. */
-async function service(vendorPort: number, vendorCaFile: string): Promise<void> {
+async function service(vendorPort: number, loopbackPort: number, vendorCaFile: string): Promise<void> {
   const { createApp } = await import('../../src/app.ts');
   const { loadConfig } = await import('../../src/config/load.ts');
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-egress-proxy-'));
@@ -85,7 +94,8 @@ egress_proxy:
       configuration: payments
       routes:
         - match: { method: POST, path: /v1/payment_methods }
-          request: { decrypt: ["card[number]", "card[cvc]"] }`,
+          request: { decrypt: ["card[number]", "card[cvc]"] }
+    - { match: "127.0.0.1:${loopbackPort}", configuration: payments }`,
     env: {},
   });
   const app = createApp(config, {
@@ -226,14 +236,15 @@ async function main(): Promise<void> {
   const { createCertificateAuthority, issueLeafCertificate, readCertificateAuthority } = await import('../../src/crypto/certificates.ts');
   const work = mkdtempSync(join(tmpdir(), 'svc-bench-vendor-'));
   const vendorCa = createCertificateAuthority('bench vendor CA');
-  const vendorLeaf = issueLeafCertificate(readCertificateAuthority(vendorCa.cert, vendorCa.key), PUBLIC);
+  const vendorAuthority = readCertificateAuthority(vendorCa.cert, vendorCa.key);
+  const leaves = { public: issueLeafCertificate(vendorAuthority, PUBLIC), loopback: issueLeafCertificate(vendorAuthority, '127.0.0.1') };
   const vendorCaFile = join(work, 'vendor-ca.pem');
   writeFileSync(vendorCaFile, vendorCa.cert);
 
-  const vendorChild = child(['--vendor', JSON.stringify(vendorLeaf)]);
-  const { port: vendorPort } = (await vendorChild.ready) as { port: number };
+  const vendorChild = child(['--vendor', JSON.stringify(leaves)]);
+  const { port: vendorPort, loopbackPort } = (await vendorChild.ready) as { port: number; loopbackPort: number };
   // --profile <dir>: a V8 CPU profile of the service (summarise with bench/http/profile.ts).
-  const serviceChild = child(['--service', String(vendorPort), vendorCaFile], values.profile);
+  const serviceChild = child(['--service', String(vendorPort), String(loopbackPort), vendorCaFile], values.profile);
   const svc = (await serviceChild.ready) as { main: number; proxy: number; ca: string };
 
   const tokenised = await (
@@ -251,6 +262,11 @@ async function main(): Promise<void> {
       origin: `https://${PUBLIC}:${vendorPort}`,
       body: form(tokenised.card.number, tokenised.card.cvc),
     },
+    terminate: {
+      dispatcher: new ProxyAgent({ uri: proxyUri, connections, requestTls: { ca: svc.ca } }),
+      origin: `https://127.0.0.1:${loopbackPort}`,
+      body: form('4242424242424242', '314'),
+    },
     tunnel: {
       // The vendor's certificate names its address; the tunnel is opened by another name
       // (so no host rule lists it), and the client checks the chain only.
@@ -261,27 +277,30 @@ async function main(): Promise<void> {
   };
 
   // Checks before timing: both paths answer 200, and the decrypt path really decrypts.
-  for (const name of ['decrypt', 'tunnel'] as const) if (!(await send(targets[name]))) throw new Error(`${name}: the check request failed`);
+  for (const name of CASES) if (!(await send(targets[name]))) throw new Error(`${name}: the check request failed`);
   // Warm-up.
-  for (const name of ['decrypt', 'tunnel'] as const) await flat(targets[name], connections, quick ? 0.5 : 3);
+  for (const name of CASES) await flat(targets[name], connections, quick ? 0.5 : 3);
 
   const perRound: Array<Record<Case, { paced: RunResult; flat: RunResult }>> = [];
   for (let round = 0; round < rounds; round++) {
-    const order: Case[] = round % 2 === 0 ? ['tunnel', 'decrypt'] : ['decrypt', 'tunnel'];
+    const order: Case[] = round % 2 === 0 ? [...CASES] : [...CASES].reverse();
     const result = {} as Record<Case, { paced: RunResult; flat: RunResult }>;
     for (const name of order) result[name] = { paced: await paced(targets[name], rate, seconds), flat: await flat(targets[name], connections, seconds) };
     perRound.push(result);
     const r = result;
     process.stdout.write(
-      `round ${round + 1}/${rounds}: p50 at ${rate}/s decrypt ${r.decrypt.paced.latencyMs.p50} ms, tunnel ${r.tunnel.paced.latencyMs.p50} ms; ` +
-        `req/s decrypt ${r.decrypt.flat.rps}, tunnel ${r.tunnel.flat.rps}\n`,
+      `round ${round + 1}/${rounds}: p50 at ${rate}/s decrypt ${r.decrypt.paced.latencyMs.p50} ms, terminate ${r.terminate.paced.latencyMs.p50} ms, tunnel ${r.tunnel.paced.latencyMs.p50} ms; ` +
+        `req/s decrypt ${r.decrypt.flat.rps}, terminate ${r.terminate.flat.rps}, tunnel ${r.tunnel.flat.rps}\n`,
     );
   }
 
   const addedP50 = median(perRound.map((r) => r.decrypt.paced.latencyMs.p50 - r.tunnel.paced.latencyMs.p50));
   const addedP99 = median(perRound.map((r) => r.decrypt.paced.latencyMs.p99 - r.tunnel.paced.latencyMs.p99));
   const rpsRatio = median(perRound.map((r) => r.decrypt.flat.rps / r.tunnel.flat.rps));
-  const failures = perRound.reduce((n, r) => n + r.decrypt.paced.failures + r.decrypt.flat.failures + r.tunnel.paced.failures + r.tunnel.flat.failures, 0);
+  const terminateRatio = median(perRound.map((r) => r.terminate.flat.rps / r.tunnel.flat.rps));
+  const decryptVsTerminate = median(perRound.map((r) => r.decrypt.flat.rps / r.terminate.flat.rps));
+  const terminateAddedP50 = median(perRound.map((r) => r.terminate.paced.latencyMs.p50 - r.tunnel.paced.latencyMs.p50));
+  const failures = perRound.reduce((n, r) => n + CASES.reduce((m, name) => m + r[name].paced.failures + r[name].flat.failures, 0), 0);
   const verdict = {
     addedP50Ms: Math.round(addedP50 * 1000) / 1000,
     addedP99Ms: Math.round(addedP99 * 1000) / 1000,
@@ -290,10 +309,14 @@ async function main(): Promise<void> {
     targetRpsRatio: 0.5,
     meetsP50: addedP50 <= 1,
     meetsRps: rpsRatio >= 0.5,
+    terminateAddedP50Ms: Math.round(terminateAddedP50 * 1000) / 1000,
+    terminateRpsRatio: Math.round(terminateRatio * 1000) / 1000,
+    decryptRpsOfTerminate: Math.round(decryptVsTerminate * 1000) / 1000,
     failures,
   };
   process.stdout.write(`\nadded p50 at ${rate} req/s: ${verdict.addedP50Ms} ms (target ≤ 1 ms); added p99: ${verdict.addedP99Ms} ms\n`);
   process.stdout.write(`req/s decrypt ÷ tunnel: ${verdict.rpsRatio}× (target ≥ 0.5×); failed requests: ${failures}\n`);
+  process.stdout.write(`breakdown: terminate adds ${verdict.terminateAddedP50Ms} ms p50 and runs at ${verdict.terminateRpsRatio}× the tunnel's req/s; decrypt runs at ${verdict.decryptRpsOfTerminate}× terminate's\n`);
 
   for (const target of Object.values(targets)) await target.dispatcher.close();
   serviceChild.process.send('stop');
@@ -311,10 +334,9 @@ async function main(): Promise<void> {
 
 const [mode, ...rest] = process.argv.slice(2);
 if (mode === '--vendor') {
-  const leaf = JSON.parse(rest[0]!) as { cert: string; key: string };
-  await vendor(leaf.cert, leaf.key);
+  await vendor(JSON.parse(rest[0]!));
 } else if (mode === '--service') {
-  await service(Number(rest[0]), rest[1]!);
+  await service(Number(rest[0]), Number(rest[1]), rest[2]!);
 } else if (process.env['SVC_BENCH_NETNS'] === '1') {
   await main();
 } else {
