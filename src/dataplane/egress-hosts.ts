@@ -107,7 +107,9 @@ function compileHost(config: EgressProxyHost): CompiledHost {
   return { rule: { match, routes, rules }, name: wildcard ? name.slice(1) : name, wildcard, port: port === undefined ? null : Number(port) };
 }
 
-function compileRules(label: string, configuration: string, request: EgressProxyHost['request'], response: EgressProxyHost['response']): ProxyRules {
+function compileRules(label: string, configuration: string, request: EgressProxyHost['request'], given: EgressProxyHost['response']): ProxyRules {
+  // `response: { encrypt: [] }` is how DESIGN §15 writes the default: what was decrypted.
+  const response = given !== 'passthrough' && given?.encrypt?.length === 0 && given.classification === undefined ? undefined : given;
   const compiled = compileTransformRoute(label, { configuration, request: asFieldPaths(request), response: response === 'passthrough' ? response : asFieldPaths(response) });
   return { ...compiled, echoes: compiled.request?.mode === 'decrypt' && response === undefined };
 }

@@ -271,7 +271,8 @@ test('absolute-form http:// to a listed host applies the same rules; the api log
   const proxy = await startProxy(t, `  hosts:
     - match: 127.0.0.1:${echo.port}
       configuration: payments
-      request: { decrypt: [card.number] }
+      request: { decrypt: [card.cvc] }
+      response: { encrypt: [] }
 `);
   const card = await cardTokens(proxy);
   const agent = new ProxyAgent({ uri: proxy.proxyUrl });
@@ -280,13 +281,15 @@ test('absolute-form http:// to a listed host applies the same rules; the api log
     method: 'POST',
     dispatcher: agent,
     headers: { 'content-type': 'application/json', 'x-svc-request-id': 'ep-log-1' },
-    body: JSON.stringify({ card: { number: card.number } }),
+    body: JSON.stringify({ card: { cvc: card.cvc } }),
   });
-  const answered = (await res.json()) as { card: { number: string } };
+  const answered = (await res.json()) as { card: { cvc: string } };
   assert.equal(res.status, 201);
   assert.equal(echo.received[0]!.url, '/charges?x=1');
-  assert.equal(echo.received[0]!.body.toString(), '{"card":{"number":"4242424242424242"}}');
-  assert.match(answered.card.number, TOKEN, 'host-level rules re-encrypt the echo too');
+  assert.equal(echo.received[0]!.body.toString(), '{"card":{"cvc":"314"}}');
+  // `encrypt: []` is DESIGN §15's spelling of the default: what was decrypted (card.cvc),
+  // not the configuration's fields (card.number).
+  assert.match(answered.card.cvc, TOKEN, 'host-level rules, with the default written out, re-encrypt the echo');
   const denied = await rawRequest(proxy.proxyPort, `GET http://localhost:${echo.port}/x HTTP/1.1\r\nhost: localhost\r\n\r\n`);
   assert.match(denied, /^HTTP\/1\.1 403 /);
 
