@@ -40,7 +40,6 @@ import { createLogger } from './telemetry/logger.ts';
 import { MasterKeyMismatchError, NotReadyError } from './errors.ts';
 import { apiRoutes } from './api/index.ts';
 import { mount } from './api/routes.ts';
-import { openApiRoute } from './api/openapi.ts';
 import { LogWriter } from './telemetry/log-writer.ts';
 import { Metrics } from './telemetry/metrics.ts';
 import { RetentionJob } from './telemetry/retention.ts';
@@ -75,6 +74,15 @@ export interface AppOptions {
    * Default `always`, as `serve` does at every start.
    */
   readonly seed?: 'always' | 'new-store';
+}
+
+/**
+ * `GET /api/openapi.json`. The document is a few megabytes of objects once built and few
+ * callers ever read it, so it is loaded on the first request rather than at start.
+ */
+async function openApiRoute(ctx: RequestContext): Promise<void> {
+  const { openApiRoute: serve } = await import('./api/openapi.ts');
+  serve(ctx);
 }
 
 const PROXY_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
@@ -188,6 +196,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
       batchSize: config.logs.batch_size,
       queueLimit: config.logs.queue_limit,
       enabled: config.logs.enabled,
+      thread: config.logs.writer === 'thread',
     }),
     master,
     forwarder: new Forwarder({
@@ -268,6 +277,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
       await replication?.stop();
       await services.logs.close();
       await services.forwarder.close();
+      metrics.close();
       store.close();
     },
   };

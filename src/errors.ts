@@ -2,8 +2,12 @@
  * The error catalogue. Every error the service answers with is a class here with a
  * stable `code`, an HTTP `status` and its exact message (DESIGN §7). Handlers throw;
  * `sendError` in `http/respond.ts` is the one place that turns them into responses.
- * The few errors that are never answered (a client that left, a listener that cannot
- * bind) are here too, at the end, so that every error the service knows is in one file.
+ * The few errors that are never answered but end a request or a start (a client that
+ * left, a listener that cannot bind, a master key that does not fit the store) are here
+ * too, at the end. Errors that stay inside one module and are turned into one of these
+ * before anything answers live with that module: ConfigError (config/), TokenError
+ * (crypto/token.ts, becomes a 422 or 403), UsageError (cli/), SeedError (store/seed.ts)
+ * and SnapshotRejectedError (sync/snapshot.ts, a refused snapshot, counted and logged).
  *
  * This file imports nothing of ours, so every area (fields and crypto included) may use it.
  */
@@ -167,8 +171,19 @@ export class InvalidJsonError extends SvcError {
 
 /** A form body (`application/x-www-form-urlencoded`) that cannot be decoded. */
 export class InvalidFormError extends SvcError {
+  /** What is wrong, without the body's bytes. */
+  readonly detail: string;
+
   constructor(detail: string) {
     super('SVC_ERR_INVALID_FORM', 400, `The request body is not a valid form: ${detail}.`);
+    this.detail = detail;
+  }
+}
+
+/** A query string that a route's or the relay guard's `query` rules must read but cannot decode. */
+export class InvalidQueryError extends SvcError {
+  constructor(detail: string) {
+    super('SVC_ERR_INVALID_QUERY', 400, `The query string is not valid: ${detail}.`);
   }
 }
 

@@ -23,10 +23,12 @@ export type { Json, JsonObject };
 
 const DATA_BODY: JsonObject = {
   required: true,
-  description: 'JSON (`application/json` or `application/*+json`, UTF-8; the root an object or an array; depth at most 32) or NDJSON.',
+  description:
+    'JSON (`application/json` or `application/*+json`, UTF-8; the root an object or an array; depth at most 32), NDJSON, or a form (`application/x-www-form-urlencoded`, UTF-8), whose parameter names are read as field paths (`card[number]` is `card.number`). The answer is in the request\'s format.',
   content: {
     'application/json': { schema: { type: ['object', 'array'], examples: [{ card: { number: '4111111111111111' } }] } },
     'application/x-ndjson': { schema: { type: 'string' } },
+    'application/x-www-form-urlencoded': { schema: { type: 'string', examples: ['card%5Bnumber%5D=4111111111111111&amount=1000'] } },
   },
 };
 
@@ -43,7 +45,7 @@ const PROXY_BODY: JsonObject = {
 /** An egress route transforms a body when the request has one, whatever the method. */
 const EGRESS_BODY: JsonObject = {
   required: false,
-  description: "Transformed as the route says when it is JSON or NDJSON; any other body is forwarded as it is. Any method may carry one.",
+  description: "Transformed as the route says when it is JSON (by type or first byte), NDJSON or a form; any other body is forwarded as it is. Any method may carry one.",
   content: { '*/*': { schema: {} } },
 };
 
@@ -60,6 +62,7 @@ const dataResult = (description: string, headers: JsonObject = TRANSFORM_HEADERS
   content: {
     'application/json': { schema: { type: ['object', 'array'] } },
     'application/x-ndjson': { schema: { type: 'string' } },
+    'application/x-www-form-urlencoded': { schema: { type: 'string' } },
   },
 });
 
@@ -156,7 +159,7 @@ function egressPath(): JsonObject {
       tag: 'relay',
       summary: `Egress route to a vendor (DESIGN §12), ${method.toUpperCase()}`,
       description:
-        "Forwards to the route's destination + `/{rest}` + query, transforming the body as the route says. Authenticated by the route's configuration, " +
+        "Forwards to the route's destination + `/{rest}` + query, transforming the body (and, with the route's `query` rules, the named query parameters) as the route says. Authenticated by the route's configuration, " +
         'not by an API key (the pod is the trust boundary). `{rest}` spans the rest of the path, slashes included.',
       permission: null,
       security: 'none',

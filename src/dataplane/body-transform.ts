@@ -51,7 +51,8 @@ export class BodyTransform {
     this.transformer.end(out);
     this.check();
     if (this.reportTo !== null) {
-      this.reportTo.fieldsTransformed = this.handler.count;
+      // Added to what the request's query string had transformed, if anything.
+      this.reportTo.fieldsTransformed = (this.reportTo.fieldsTransformed ?? 0) + this.handler.count;
       this.reportTo.reveal = this.handler.reveal ?? null;
     }
   }

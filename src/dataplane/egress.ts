@@ -11,6 +11,7 @@ import type { EgressRoute as EgressConfig } from '../config/schema.ts';
 import { DestinationNotAllowedError, EgressPathRefusedError, NotFoundError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { parseDestination, type Destination } from './destination.ts';
+import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { compileTransformRoute, logRouteRequest, routeConfiguration, type TransformRoute } from './transform-routes.ts';
@@ -41,7 +42,7 @@ export class EgressRoutes {
       const compiled = compileTransformRoute(`egress:${entry.name}`, entry);
       routes.set(entry.name, {
         ...compiled,
-        echoes: compiled.request?.mode === 'decrypt' && entry.response === undefined,
+        echoes: (compiled.request?.mode === 'decrypt' || compiled.query?.mode === 'decrypt') && entry.response === undefined,
         base: `${url.protocol}//${userinfo}${url.host}${prefix}`,
         allow: `${url.protocol}//${url.host}${prefix}/`,
       });
@@ -61,13 +62,25 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
   const rest = ctx.params['rest'] ?? '';
   logRouteRequest(ctx, route, `/${rest}`);
   const configuration = routeConfiguration(ctx, services, route);
-  const destination = egressDestination(route, rest, ctx.rawQuery);
+  refuseUnsafeRest(rest);
+  // The query first: a bad token in it stops the request before the body is read.
+  const query = route.query === null || ctx.rawQuery === '' ? null : transformRouteQuery(ctx, services, configuration, route.query, ctx.rawQuery, { paths: route.echoes });
+  const destination = egressDestination(route, rest, query?.query ?? ctx.rawQuery);
   ctx.destination = destination.origin;
+  if (query !== null) ctx.fieldsTransformed = query.count;
   // The application is told how many fields were transformed (a relay's clients are not),
   // and never gets back the plaintext a vendor echoes.
   const request = await requestBody(ctx, services, route, configuration, { reportCount: true, recordPaths: route.echoes });
-  await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false, request.decryptedAt));
+  const decryptedAt = joinDecrypted(query?.decryptedAt ?? null, request.decryptedAt, route.echoes);
+  await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false, decryptedAt));
   request.recordUsage();
+}
+
+/** Where the query's and the body's tokens were decrypted, for an answer that must not echo them. */
+function joinDecrypted(query: ReadonlyMap<string, number> | null, body: ReadonlyMap<string, number> | null, echoes: boolean): ReadonlyMap<string, number> | null {
+  if (!echoes) return null;
+  if (query === null || query.size === 0) return body;
+  return body === null || body.size === 0 ? query : new Map([...query, ...body]);
 }
 
 /**
@@ -76,13 +89,17 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
  * as is one that climbs out of it; the answer never names the vendor's host.
  */
 function egressDestination(route: EgressRoute, rest: string, query: string): Destination {
-  if (UNSAFE_REST.test(rest) || !decodesAsUtf8(rest) || rest.split('/').some(isDotSegment)) throw new EgressPathRefusedError();
+  refuseUnsafeRest(rest);
   try {
     return parseDestination(`${route.base}/${rest}${query === '' ? '' : `?${query}`}`, [route.allow]);
   } catch (err) {
     if (err instanceof DestinationNotAllowedError) throw new EgressPathRefusedError();
     throw err;
   }
+}
+
+function refuseUnsafeRest(rest: string): void {
+  if (UNSAFE_REST.test(rest) || !decodesAsUtf8(rest) || rest.split('/').some(isDotSegment)) throw new EgressPathRefusedError();
 }
 
 /**

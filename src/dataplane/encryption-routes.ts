@@ -9,7 +9,7 @@ import { ClassificationAccess } from '../auth/classification-access.ts';
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { requireConfigurationScope, requirePermission, type Caller } from '../auth/caller.ts';
 import { BadRequestError, InvalidJsonError, NotFoundError, UnsupportedMediaTypeError, ValidationError } from '../errors.ts';
-import { detectFormat, JSON_FORMAT, NDJSON_FORMAT, type BodyFormat } from '../fields/formats.ts';
+import { detectFormat, FORM_FORMAT, JSON_FORMAT, NDJSON_FORMAT, type BodyFormat } from '../fields/formats.ts';
 import { FieldMatcher } from '../fields/paths.ts';
 import { hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -127,11 +127,14 @@ export function resolveFieldPaths(ctx: RequestContext, services: Services, confi
   return defaults;
 }
 
-/** The formats the encryption endpoints and `/proxy` take. */
-const API_FORMATS: readonly BodyFormat[] = [JSON_FORMAT, NDJSON_FORMAT];
+/**
+ * The formats the encryption endpoints and `/proxy` take; the answer is written in the
+ * request's own (DESIGN §15).
+ */
+const API_FORMATS: readonly BodyFormat[] = [JSON_FORMAT, NDJSON_FORMAT, FORM_FORMAT];
 
 /**
- * JSON or NDJSON, uncompressed and UTF-8 (a compressed body cannot be transformed). A
+ * JSON, NDJSON or a form, uncompressed and UTF-8 (a compressed body cannot be transformed). A
  * request with no body at all, whatever its method or content type, has nothing to
  * transform: it is refused as an empty body is, so a bodiless GET learns what is missing,
  * not that JSON needs a content type.

@@ -17,6 +17,7 @@ import {
   DepthExceededError,
   InvalidFormError,
   InvalidJsonError,
+  InvalidQueryError,
   ProtectedFieldError,
   protectedFieldMessage,
   RouteUnavailableError,
@@ -30,6 +31,7 @@ import { FormTransformer } from '../fields/form.ts';
 import { detectFormat, detectRequestFormat, FORM_FORMAT, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
 import { protectedKeyOf, protectedKeysMatcher } from '../fields/protected-keys.ts';
+import { transformQuery } from '../fields/query.ts';
 import type { CaptureLimits, ChunkTransformer, FieldValue } from '../fields/value.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
@@ -55,6 +57,42 @@ export class RelayGuard {
    * transformed the body first, and `minted` the tokens it wrote, which are kept as they are.
    */
   begin(ctx: RequestContext, services: Services, route: TokenCodec | null, minted: ReadonlySet<string> | null): GuardPass {
+    const { handler, configuration } = this.handler(services, this.settings, route, minted);
+    return new GuardPass(ctx, services, this.settings, this.matcher, handler, configuration);
+  }
+
+  /**
+   * The guard over a request's query string (without its `?`), read as a form split at `&`
+   * and `;`: a protected parameter's plaintext value is encrypted in place (or refused with
+   * 422), so it never reaches the application in the target either. Returns the query to
+   * send on. A query that does not decode is a 400, or passes unread with
+   * `uninspectable: pass`. `ctx` null (a WebSocket upgrade, whose target cannot be
+   * rewritten after the fact): a plaintext value is refused whatever `on_plaintext` says.
+   */
+  query(ctx: RequestContext | null, services: Services, query: string, route: TokenCodec | null = null, minted: ReadonlySet<string> | null = null): string {
+    if (query === '') return query;
+    const settings: ProtectConfig = ctx === null && this.settings.on_plaintext !== 'refuse' ? { ...this.settings, on_plaintext: 'refuse' } : this.settings;
+    const { handler, configuration } = this.handler(services, settings, route, minted);
+    let out: string;
+    try {
+      out = transformQuery(query, this.matcher, handler, services.limits.token, { semicolons: true });
+    } catch (err) {
+      if (err instanceof InvalidQueryError && this.settings.uninspectable === 'pass') return query;
+      services.metrics.countGuard('refused');
+      throw err;
+    }
+    const failure = handler.failure();
+    if (failure !== null) {
+      services.metrics.countGuard('refused');
+      throw failure;
+    }
+    if (handler.count === 0) return query;
+    if (ctx !== null) recordUsage(ctx, services, configuration, 'encrypt', handler.count, query.length);
+    services.metrics.countGuard('encrypted');
+    return out;
+  }
+
+  private handler(services: Services, settings: ProtectConfig, route: TokenCodec | null, minted: ReadonlySet<string> | null): { handler: GuardHandler; configuration: Configuration } {
     const configuration = services.store.configurations.findByName(this.settings.configuration);
     if (configuration === undefined || configuration.type !== 'encryption') {
       throw new RouteUnavailableError(new Error(`relay.protect names the configuration "${this.settings.configuration}", which is not an encryption configuration in the store`));
@@ -67,8 +105,8 @@ export class RelayGuard {
       classificationId = id;
     }
     const verifiers = route === null || route === codec ? [codec] : [codec, route];
-    const handler = new GuardHandler(this.settings, codec.encryptor(classificationId), classificationId, new KeyInUse(services.store, configuration.id, codec), verifiers, minted, services.limits.plaintext);
-    return new GuardPass(ctx, services, this.settings, this.matcher, handler, configuration);
+    const handler = new GuardHandler(settings, codec.encryptor(classificationId), classificationId, new KeyInUse(services.store, configuration.id, codec), verifiers, minted, services.limits.plaintext);
+    return { handler, configuration };
   }
 }
 

@@ -15,7 +15,10 @@ import { createProxyServer, type ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { EndUserIdentity } from '../auth/end-user.ts';
 import type { RelayConfig } from '../config/schema.ts';
-import { BadRequestError } from '../errors.ts';
+import type { TokenCodec } from '../crypto/token.ts';
+import { BadRequestError, SvcError } from '../errors.ts';
+import { splitTarget } from '../fields/query.ts';
+import type { Configuration } from '../store/configurations.ts';
 import { RequestContext } from '../http/context.ts';
 import { answerAndClose, Listener, type ListenerOptions } from '../http/listener.ts';
 import { isOwnHeader } from '../http/svc-headers.ts';
@@ -25,6 +28,7 @@ import { hasBody } from '../http/body.ts';
 import { mapUpstreamError, unforwardableHeader, unforwardableHeaderError, type ForwardOptions } from './forwarder.ts';
 import { ClassificationAccess, FOR_THE_POD } from '../auth/classification-access.ts';
 import { RelayGuard } from './relay-guard.ts';
+import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { compileTransformRoute, logRouteRequest, routeConfiguration, type TransformRoute } from './transform-routes.ts';
@@ -237,8 +241,10 @@ export class RelayServer {
         ctx.closeConnection = true;
         throw new BadRequestError(UNCHANGEABLE_TARGET);
       }
-      // A body still passes the guard: only bodiless requests go straight through.
+      // A body still passes the guard: only bodiless requests go straight through, their
+      // query string guarded too.
       if (this.guard !== null && hasBody(ctx)) return this.forwardGuarded(ctx);
+      if (this.guard !== null) this.guardPassThroughQuery(ctx);
       this.passThrough(ctx);
       return;
     }
@@ -252,33 +258,68 @@ export class RelayServer {
     if (this.identity !== null) ctx.endUser = await this.identity.resolve(ctx.req.headers, this.services.store);
     ctx.destination = this.upstream.origin;
     const configuration = routeConfiguration(ctx, this.services, route);
+    const query = this.routeQuery(ctx, route, configuration);
     const request = await requestBody(ctx, this.services, route, configuration, { guard: this.guard });
     // Answers decrypt as the end user when the relay knows who reads (DESIGN §14): each
     // classification's reveal rules decide, the anonymous get its default, and a deny is a
     // redact, so the application's answer never fails because of its reader. Without
     // relay.identity, for the pod: every value plain.
     const reveal = this.identity === null ? FOR_THE_POD : new ClassificationAccess(this.services.store, ctx.endUser, { denyAsRedact: true });
-    await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, routeForwardOptions(this.services, route, configuration, true, null, reveal));
+    await this.services.forwarder.forward(ctx, this.destinationFor(ctx, query), request.body, routeForwardOptions(this.services, route, configuration, true, null, reveal));
     request.recordUsage();
+  }
+
+  /**
+   * The query string to send on for a matched route: the route's `query` rules, then the
+   * guard over what they wrote (tokens the route just wrote are kept). Null: the target
+   * has no query.
+   */
+  private routeQuery(ctx: RequestContext, route: RelayRoute, configuration: Configuration): string | null {
+    let query = splitTarget(targetOf(ctx.req.url ?? '/')).query;
+    if (query === null) return null;
+    let codec: TokenCodec | null = null;
+    let minted: ReadonlySet<string> | null = null;
+    if (route.query !== null) {
+      const done = transformRouteQuery(ctx, this.services, configuration, route.query, query, { minted: this.guard !== null });
+      query = done.query;
+      codec = done.codec;
+      minted = done.minted;
+    }
+    return this.guard === null ? query : this.guard.query(ctx, this.services, query, codec, minted);
   }
 
   /** A request that matched no route but has a body: on to the application through the guard. */
   private async forwardGuarded(ctx: RequestContext): Promise<void> {
     ctx.destination = this.upstream.origin;
+    const query = this.guardedQuery(ctx);
     const request = await requestBody(ctx, this.services, null, null, { guard: this.guard });
-    await this.services.forwarder.forward(ctx, this.destinationFor(ctx), request.body, PASS_THROUGH);
+    await this.services.forwarder.forward(ctx, this.destinationFor(ctx, query), request.body, PASS_THROUGH);
   }
 
-  /** The upstream plus the request's own path and query, as sent (never normalized). */
-  private destinationFor(ctx: RequestContext): Destination {
-    const raw = ctx.req.url ?? '/';
-    let target = raw;
-    if (!raw.startsWith('/')) {
-      const parsed = URL.parse(raw);
-      target = parsed === null ? '/' : `${parsed.pathname}${parsed.search}`;
-    }
+  /** The guard over the query of a request no route matched; null: it has none. */
+  private guardedQuery(ctx: RequestContext): string | null {
+    const query = splitTarget(targetOf(ctx.req.url ?? '/')).query;
+    return query === null || this.guard === null ? query : this.guard.query(ctx, this.services, query);
+  }
+
+  /**
+   * The upstream plus the request's own path and query, as sent (never normalized); the
+   * query replaced by `query` when the route or the guard rewrote it.
+   */
+  private destinationFor(ctx: RequestContext, query: string | null = null): Destination {
+    let target = targetOf(ctx.req.url ?? '/');
+    if (query !== null) target = `${splitTarget(target).path}?${query}`;
     const prefix = this.upstream.pathname === '/' ? '' : this.upstream.pathname.replace(/\/$/, '');
     return { ...this.upstreamDestination, path: `${prefix}${target}` };
+  }
+
+  /** Rewrites the target of a bodiless pass-through when the guard encrypted in its query. */
+  private guardPassThroughQuery(ctx: RequestContext): void {
+    const target = ctx.req.url ?? '/';
+    const { path, query } = splitTarget(target);
+    if (query === null) return;
+    const guarded = this.guard!.query(ctx, this.services, query);
+    if (guarded !== query) ctx.req.url = `${path}?${guarded}`;
   }
 
   private passThrough(ctx: RequestContext): void {
@@ -305,6 +346,17 @@ export class RelayServer {
       answerAndClose(socket, new BadRequestError('Bad request.'));
       return;
     }
+    // A protected parameter in plaintext in an upgrade's query is refused (it cannot be
+    // rewritten and counted like a request's): the guard never lets it by.
+    const query = splitTarget(req.url ?? '/').query;
+    if (this.guard !== null && query !== null) {
+      try {
+        this.guard.query(null, this.services, query);
+      } catch (err) {
+        answerAndClose(socket, err instanceof SvcError ? err : new BadRequestError('Bad request.'));
+        return;
+      }
+    }
     this.proxy.ws(req, socket, head, (err) => {
       const error = mapUpstreamError(err, this.upstreamDestination);
       // The path only: an application's query string may carry its own tokens.
@@ -313,6 +365,13 @@ export class RelayServer {
       if (socket.writable && socket.bytesWritten === 0) answerAndClose(socket, error);
     });
   }
+}
+
+/** The origin-form target of a request: an absolute-form one's path and query. */
+function targetOf(raw: string): string {
+  if (raw.startsWith('/')) return raw;
+  const parsed = URL.parse(raw);
+  return parsed === null ? '/' : `${parsed.pathname}${parsed.search}`;
 }
 
 const UNCHANGEABLE_TARGET = 'The request target cannot be passed on unchanged.';

@@ -18,7 +18,7 @@ import { RouteUnavailableError } from '../errors.ts';
 import type { TokenCodec } from '../crypto/token.ts';
 import { SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import { compileFieldPaths, FieldMatcher } from '../fields/paths.ts';
-import type { ChunkTransformer } from '../fields/value.ts';
+import type { CaptureLimits, ChunkTransformer } from '../fields/value.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
@@ -42,11 +42,14 @@ export interface TransformRoute {
   readonly configuration: string;
   readonly request: TransformSpec | null;
   readonly response: TransformSpec | null;
+  /** The request's query-string parameters (DESIGN §15). */
+  readonly query: TransformSpec | null;
 }
 
 export interface RouteSettings {
   readonly configuration: string;
   readonly request?: RouteTransform | undefined;
+  readonly query?: RouteTransform | undefined;
   /** `passthrough` (egress): relay the answer as it is. */
   readonly response?: RouteTransform | 'passthrough' | undefined;
 }
@@ -61,6 +64,7 @@ export function compileTransformRoute(label: string, settings: RouteSettings): T
     configuration: settings.configuration,
     request: compileTransform(settings.request),
     response: settings.response === 'passthrough' ? null : compileTransform(settings.response),
+    query: compileTransform(settings.query),
   };
 }
 
@@ -111,6 +115,26 @@ export function routeTransformer(
   record: { readonly minted?: boolean; readonly paths?: boolean } = {},
   reveal: RevealPolicy = FOR_THE_POD,
 ): RouteTransformer {
+  const { handler, codec, matcher, limits } = routeHandler(services, configuration, spec, record, reveal);
+  return { transformer: new SniffingTransformer(declared, (format) => format.create(matcher, handler, limits)), handler, codec };
+}
+
+/** What a route's transform is made of, whatever it reads (a body, a query string). */
+export interface RouteHandler {
+  readonly handler: EncryptHandler | DecryptHandler;
+  readonly codec: TokenCodec;
+  readonly matcher: FieldMatcher;
+  readonly limits: CaptureLimits;
+}
+
+/** The handler, matcher and limits of `spec` on `configuration` (`record` and `reveal` as routeTransformer). */
+export function routeHandler(
+  services: Services,
+  configuration: Configuration,
+  spec: TransformSpec,
+  record: { readonly minted?: boolean; readonly paths?: boolean } = {},
+  reveal: RevealPolicy = FOR_THE_POD,
+): RouteHandler {
   const codec = services.codecs.get(configuration);
   const classificationId = resolveClassification(services, spec);
   const handler =
@@ -119,7 +143,7 @@ export function routeTransformer(
       : new DecryptHandler(codec, reveal, classificationId === 0 ? null : classificationId, record.paths === true);
   const matcher = resolveMatcher(services, configuration, spec);
   const limits = spec.mode === 'encrypt' ? services.limits.plaintext : services.limits.token;
-  return { transformer: new SniffingTransformer(declared, (format) => format.create(matcher, handler, limits)), handler, codec };
+  return { handler, codec, matcher, limits };
 }
 
 /** The transform of one body on a route, alone (`reveal` as routeTransformer). */

@@ -22,15 +22,29 @@ const IN_NAME = 0;
 const IN_VALUE = 1;
 const IN_MATCHED_VALUE = 2;
 
+export interface FormOptions {
+  /**
+   * Also read a `;` inside a value as the start of another parameter, as some servers split
+   * forms (older Python and Go). A value found that way ends at the next `;` or `&`; one
+   * after a `&` still ends only at `&`, so none is ever cut short.
+   */
+  readonly semicolons?: boolean;
+  /** Write a space in a replaced value as `+` (forms), else as `%20` (query strings). */
+  readonly plusForSpace?: boolean;
+}
+
 export class FormTransformer implements ChunkTransformer, FieldValue {
   private readonly matcher: FieldMatcher;
   private readonly handler: ValueHandler;
   private readonly limits: CaptureLimits;
   private readonly semicolons: boolean;
+  private readonly plusForSpace: boolean;
   private mode = IN_NAME;
   private parts: Buffer[] = [];
   private held = 0;
   private name = '';
+  /** The reading of `name` a path matched. */
+  private segments: string[] = [];
   /** The current name began after a `;` inside another value (`semicolons`). */
   private afterSemicolon = false;
 
@@ -39,16 +53,12 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   raw: Buffer = EMPTY;
   escaped = false;
 
-  /**
-   * `semicolons`: also read a `;` inside a value as the start of another parameter, as some
-   * servers split forms (older Python and Go). A value found that way ends at the next `;`
-   * or `&`; one after a `&` still ends only at `&`, so none is ever cut short.
-   */
-  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false }: { semicolons?: boolean } = {}) {
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false, plusForSpace = true }: FormOptions = {}) {
     this.matcher = matcher;
     this.handler = handler;
     this.limits = limits;
     this.semicolons = semicolons;
+    this.plusForSpace = plusForSpace;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
@@ -70,7 +80,7 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
       const stop =
         this.mode === IN_NAME ? nameEnd(chunk, start, this.semicolons) : this.afterSemicolon ? delimiterAt(chunk, start, true) : chunk.indexOf(AMP, start);
       if (stop === -1) {
-        this.hold(chunk.subarray(start, n));
+        this.hold(chunk.subarray(start, n), out);
         return;
       }
       this.finishPart(chunk.subarray(start, stop), out);
@@ -91,12 +101,21 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
     this.mode = IN_NAME;
   }
 
-  /** Keeps the part of a name or matched value that runs past the chunk, within the limit. */
-  private hold(part: Buffer): void {
+  /**
+   * Keeps the part of a name or matched value that runs past the chunk, within the limit.
+   * Decrypting without paths, a value longer than any token can be is no token: it streams
+   * on as it is, as in JSON.
+   */
+  private hold(part: Buffer, out: Buffer[]): void {
     if (part.length === 0) return;
     this.parts.push(part);
     this.held += part.length;
-    if (this.held > this.limits.capture) throw new ValueTooLargeError(this.limits.value);
+    if (this.held <= this.limits.capture) return;
+    if (this.mode !== IN_MATCHED_VALUE || !this.matcher.root.anyToken) throw new ValueTooLargeError(this.limits.value);
+    for (const held of this.parts) out.push(held);
+    this.parts = [];
+    this.held = 0;
+    this.mode = IN_VALUE;
   }
 
   /** A name or matched value is complete: a name is decoded (and kept), a value replaced. */
@@ -108,7 +127,11 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
       this.parts = [];
       this.held = 0;
     }
-    if (raw.length > this.limits.capture) throw new ValueTooLargeError(this.limits.value);
+    if (raw.length > this.limits.capture) {
+      if (this.mode !== IN_MATCHED_VALUE || !this.matcher.root.anyToken) throw new ValueTooLargeError(this.limits.value);
+      out.push(raw);
+      return;
+    }
     if (this.mode === IN_NAME) {
       this.name = decodeFormBytes(raw).toString('utf8');
       // The name's bytes go out as they came; only values change.
@@ -122,20 +145,26 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
     this.raw = EMPTY;
   }
 
-  /** Whether the name just read, or a leading part of it, is one the paths name. */
+  /**
+   * Whether the name just read, or a leading part of it, is one the paths name. A name
+   * with a `.` before its brackets is read both ways, as bracket binders (`a.b` one
+   * segment) and dotted ones (`card.number` as `card[number]`) would: a rule applies
+   * when either reading names it.
+   */
   private nameMatched(): boolean {
-    let state: PathState = this.matcher.root;
-    for (const segment of nameSegments(this.name)) {
-      state = state.next(segment);
-      if (state.terminal) return true;
-      if (state.dead) return false;
-    }
-    return state.terminal;
+    this.segments = nameSegments(this.name);
+    // Decrypting without paths: every value is a candidate, and only tokens are replaced.
+    if (this.matcher.root.anyToken) return true;
+    if (segmentsMatched(this.matcher.root, this.segments)) return true;
+    const dotted = dottedSegments(this.name);
+    if (dotted === null || !segmentsMatched(this.matcher.root, dotted)) return false;
+    this.segments = dotted;
+    return true;
   }
 
   /** The parameter as a field path: `card[number]` is `card.number` (DESIGN §15's one path language). */
   path(): string {
-    return nameSegments(this.name).map(escapeSegment).join('.');
+    return this.segments.map(escapeSegment).join('.');
   }
 
   plaintext(): Buffer {
@@ -155,7 +184,7 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   }
 
   encodePlain(plaintext: Buffer, _type: PlainType): Buffer {
-    return encodeFormBytes(plaintext);
+    return encodeFormBytes(plaintext, this.plusForSpace);
   }
 
   /** A form has no null: a redacted parameter keeps its name and loses its value (`ssn=`). */
@@ -187,6 +216,27 @@ export function nameSegments(name: string): string[] {
     at = close + 1;
   }
   return segments;
+}
+
+/** The segments of a name read with `.` as a separator too, before its brackets; null without one. */
+export function dottedSegments(name: string): string[] | null {
+  const open = name.indexOf('[');
+  const head = open === -1 ? name : name.slice(0, open);
+  if (!head.includes('.')) return null;
+  const bracketed = nameSegments(name);
+  // A name that does not follow the bracket form is one segment: split it whole.
+  if (bracketed.length === 1) return name.split('.');
+  return [...head.split('.'), ...bracketed.slice(1)];
+}
+
+function segmentsMatched(root: PathState, segments: readonly string[]): boolean {
+  let state = root;
+  for (const segment of segments) {
+    state = state.next(segment);
+    if (state.terminal) return true;
+    if (state.dead) return false;
+  }
+  return state.terminal;
 }
 
 /** The index of the `=` or `&` (or `;`) that ends the name starting at `from`, or -1. */
@@ -241,8 +291,11 @@ export function decodeFormBytes(raw: Buffer): Buffer {
   return decoded;
 }
 
-/** The form serialiser's encoding: `*-._` and alphanumerics kept, space as `+`, the rest `%XX`. */
-export function encodeFormBytes(bytes: Buffer): Buffer {
+/**
+ * The form serialiser's encoding: `*-._` and alphanumerics kept, space as `+` (or `%20`
+ * with `plusForSpace` false, which every query reader takes as a space), the rest `%XX`.
+ */
+export function encodeFormBytes(bytes: Buffer, plusForSpace = true): Buffer {
   let plain = true;
   for (const c of bytes) {
     if (!isFormSafe(c)) {
@@ -255,7 +308,7 @@ export function encodeFormBytes(bytes: Buffer): Buffer {
   let o = 0;
   for (const c of bytes) {
     if (isFormSafe(c)) out[o++] = c;
-    else if (c === 0x20) out[o++] = 0x2b;
+    else if (c === 0x20 && plusForSpace) out[o++] = 0x2b;
     else {
       out[o++] = 0x25;
       out[o++] = HEX[c >> 4]!;

@@ -9,6 +9,7 @@
  * A body in one of them that is compressed, or declared in another charset than UTF-8, is
  * `unreadable`, never `other`: passing it on untransformed would let plaintext by.
  */
+import { InvalidFormError } from '../errors.ts';
 import { FormTransformer } from './form.ts';
 import { NdjsonTransformer } from './ndjson.ts';
 import type { FieldMatcher } from './paths.ts';
@@ -42,8 +43,41 @@ export const FORM_FORMAT: BodyFormat = {
   name: 'form',
   contentType: 'application/x-www-form-urlencoded',
   matches: (type) => type === 'application/x-www-form-urlencoded',
-  create: (matcher, handler, limits) => new FormTransformer(matcher, handler, limits),
+  create: (matcher, handler, limits) => new NotJson(new FormTransformer(matcher, handler, limits)),
 };
+
+/**
+ * A "form" whose first byte other than whitespace (or a byte-order mark) is `{` or `[` is
+ * refused (400): read as a form it names nothing, so its fields would go on untransformed,
+ * while a reader that sniffs, or a framework that ignores the declared type, reads JSON.
+ */
+class NotJson implements ChunkTransformer {
+  private readonly inner: ChunkTransformer;
+  private decided = false;
+
+  constructor(inner: ChunkTransformer) {
+    this.inner = inner;
+  }
+
+  push(chunk: Buffer, out: Buffer[]): void {
+    if (!this.decided) {
+      let i = 0;
+      while (i < chunk.length && LEADING.has(chunk[i]!)) i++;
+      if (i < chunk.length) {
+        this.decided = true;
+        if (chunk[i] === 0x7b || chunk[i] === 0x5b) throw new InvalidFormError('it reads as JSON; send JSON as application/json');
+      }
+    }
+    this.inner.push(chunk, out);
+  }
+
+  end(out: Buffer[]): void {
+    this.inner.end(out);
+  }
+}
+
+/** Whitespace, and the bytes of a UTF-8 byte-order mark, that a JSON reader may skip. */
+const LEADING = new Set([0x20, 0x09, 0x0a, 0x0d, 0xef, 0xbb, 0xbf]);
 
 /** Every format, in the order they are tried. */
 export const ALL_FORMATS: readonly BodyFormat[] = [JSON_FORMAT, NDJSON_FORMAT, FORM_FORMAT];

@@ -216,29 +216,51 @@ export function compileFieldPaths(input: string | readonly string[]): FieldMatch
   return FieldMatcher.compile(parsed, names);
 }
 
+/**
+ * One path in either spelling of DESIGN §15's one path language: dotted (`card.number`,
+ * `items.*.sku`) or bracketed as form names are (`card[number]`, `items[*][sku]`,
+ * `items[0][sku]`), or both (`order.items[0].sku`). A bracket holds one segment, read
+ * literally up to its `]` (`a[b.c]` is `a` then `b.c`); `[]` and `[*]` are the wildcard.
+ */
 function parsePath(path: string): Segment[] {
   const segments: Segment[] = [];
   let current = '';
   let escaped = false;
   let wildcardOnly = false;
   let literal = false;
-  const close = () => {
-    if (wildcardOnly && !literal && current === '*') segments.push(WILDCARD);
-    else if (current === '') throw new InvalidFieldPathsError(`the path "${clip(path)}" has an empty segment`);
-    else segments.push(current);
+  /** A `]` just closed a segment: only `[`, `.` or the end may follow. */
+  let afterBracket = false;
+  const push = (segment: Segment) => {
+    segments.push(segment);
     if (segments.length > MAX_SEGMENTS) {
       throw new InvalidFieldPathsError(`the path "${clip(path)}" has more than ${MAX_SEGMENTS} segments`);
     }
+  };
+  const close = () => {
+    if (wildcardOnly && !literal && current === '*') push(WILDCARD);
+    else if (current === '') throw new InvalidFieldPathsError(`the path "${clip(path)}" has an empty segment`);
+    else push(current);
     current = '';
     wildcardOnly = false;
     literal = false;
   };
-  for (const ch of path) {
-    if (escaped) {
-      if (wildcardOnly) {
-        throw new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
+  const insideSegment = () => new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
+  const chars = [...path];
+  for (let i = 0; i < chars.length; i++) {
+    const ch = chars[i]!;
+    if (afterBracket) {
+      afterBracket = false;
+      if (ch === '.') continue;
+      if (ch !== '[') {
+        throw new InvalidFieldPathsError(`the path "${clip(path)}" has "${ch}" after a "]": a "]" is followed by "[", "." or the end; write "\\]" for a literal bracket`);
       }
-      if (ch !== '.' && ch !== '*' && ch !== '\\') {
+      i = readBracket(path, chars, i + 1, push);
+      afterBracket = true;
+      continue;
+    }
+    if (escaped) {
+      if (wildcardOnly) throw insideSegment();
+      if (!ESCAPABLE.has(ch)) {
         throw new InvalidFieldPathsError(`the path "${clip(path)}" has an unknown escape "\\${ch}"`);
       }
       current += ch;
@@ -248,24 +270,64 @@ function parsePath(path: string): Segment[] {
       escaped = true;
     } else if (ch === '.') {
       close();
+    } else if (ch === '[') {
+      // `[` opens a segment after a name or after another bracket, never at the start.
+      if (current === '' && !literal) {
+        throw new InvalidFieldPathsError(`the path "${clip(path)}" has a "[" that follows no name; write "\\[" for a literal bracket`);
+      }
+      close();
+      i = readBracket(path, chars, i + 1, push);
+      afterBracket = true;
+    } else if (ch === ']') {
+      throw new InvalidFieldPathsError(`the path "${clip(path)}" has a "]" without its "["; write "\\]" for a literal bracket`);
     } else if (ch === '*') {
       // A bare `*` segment is the wildcard; a `*` inside other text would read like a glob
       // we do not support, so it must be written `\*`.
-      if (current !== '' || literal) {
-        throw new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
-      }
+      if (current !== '' || literal) throw insideSegment();
       current = '*';
       wildcardOnly = true;
     } else {
-      if (wildcardOnly) {
-        throw new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
-      }
+      if (wildcardOnly) throw insideSegment();
       current += ch;
     }
   }
   if (escaped) throw new InvalidFieldPathsError(`the path "${clip(path)}" ends with a lone "\\"`);
-  close();
+  if (!afterBracket) close();
   return segments;
+}
+
+/** What `\` may escape. */
+const ESCAPABLE = new Set(['.', '*', '\\', '[', ']']);
+
+/**
+ * Reads one bracketed segment from `chars[from]` to its `]`, pushes it and returns the
+ * index of the `]`. Inside, only `\` is special (`*` alone is the wildcard).
+ */
+function readBracket(path: string, chars: readonly string[], from: number, push: (segment: Segment) => void): number {
+  let text = '';
+  let literal = false;
+  for (let i = from; i < chars.length; i++) {
+    const ch = chars[i]!;
+    if (ch === '\\') {
+      const next = chars[i + 1];
+      if (next === undefined) break;
+      if (!ESCAPABLE.has(next)) throw new InvalidFieldPathsError(`the path "${clip(path)}" has an unknown escape "\\${next}"`);
+      text += next;
+      literal = true;
+      i++;
+    } else if (ch === ']') {
+      if (!literal && (text === '' || text === '*')) push(WILDCARD);
+      else if (!literal && text.includes('*')) {
+        throw new InvalidFieldPathsError(`the path "${clip(path)}" uses "*" inside a segment; write "\\*" for a literal asterisk`);
+      } else push(text);
+      return i;
+    } else if (ch === '[') {
+      throw new InvalidFieldPathsError(`the path "${clip(path)}" has a "[" inside brackets; write "\\[" for a literal bracket`);
+    } else {
+      text += ch;
+    }
+  }
+  throw new InvalidFieldPathsError(`the path "${clip(path)}" has a "[" without its "]"`);
 }
 
 /** The segments of a concrete path written by `escapeSegment` and `.` (`a\\.b.0` → `a.b`, `0`). */
@@ -286,7 +348,7 @@ export function splitPath(path: string): string[] {
 
 /** Writes a concrete path the way the DSL reads it, for error keys (`items.0.email`). */
 export function escapeSegment(segment: string): string {
-  return segment.replace(/[\\.*]/g, (c) => `\\${c}`);
+  return segment.replace(/[\\.*[\]]/g, (c) => `\\${c}`);
 }
 
 function clip(s: string): string {

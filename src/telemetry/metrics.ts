@@ -3,10 +3,16 @@
  * is bounded: route templates (never raw paths), status codes, configuration names,
  * key versions, allowlist entries (never requested hosts), fixed error kinds.
  */
+import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+/** Quantiles of the event-loop delay exported at each scrape; 1 is the largest delay seen. */
+const LOOP_QUANTILES = [0.5, 0.9, 0.99, 0.999, 1] as const;
+/** How often the delay monitor's timer fires (milliseconds): a stall is measured whatever its length. */
+const LOOP_RESOLUTION_MS = 10;
+
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 export interface QueueSource {
@@ -29,6 +35,8 @@ export class Metrics {
   private readonly relayPassthrough: Counter;
   private readonly egressProxy: Counter<'host_rule' | 'status'>;
   private readonly snapshotsRefused: Counter<'reason'>;
+  /** Event-loop delay since the previous scrape (perf_hooks, recorded in nanoseconds). */
+  private readonly loopDelay: ELDHistogram;
   /** Children by label key, so a request does not re-hash its labels. */
   private readonly requestChildren = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<'route' | 'method' | 'status'> }>();
 
@@ -51,7 +59,7 @@ export class Metrics {
     });
     this.forwardLatency = new Histogram({ name: 'svc_forward_duration_seconds', help: 'Time to the destination\'s response headers, by allowlist entry and status.', labelNames: ['destination', 'status'], buckets: LATENCY_BUCKETS, registers });
     this.forwardErrors = new Counter({ name: 'svc_forward_errors_total', help: 'Forwards that failed, by allowlist entry and kind.', labelNames: ['destination', 'kind'], registers });
-    this.relayGuard = new Counter({ name: 'svc_relay_guard_total', help: 'Request bodies the relay guard inspected, by outcome: encrypted (it encrypted protected fields), refused (415 or 422), passed.', labelNames: ['outcome'], registers });
+    this.relayGuard = new Counter({ name: 'svc_relay_guard_total', help: 'Request bodies the relay guard inspected, and query strings it changed or refused, by outcome: encrypted (it encrypted protected fields), refused (400, 415 or 422), passed.', labelNames: ['outcome'], registers });
     this.relayPassthrough = new Counter({ name: 'svc_relay_passthrough_total', help: 'Relay requests that matched no route.', registers });
     this.egressProxy = new Counter({
       name: 'svc_egress_proxy_requests_total',
@@ -66,6 +74,20 @@ export class Metrics {
       help: 'Control-plane snapshots a replica refused, by reason (invalid, mac, digest, version, older, store).',
       labelNames: ['reason'],
       registers,
+    });
+    this.loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
+    this.loopDelay.enable();
+    const loopDelay = this.loopDelay;
+    new Gauge({
+      name: 'svc_event_loop_delay_seconds',
+      help: 'How late the event loop ran timers, by quantile (1 is the largest), since the previous scrape: every request waits this long on top of its own work.',
+      labelNames: ['quantile'],
+      registers,
+      collect() {
+        const empty = loopDelay.count === 0;
+        for (const q of LOOP_QUANTILES) this.set({ quantile: String(q) }, empty ? 0 : (q === 1 ? loopDelay.max : loopDelay.percentile(q * 100)) / 1e9);
+        loopDelay.reset();
+      },
     });
     new Gauge({
       name: 'svc_log_queue_depth',
@@ -149,6 +171,11 @@ export class Metrics {
 
   countSnapshotRefused(reason: 'invalid' | 'mac' | 'digest' | 'version' | 'older' | 'store'): void {
     this.snapshotsRefused.inc({ reason });
+  }
+
+  /** Stops the event-loop delay monitor's timer. */
+  close(): void {
+    this.loopDelay.disable();
   }
 
   async render(): Promise<{ contentType: string; body: string }> {

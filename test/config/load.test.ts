@@ -86,7 +86,7 @@ describe('defaults', () => {
     assert.deepEqual(config.state, { source: 'local' });
     assert.deepEqual(config.auth, { access_token_ttl: 3_600_000, login_max_attempts: 5, login_window: 900_000 });
     assert.deepEqual(config.forwarding, { connect_timeout: 5_000, headers_timeout: 30_000, body_timeout: 30_000, max_body: 4 * 1024 ** 3 });
-    assert.deepEqual(config.logs, { enabled: true, retention: 30 * 86_400_000, flush_interval: 1_000, batch_size: 500, queue_limit: 100_000 });
+    assert.deepEqual(config.logs, { enabled: true, retention: 30 * 86_400_000, flush_interval: 1_000, batch_size: 500, queue_limit: 100_000, writer: 'thread' });
     assert.deepEqual(config.logging, { level: 'info' });
     assert.deepEqual(config.seed, { users: [], api_keys: [], configurations: [], classifications: [] });
     assert.equal(config.relay, undefined);
@@ -144,6 +144,32 @@ describe('defaults', () => {
     assert.equal(config.relay?.routes[0]?.match.method, 'POST');
     assert.deepEqual(config.relay?.routes[0]?.request, { encrypt: ['ssn', 'dob'], classification: 'phi' });
     assert.equal(config.egress[0]?.name, 'stripe');
+  });
+
+  it('field paths may be dotted or bracketed; malformed brackets are refused at their index', () => {
+    const config = loadConfig({
+      text: [
+        'egress:',
+        '  - { name: stripe, destination: https://api.stripe.com, configuration: payments, request: { decrypt: ["card[number]", "items[0][sku]", card.cvc] } }',
+        'seed:',
+        '  configurations: [{ name: payments, fields: ["card[number]", "metadata[*]"] }]',
+      ].join('\n'),
+      env: {},
+    });
+    assert.deepEqual(config.egress[0]?.request?.decrypt, ['card[number]', 'items[0][sku]', 'card.cvc']);
+    assert.deepEqual(config.seed.configurations[0]?.fields, ['card[number]', 'metadata[*]']);
+    const problems = problemsOf(
+      [
+        'egress: [{ name: e, destination: "http://b", configuration: c, request: { decrypt: [ok, "card[number"] } }]',
+        'seed: { configurations: [{ name: c, fields: ["card]number", "[card]", "card[a]b"] }] }',
+      ].join('\n'),
+    );
+    assert.deepEqual(problems, [
+      'seed.configurations.0.fields.0: the path "card]number" has a "]" without its "["; write "\\]" for a literal bracket',
+      'seed.configurations.0.fields.1: the path "[card]" has a "[" that follows no name; write "\\[" for a literal bracket',
+      'seed.configurations.0.fields.2: the path "card[a]b" has "b" after a "]": a "]" is followed by "[", "." or the end; write "\\]" for a literal bracket',
+      'egress.0.request.decrypt.1: the path "card[number" has a "[" without its "]"',
+    ]);
   });
 
   it('"off" disables the admin listener', () => {

@@ -48,7 +48,7 @@ test('encrypt without x-svc-fields uses the configuration default, else 400', as
 
 test('property: decrypt(encrypt(doc)) is byte-identical for random documents and path sets', async (t) => {
   const { url } = await startApp(t);
-  const doc = fc.dictionary(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 5 }).filter((k) => !/[,\s.*\\]/.test(k)), fc.jsonValue({ stringUnit: 'grapheme', maxDepth: 4 }), { minKeys: 1, maxKeys: 6 });
+  const doc = fc.dictionary(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 5 }).filter((k) => !/[,\s.*\\[\]]/.test(k)), fc.jsonValue({ stringUnit: 'grapheme', maxDepth: 4 }), { minKeys: 1, maxKeys: 6 });
   await fc.assert(
     fc.asyncProperty(doc, fc.integer(), async (value, seed) => {
       const r = rng(seed);
@@ -228,14 +228,14 @@ test('unknown slug 404, wrong method 405, unknown path 404', async (t) => {
   assert.equal((await call(url, '/nothing/here', { method: 'GET' })).status, 404);
 });
 
-test('bad bodies: malformed JSON 400, non-JSON 415, empty 400, lone surrogate 422', async (t) => {
+test('bad bodies: malformed JSON 400, a format it does not read 415, empty 400, lone surrogate 422', async (t) => {
   const { url } = await startApp(t);
   const headers = { 'x-svc-fields': 'a' };
   const malformed = await call(url, ENC, { body: '{"a":', headers });
   assert.equal(malformed.status, 400);
   assert.match(malformed.json.message, /^The request body is not valid JSON: /);
-  const form = await call(url, ENC, { body: 'a=1', headers, contentType: 'application/x-www-form-urlencoded' });
-  assert.equal(form.status, 415);
+  const text = await call(url, ENC, { body: 'a=1', headers, contentType: 'text/plain' });
+  assert.equal(text.status, 415);
   const none = await call(url, ENC, { body: '{"a":1}', headers, contentType: null });
   assert.equal(none.status, 415);
   assert.equal((await call(url, ENC, { body: '{"a":1}', headers, contentType: 'application/vnd.api+json; charset=utf-8' })).status, 200);

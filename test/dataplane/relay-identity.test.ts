@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { call, KEYS, startApp, type Running } from '../support/app.ts';
 import { closedPort } from '../support/destinations.ts';
-import { asymmetric, AUDIENCE, hs256, ISSUER, sign, tempDir, writeFile } from '../support/jwt.ts';
+import { asymmetric, AUDIENCE, hs256, ISSUER, jwks, sign, tempDir, unsigned, writeFile } from '../support/jwt.ts';
 import { startUpstream } from '../support/upstream.ts';
 
 const ROUTES = `
@@ -194,6 +194,48 @@ test('relay response routes decrypt as the end user: members plain, a role grant
     card: (await call(pod.url, '/proxy/payments', { body: '{"v":"4111"}', headers: { 'x-svc-fields': 'v', 'x-svc-classification': 'pci' } })).json.v,
   });
   assert.deepEqual(await (await fetch(`${podRelay}/records/1`)).json(), { card: '4111' });
+});
+
+test('an ES256 key set from a JWKS file on the relay: a valid token decrypts as its user; expired, wrongly issued, for another audience, forged or unsigned ones read as the anonymous', async (t) => {
+  const es = await asymmetric('ES256');
+  const forger = await asymmetric('ES256', es.kid);
+  const jwksFile = writeFile(tempDir(t), 'jwks.json', JSON.stringify(jwks(es)));
+  const upstream = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(answer);
+  });
+  const running = await startApp(
+    t,
+    `relay:
+  listen: 127.0.0.1:0
+  upstream: ${upstream.url}
+  identity:
+    jwt: { jwks_file: ${jwksFile}, issuer: ${ISSUER}, audience: ${AUDIENCE}, roles_claim: roles }
+  routes:
+    - { name: read, match: { method: GET, path: /records/** }, configuration: payments, response: { decrypt: [] } }`,
+    SEED_WITH_REVEAL,
+  );
+  const relay = `http://127.0.0.1:${(running.app.relay!.server.address() as AddressInfo).port}`;
+  const card = (await call(running.url, '/proxy/payments', { body: '{"v":"4111 1111 1111 1111"}', headers: { 'x-svc-fields': 'v', 'x-svc-classification': 'pci' } })).json.v as string;
+  const answer = JSON.stringify({ card });
+  const read = async (jwt: string) => {
+    const res = await fetch(`${relay}/records/1`, { headers: { authorization: `Bearer ${jwt}` } });
+    assert.equal(res.status, 200);
+    return ((await res.json()) as { card: unknown }).card;
+  };
+  const claims = { sub: 'ada', email: 'ada@example.com' };
+  assert.equal(await read(await sign(es, claims)), '4111 1111 1111 1111', 'a valid ES256 token: the member sees plain');
+  assert.equal(await read(await sign(es, { sub: 'dev', email: 'x@example.com', roles: ['developer'] })), '•••• •••• •••• 1111', 'its roles claim grants the mask');
+  const anonymous: Array<[string, string]> = [
+    ['expired', await sign(es, claims, { expiresIn: -3600 })],
+    ['not yet valid', await sign(es, claims, { notBefore: 3600 })],
+    ['wrong issuer', await sign(es, claims, { issuer: 'https://elsewhere.example.com' })],
+    ['wrong audience', await sign(es, claims, { audience: 'billing-app' })],
+    ['signed by another key under the same kid', await sign(forger, claims)],
+    ['alg none', unsigned(claims)],
+    ['HS256 with the public key as secret', await sign(hs256(JSON.stringify(es.jwk)), claims, { header: { kid: es.kid } })],
+  ];
+  for (const [why, jwt] of anonymous) assert.equal(await read(jwt), card, `${why}: PCI's default (token) for the anonymous`);
 });
 
 const SEED_WITH_REVEAL = `

@@ -114,6 +114,28 @@ test('a relay route encrypts the request fields before the application sees them
   assert.equal(back.text, body);
 });
 
+test('a matched route with nothing to transform (no body, a request-only route read by GET) still strips x-svc- headers and answers with the request id', async (t) => {
+  const app = await startUpstream(t);
+  const { relay } = await startRelay(t, app.url);
+  const cases: Array<[string, RequestInit]> = [
+    ['/patients/7', { method: 'POST', headers: { 'x-svc-fields': 'ssn', 'x-svc-authorization': 'svc_leak', 'x-svc-request-id': 'rid-empty' } }],
+    ['/inbound/3', { method: 'PUT', headers: { 'content-type': 'application/json', 'x-svc-mode': 'decrypt', 'x-svc-request-id': 'rid-empty' }, body: '{}' }],
+    ['/export', { method: 'GET', headers: { 'x-svc-classification': 'phi', 'x-svc-request-id': 'rid-empty' } }],
+  ];
+  for (const [path, init] of cases) {
+    const res = await fetch(`${relay}${path}`, init);
+    await res.arrayBuffer();
+    assert.equal(res.status, 200, path);
+    assert.equal(res.headers.get('x-svc-request-id'), 'rid-empty', `${path}: the answer carries the request id`);
+    const got = app.seen.at(-1)!;
+    assert.equal(got.url, path);
+    for (const name of Object.keys(got.headers)) assert.ok(!name.startsWith('x-svc-'), `${path}: ${name} reached the application`);
+  }
+  const bare = await fetch(`${relay}/export`);
+  await bare.arrayBuffer();
+  assert.match(bare.headers.get('x-svc-request-id') ?? '', /^[0-9a-f-]{36}$/, 'without one sent, the relay makes one');
+});
+
 test('a route matches however the path is spelled: case, percent-encoding, dot segments and a trailing slash', async (t) => {
   const app = await startUpstream(t);
   const { relay } = await startRelay(t, app.url);

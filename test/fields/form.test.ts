@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { FormTransformer, decodeFormBytes, encodeFormBytes, nameSegments } from '../../src/fields/form.ts';
+import { FormTransformer, decodeFormBytes, dottedSegments, encodeFormBytes, nameSegments } from '../../src/fields/form.ts';
 import { compileFieldPaths, FieldMatcher } from '../../src/fields/paths.ts';
 import type { FieldValue, ValueHandler } from '../../src/fields/value.ts';
 import { InvalidFormError, ValueTooLargeError } from '../../src/errors.ts';
@@ -97,4 +97,31 @@ test('form encoding round-trips every byte string', () => {
       assert.equal(new URLSearchParams(`k=${encoded.toString()}`).get('k'), text);
     }),
   );
+});
+
+test('a name with a dot is read both ways: a dotted path names card.number, an escaped one the name as written', () => {
+  assert.deepEqual(dottedSegments('card.number'), ['card', 'number']);
+  assert.deepEqual(dottedSegments('a.b[c][d]'), ['a', 'b', 'c', 'd']);
+  assert.equal(dottedSegments('card[a.b]'), null, 'a dot inside brackets is part of its segment');
+  assert.equal(run([Buffer.from('card.number=1&card[number]=2&a.b=3')], compileFieldPaths('card.number')!), 'card.number=%3Ccard.number%7C1%3E&card[number]=%3Ccard.number%7C2%3E&a.b=3');
+  assert.equal(run([Buffer.from('a.b=3&a[b]=4')], compileFieldPaths('a\\.b')!), 'a.b=%3Ca%5C.b%7C3%3E&a[b]=4');
+});
+
+test('bracket paths and dotted paths name the same parameters', () => {
+  const body = Buffer.from('card[number]=1&items[0][sku]=2&items[1][sku]=3&tags[]=4&meta[x]=5&meta[y][z]=6');
+  const dotted = run([body], compileFieldPaths('card.number, items.*.sku, tags.*, meta.*')!);
+  assert.equal(run([body], compileFieldPaths('card[number], items[*][sku], tags[], meta[*]')!), dotted);
+  assert.equal(run([body], compileFieldPaths('card[number], items[0][sku], items.1[sku]')!), run([body], compileFieldPaths('card.number, items.0.sku, items.1.sku')!));
+  assert.equal(new URLSearchParams(dotted).get('meta[y][z]'), '<meta.y.z|6>');
+});
+
+test('decrypting without paths hands every value over, and a value too long to be a token streams on as it is', () => {
+  const seen: string[] = [];
+  const collect: ValueHandler = { replace: (v) => (seen.push(v.raw.toString()), null) };
+  const big = 'x'.repeat(100);
+  const chunks = [Buffer.from('a=svc:1:AQ:Zg:$&b='), ...Array.from({ length: 5 }, () => Buffer.from(big)), Buffer.from('&c=1')];
+  assert.equal(run(chunks, FieldMatcher.anyToken(), collect, 50), `a=svc:1:AQ:Zg:$&b=${big.repeat(5)}&c=1`);
+  assert.deepEqual(seen, ['svc:1:AQ:Zg:$', '1']);
+  assert.equal(run([Buffer.from(`b=${big}&c=2`)], FieldMatcher.anyToken(), collect, 50), `b=${big}&c=2`);
+  assert.throws(() => run([Buffer.from(`${big}=1`)], FieldMatcher.anyToken(), collect, 50), ValueTooLargeError, 'a name is still bounded');
 });

@@ -77,7 +77,7 @@ function pathsFor(doc: Json, r: () => number): Seg[][] {
 }
 
 function header(paths: Seg[][]): string {
-  return paths.map((p) => p.map((s) => (s === null ? '*' : s.replace(/[\\.*]/g, (c) => `\\${c}`))).join('.')).join(',');
+  return paths.map((p) => p.map((s) => (s === null ? '*' : s.replace(/[\\.*[\]]/g, (c) => `\\${c}`))).join('.')).join(',');
 }
 
 test('with nothing matched the output is byte-identical, however it is chunked', () => {

@@ -48,6 +48,21 @@ test('metrics after traffic: requests by route template, fields, key versions, f
   assert.ok(!text.includes('zqx4711zqx') && !text.includes('/x/123') && !text.includes('svc_Owner'));
 });
 
+test('svc_event_loop_delay_seconds shows a stall of the event loop at the next scrape', async (t) => {
+  const running = await startApp(t, '', SEED, { admin: true });
+  const scrape = async (): Promise<string> => (await fetch(`${running.adminUrl}/metrics`)).text();
+  await scrape();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  // The service runs in this process: a synchronous 80 ms stall here is a stall of its loop.
+  const until = performance.now() + 80;
+  while (performance.now() < until);
+  await new Promise((resolve) => setTimeout(resolve, 30));
+  const text = await scrape();
+  for (const q of ['0.5', '0.9', '0.99', '0.999', '1']) assert.ok(Number.isFinite(sample(text, 'svc_event_loop_delay_seconds', { quantile: q })), `quantile ${q} is exported`);
+  assert.ok(sample(text, 'svc_event_loop_delay_seconds', { quantile: '1' })! >= 0.05, 'the largest delay since the previous scrape includes the stall');
+  assert.ok(sample(text, 'svc_event_loop_delay_seconds', { quantile: '0.5' })! <= sample(text, 'svc_event_loop_delay_seconds', { quantile: '1' })!);
+});
+
 test('/healthz is liveness; /readyz turns 503 as soon as shutdown starts', async (t) => {
   const running = await startApp(t, '', SEED, { admin: true });
   assert.equal((await fetch(`${running.adminUrl}/healthz`)).status, 200);

@@ -417,6 +417,31 @@ export function relayRows(f: Fixtures): Row[] {
   ] as const) {
     add(`form ${name}`, 'protected', text, form, { secrets: [secret] });
   }
+  // Query strings (DESIGN §15): the guard reads them as forms, split at & and ;, on any
+  // method, a route matched or not, with or without a body.
+  for (const [name, query, secret] of [
+    ['ssn=', `ssn=${SSN}`, SSN],
+    ['SSN=', `SSN=${SSN}`, SSN],
+    ['%73sn=', `%73sn=${SSN}`, SSN],
+    ['%C5%BFsn= (long s)', `%C5%BFsn=${SSN}`, SSN],
+    ['patient%5Bssn%5D=', `patient%5Bssn%5D=${SSN}`, SSN],
+    ['patient.ssn=', `patient.ssn=${SSN}`, SSN],
+    ['ssn[]=', `ssn[]=${SSN}`, SSN],
+    ['a ; separator', `x=1;ssn=${SSN}`, SSN],
+    ['a value with + for spaces', 'ssn=123+45+6789', '123 45 6789'],
+    ['an encoded value', 'ssn=%31%32%33%2D%34%35%2D%36%37%38%39', SSN],
+    ['repeated names', `ssn=${SSN}&ssn=${SSN}&DOB=${SSN}`, SSN],
+    ['empty parameters around it', `&&ssn=${SSN}&&`, SSN],
+    ['a dotted name for card_number', `card.number=${SSN}`, SSN],
+  ] as const) {
+    add(`query ${name}, GET without a body`, 'protected', null, null, { method: 'GET', target: `/p?${query}`, secrets: [secret] });
+  }
+  add('query ssn=, DELETE', 'protected', null, null, { method: 'DELETE', target: `/p/7?ssn=${SSN}` });
+  add('query ssn=, with a JSON body', 'protected', j({ a: 1 }), 'application/json', { target: `/p?ssn=${SSN}` });
+  add('query ssn=, on a route', 'protected', j({ notes: NOTE }), 'application/json', { target: `/patients/7?ssn=${SSN}`, secrets: [SSN, NOTE] });
+  add('query with a broken escape in a name', 'refused', null, null, { method: 'GET', target: `/p?ss%zzn=${SSN}` });
+  add('query with a broken escape in a protected value', 'refused', null, null, { method: 'GET', target: `/p?ssn=${SSN}%zz` });
+  add('query with a protected value that is not UTF-8', 'refused', null, null, { method: 'GET', target: `/p?ssn=${SSN}%FF` });
   add('form with a broken escape in a name', 'refused', `ss%zzn=${SSN}`, form);
   add('form with a broken escape in a protected value', 'refused', `ssn=${SSN}%zz`, form);
   add('form with a value that is not UTF-8 after it', 'protected', Buffer.concat([Buffer.from(`ssn=${SSN}&n=`), Buffer.from([0xff])]), form);
@@ -471,7 +496,20 @@ function dataPlaneRows(f: Fixtures, base: Headers, target: string, forwards: boo
   for (const type of [null, '', 'text/json', 'application/x-json', 'text/plain', 'application/json, text/plain', 'application/octet-stream', 'multipart/form-data; boundary=b', 'application/x-www-form-urlencoded', 'application/json; charset=iso-8859-1', 'application/json; charset=utf-16']) {
     add(`content type ${type === null ? '(none)' : JSON.stringify(type)}`, 'refused', body, type);
   }
-  add('a form body', 'refused', `ssn=${SSN}`, 'application/x-www-form-urlencoded');
+  // Forms are read too (DESIGN §15): a parameter is named by its path, in any spelling.
+  add('a form body', 'protected', `ssn=${SSN}`, 'application/x-www-form-urlencoded');
+  add('a form body, the name escaped', 'protected', `%73sn=${encodeURIComponent(SSN)}&a=1`, 'application/x-www-form-urlencoded');
+  add('a form body, the value with + for spaces', 'protected', `a=1&ssn=${SSN.replace(/-/g, '+')}`, 'application/x-www-form-urlencoded', { secrets: [SSN.replace(/-/g, ' ')] });
+  add('a form body, the name repeated', 'protected', `ssn=${SSN}&ssn=${SSN}&ssn[]=${SSN}`, 'application/x-www-form-urlencoded', { check: tokens(3) });
+  add('a form body with a nested name, a bracket path', 'protected', `patient%5Bssn%5D=${SSN}`, 'application/x-www-form-urlencoded', { headers: fields('patient[ssn]') });
+  add('a form body with a nested name, a dotted path', 'protected', `patient[ssn]=${SSN}`, 'application/x-www-form-urlencoded', { headers: fields('patient.ssn') });
+  add('a form body with a dotted name', 'protected', `patient.ssn=${SSN}`, 'application/x-www-form-urlencoded', { headers: fields('patient[ssn]') });
+  add('a form body in UTF-8 by charset', 'protected', `ssn=${SSN}`, 'application/x-www-form-urlencoded; charset=utf-8');
+  add('a form body in another charset', 'refused', `ssn=${SSN}`, 'application/x-www-form-urlencoded; charset=iso-8859-1');
+  add('a form body that reads as JSON after whitespace', 'refused', ` \r\n${body}`, 'application/x-www-form-urlencoded');
+  add('a form body that is a JSON array', 'refused', j([{ ssn: SSN }]), 'application/x-www-form-urlencoded');
+  add('a form body with a bad escape', 'refused', `ssn=${SSN}%zz`, 'application/x-www-form-urlencoded');
+  add('a form body, gzip', 'refused', gzipSync(`ssn=${SSN}`), 'application/x-www-form-urlencoded', { headers: [...fields('ssn'), ['content-encoding', 'gzip']] });
   add('content type with spaces around it', 'protected', body, ' application/json ');
   add('JSON after whitespace', 'protected', `\r\n\t ${body}`, 'application/json');
   add('a UTF-8 BOM before {', 'refused', Buffer.concat([BOM, Buffer.from(body)]), 'application/json');

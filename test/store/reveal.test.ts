@@ -23,7 +23,7 @@ function tempPath(t: TestContext): string {
   return join(dir, 'svc.db');
 }
 
-test('migration 9: a store of version 8 keeps its classifications, which reveal nothing beyond their members, and its usage rows, which record no levels', (t) => {
+test('migration 10: a store of version 9 keeps its classifications, which reveal nothing beyond their members, and its usage rows, which record no levels', (t) => {
   const path = tempPath(t);
   const db = new DatabaseSync(path);
   db.exec('PRAGMA foreign_keys = ON');

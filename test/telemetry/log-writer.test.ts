@@ -4,16 +4,20 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { DatabaseSync } from 'node:sqlite';
 import { Writable } from 'node:stream';
 import { test, type TestContext } from 'node:test';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Worker } from 'node:worker_threads';
+import { createApp } from '../../src/app.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { openStore, type Store } from '../../src/store/db.ts';
 import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../src/store/logs.ts';
 import { LogWriter, type LogWriterOptions } from '../../src/telemetry/log-writer.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
+import { KEYS, SEED } from '../support/app.ts';
 
 const activity = (i: number): NewActivityLog => ({ action: 'user.created', description: `event ${i}`, ip: '10.0.0.1', createdAt: new Date(i).toISOString() });
 const api = (i: number): NewApiLog => ({
@@ -366,4 +370,27 @@ test('writer thread: a writer never keeps a process alive, idle or after writing
     console.log('done', writer.threaded, writer.written);`;
   assert.equal((await runScript(dir, script(0))).stdout.trim(), 'done true 0');
   assert.equal((await runScript(dir, script(1))).stdout.trim(), 'done true 1');
+});
+
+test('logs.writer chooses the writer thread or the main thread for a file store; both keep every entry', async (t) => {
+  for (const writer of ['thread', 'inline'] as const) {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-writer-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const config = loadConfig({
+      text: `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nlogs: { writer: ${writer} }\n${SEED}`,
+      env: {},
+    });
+    const app = createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
+    const { main } = await app.listen();
+    assert.equal(app.services.logs.threaded, writer === 'thread');
+    for (let i = 0; i < 3; i++) {
+      const res = await fetch(`http://127.0.0.1:${main.port}/api/v3/encryption/payments/encrypt`, { method: 'POST', headers: { 'x-svc-authorization': KEYS.owner, 'content-type': 'application/json' }, body: '{"card":{"number":"4111"}}' });
+      assert.equal(res.status, 200);
+    }
+    await app.close();
+    const db = new DatabaseSync(join(dir, 'svc.db'));
+    const rows = db.prepare("SELECT count(*) AS n FROM usage_logs").get() as { n: number };
+    db.close();
+    assert.equal(rows.n, 3, `${writer}: every usage entry is written by close`);
+  }
 });
