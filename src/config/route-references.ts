@@ -39,7 +39,7 @@ export function routeReferenceProblems(config: unknown, names: StateNames): Prob
   // An egress proxy host names the configuration; its routes name classifications only.
   for (const host of items(asRecord(root?.egress_proxy)?.hosts, ['egress_proxy', 'hosts'])) {
     routes.push(host);
-    for (const route of items(host.value.routes, [...host.path, 'routes'])) routes.push({ path: route.path, value: { request: route.value.request, response: route.value.response } });
+    for (const route of items(host.value.routes, [...host.path, 'routes'])) routes.push({ path: route.path, value: { request: route.value.request, query: route.value.query, response: route.value.response } });
   }
   const protect = asRecord(asRecord(root?.relay)?.protect);
   // The guard names a configuration and a classification as a route does.

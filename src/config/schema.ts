@@ -478,6 +478,8 @@ const egressProxyRouteSchema = z.strictObject({
     path: z.string().startsWith('/', 'expected a path starting with /'),
   }),
   request: transformSchema.optional(),
+  /** The request's query-string parameters, named as form fields (DESIGN §15). */
+  query: transformSchema.optional(),
   /** As on egress routes: absent re-encrypts what the request decrypted (DESIGN §13). */
   response: z.union([z.literal('passthrough'), transformSchema]).optional(),
 });
@@ -487,6 +489,7 @@ const egressProxyHostSchema = z.strictObject({
   configuration: text,
   routes: z.array(egressProxyRouteSchema).default([]),
   request: transformSchema.optional(),
+  query: transformSchema.optional(),
   response: z.union([z.literal('passthrough'), transformSchema]).optional(),
 });
 

@@ -68,25 +68,6 @@ export function rulesFor(rule: HostRule, method: string, paths: readonly string[
 
 type Transform = NonNullable<EgressProxyHost['request']>;
 
-/**
- * Vendors document their form fields by name (`card[number]`, `items[0][price]`); a rule
- * may name them so. One path language serves both formats (DESIGN §15): the name is the
- * field path `card.number`, which forms and JSON bodies alike are matched by.
- */
-function asFieldPaths(transform: Transform | undefined): Transform | undefined {
-  if (transform === undefined) return undefined;
-  const convert = (paths: readonly string[] | undefined) => paths?.map(formNameAsPath);
-  return { ...transform, encrypt: convert(transform.encrypt), decrypt: convert(transform.decrypt) } as Transform;
-}
-
-/** `card[number]` → `card.number`, `items[*][sku]` → `items.*.sku`; anything else as it is. */
-export function formNameAsPath(name: string): string {
-  const found = /^([^[\].\\]+)((?:\[[^[\].\\]*\])+)$/.exec(name);
-  if (found === null) return name;
-  const segments = found[2]!.slice(1, -1).split('][');
-  return [found[1]!, ...segments].join('.');
-}
-
 /** `host`, `*.domain`, `[v6]`, each with an optional `:port` (the schema checked the form). */
 function compileHost(config: EgressProxyHost): CompiledHost {
   const match = config.match.toLowerCase();
@@ -96,10 +77,10 @@ function compileHost(config: EgressProxyHost): CompiledHost {
   const port = bracket?.[2] ?? plain?.[2];
   const wildcard = name.startsWith('*.');
   const label = `egress-proxy:${match}`;
-  const rules = compileRules(label, config.configuration, config.request, config.response);
+  const rules = compileRules(label, config.configuration, config.request, config.query, config.response);
   const routes = config.routes.map(
     (route): ProxyRoute => ({
-      ...compileRules(label, config.configuration, route.request, route.response),
+      ...compileRules(label, config.configuration, route.request, route.query, route.response),
       method: route.match.method ?? null,
       path: compileGlob(route.match.path),
     }),
@@ -107,9 +88,9 @@ function compileHost(config: EgressProxyHost): CompiledHost {
   return { rule: { match, routes, rules }, name: wildcard ? name.slice(1) : name, wildcard, port: port === undefined ? null : Number(port) };
 }
 
-function compileRules(label: string, configuration: string, request: EgressProxyHost['request'], given: EgressProxyHost['response']): ProxyRules {
+function compileRules(label: string, configuration: string, request: Transform | undefined, query: Transform | undefined, given: EgressProxyHost['response']): ProxyRules {
   // `response: { encrypt: [] }` is how DESIGN §15 writes the default: what was decrypted.
   const response = given !== 'passthrough' && given?.encrypt?.length === 0 && given.classification === undefined ? undefined : given;
-  const compiled = compileTransformRoute(label, { configuration, request: asFieldPaths(request), response: response === 'passthrough' ? response : asFieldPaths(response) });
-  return { ...compiled, echoes: compiled.request?.mode === 'decrypt' && response === undefined };
+  const compiled = compileTransformRoute(label, { configuration, request, query, response });
+  return { ...compiled, echoes: (compiled.request?.mode === 'decrypt' || compiled.query?.mode === 'decrypt') && response === undefined };
 }

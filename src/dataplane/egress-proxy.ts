@@ -26,6 +26,7 @@ import type { Destination } from './destination.ts';
 import { LeafCertificates, loadOrCreateCa, type LoadedCa } from './egress-ca.ts';
 import { EgressHosts, rulesFor, type HostRule, type Scheme } from './egress-hosts.ts';
 import { routingPaths } from './relay.ts';
+import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { logRouteRequest, routeConfiguration } from './transform-routes.ts';
@@ -213,10 +214,17 @@ export class EgressProxy {
     const { rules, path } = rulesFor(rule, method, paths);
     logRouteRequest(ctx, rules, path === '' ? '/' : path);
     const configuration = routeConfiguration(ctx, this.services, rules);
-    const destination = listedDestination(scheme, host, port, target, rule.match);
+    // The query first: a bad token in it stops the request before the body is read.
+    const q = target.indexOf('?');
+    const rawQuery = q === -1 ? '' : target.slice(q + 1);
+    const query = rules.query === null || rawQuery === '' ? null : transformRouteQuery(ctx, this.services, configuration, rules.query, rawQuery, { paths: rules.echoes });
+    const sent = query === null ? target : `${target.slice(0, q)}${query.query === '' ? '' : `?${query.query}`}`;
+    const destination = listedDestination(scheme, host, port, sent, rule.match);
     ctx.destination = destination.origin;
+    if (query !== null) ctx.fieldsTransformed = query.count;
     const request = await requestBody(ctx, this.services, rules, configuration, { reportCount: true, recordPaths: rules.echoes });
-    const options = routeForwardOptions(this.services, rules, configuration, false, request.decryptedAt);
+    const decryptedAt = joinDecrypted(query?.decryptedAt ?? null, request.decryptedAt, rules.echoes);
+    const options = routeForwardOptions(this.services, rules, configuration, false, decryptedAt);
     await this.services.forwarder.forward(ctx, destination, request.body, { ...options, dispatcher: this.vendors as Dispatcher });
     request.recordUsage();
   }
@@ -235,6 +243,13 @@ export class EgressProxy {
       throw err;
     }
   }
+}
+
+/** Where the query's and the body's tokens were decrypted, for an answer that must not echo them. */
+function joinDecrypted(query: ReadonlyMap<string, number> | null, body: ReadonlyMap<string, number> | null, echoes: boolean): ReadonlyMap<string, number> | null {
+  if (!echoes) return null;
+  if (query === null || query.size === 0) return body;
+  return body === null || body.size === 0 ? query : new Map([...query, ...body]);
 }
 
 const UNREADABLE_TARGET = 'The request path cannot be read the same way by every server: it holds an escaped ";", a control byte, a space or a stray "%".';

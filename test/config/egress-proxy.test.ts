@@ -39,7 +39,7 @@ egress_proxy:
         - match: { method: post, path: /v1/payment_methods }
           request: { decrypt: ["card[number]", "card[cvc]"] }
       response: { encrypt: [] }
-    - { match: "*.twilio.com:8443", configuration: payments, request: { decrypt: [To], classification: pci }, response: passthrough }
+    - { match: "*.twilio.com:8443", configuration: payments, request: { decrypt: [To], classification: pci }, query: { decrypt: [PhoneNumber] }, response: passthrough }
     - { match: "[::1]:9443", configuration: payments }
 `,
       env: {},
@@ -50,13 +50,16 @@ egress_proxy:
     assert.equal(proxy.hosts[0]!.match, 'api.stripe.com', 'compared in lower case');
     assert.equal(proxy.hosts[0]!.routes[0]!.match.method, 'POST');
     assert.equal(proxy.hosts[1]!.response, 'passthrough');
+    assert.deepEqual(proxy.hosts[1]!.query, { decrypt: ['PhoneNumber'] });
     assert.deepEqual(proxy.hosts[2]!.routes, []);
     assert.equal(loadConfig({ text: SEED, env: {} }).egress_proxy, undefined, 'absent: no egress proxy');
   });
 
-  it('refuses query rules (not built yet), unknown keys and a missing listen', () => {
-    const problems = problemsOf(hostsYaml('    - { match: api.stripe.com, configuration: payments, query: { decrypt: [card] } }\n  tunnel: yes\n'));
-    assert.ok(problems.some((p) => /^egress_proxy\.hosts\.0\.query: unknown key$/.test(p)), problems.join('\n'));
+  it('refuses unknown keys, a query rule that is not a transform, and a missing listen', () => {
+    const both = problemsOf(hostsYaml('    - { match: api.stripe.com, configuration: payments, query: { decrypt: [card], encrypt: [x] } }\n'));
+    assert.ok(both.some((p) => /^egress_proxy\.hosts\.0\.query: give encrypt or decrypt, not both$/.test(p)), both.join('\n'));
+    const problems = problemsOf(hostsYaml('    - { match: api.stripe.com, configuration: payments, qeury: { decrypt: [card] } }\n  tunnel: yes\n'));
+    assert.ok(problems.some((p) => /^egress_proxy\.hosts\.0\.qeury: unknown key "qeury" \(did you mean "query"\?\)$/.test(p)), problems.join('\n'));
     assert.ok(problems.some((p) => /^egress_proxy\.tunnel: unknown key$/.test(p)), problems.join('\n'));
     assert.ok(problemsOf('egress_proxy: { hosts: [] }').some((p) => /^egress_proxy\.listen: /.test(p)));
   });

@@ -408,3 +408,58 @@ public class Vendor { public static void main(String[] a) throws Exception {
   });
   assert.ok(vendor.received.every((r) => !r.body.includes('svc:1:')), 'no token reached the vendor');
 });
+
+test('query rules decrypt named query parameters before anything is sent; a tampered one is 422 with nothing sent; an echo is re-encrypted', async (t) => {
+  const vendor = await startVendor(t, (request, res) => {
+    const email = new URL(request.url, 'https://vendor.invalid').searchParams.get('email');
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ data: [{ email }], url: request.url }));
+  });
+  const proxy = await startProxy(t, `  hosts:
+    - match: 127.0.0.1:${vendor.port}
+      configuration: payments
+      routes:
+        - match: { method: GET, path: /v1/customers }
+          query: { decrypt: [email] }
+`);
+  const tokens = await tokensFor(proxy.url, { who: { email: 'jenny@example.com' } }, 'who.email');
+  const token = tokens.who.email as string;
+  assert.match(token, TOKEN);
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/customers?limit=3&email=${token}`, { dispatcher: agent });
+  const answer = (await res.json()) as { data: Array<{ email: string }>; url: string };
+  assert.equal(res.status, 200);
+  assert.equal(vendor.received[0]!.url, '/v1/customers?limit=3&email=jenny%40example.com');
+  assert.equal(answer.url, '/v1/customers?limit=3&email=jenny%40example.com', 'a string that only contains the value is not a path: as sent');
+  // The query's `email` is the path `email`; the vendor echoes it at data.0.email, another path: left as it is.
+  assert.equal(answer.data[0]!.email, 'jenny@example.com');
+
+  const tampered = token.slice(0, -3) + (token.at(-3) === 'A' ? 'B' : 'A') + token.slice(-2);
+  const refused = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/customers?email=${tampered}`, { dispatcher: agent });
+  assert.equal(refused.status, 422);
+  await refused.text();
+  assert.equal(vendor.received.length, 1, 'nothing was sent for the tampered query');
+
+  // Another path: the route does not match and the host has no rules: the token passes as it is.
+  const other = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/charges?email=${token}`, { dispatcher: agent });
+  await other.text();
+  assert.equal(vendor.received[1]!.url, `/v1/charges?email=${token}`);
+});
+
+test('a query rule re-encrypts the value a vendor echoes at the same path', async (t) => {
+  const vendor = await startVendor(t, (request, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ email: new URL(request.url, 'https://vendor.invalid').searchParams.get('email') }));
+  });
+  const proxy = await startProxy(t, `  hosts:
+    - { match: "127.0.0.1:${vendor.port}", configuration: payments, query: { decrypt: [email] } }
+`);
+  const token = (await tokensFor(proxy.url, { who: { email: 'jenny@example.com' } }, 'who.email')).who.email as string;
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/customers/search?email=${token}`, { dispatcher: agent });
+  const answer = (await res.json()) as { email: string };
+  assert.equal(vendor.received[0]!.url, '/v1/customers/search?email=jenny%40example.com');
+  assert.match(answer.email, TOKEN, 'the echoed email is a token again');
+});
