@@ -244,13 +244,21 @@ test('the CA is created on first start (directory 0700, key 0600) and kept acros
   assert.equal(again.caPem, proxy.caPem);
 });
 
-/** Sends raw bytes to the proxy and returns what it answered until it closed or 2 s passed. */
-function rawRequest(port: number, text: string): Promise<string> {
+/**
+ * Sends raw bytes to the proxy and returns its answer: until it closes the connection, or
+ * with `established`, once a `200 Connection Established` has come (the tunnel is then left).
+ */
+function rawRequest(port: number, text: string, established = false): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1', () => socket.write(text));
     let got = '';
     socket.on('data', (chunk) => {
       got += chunk.toString();
+      if (established && /^HTTP\/1\.1 200 [^\r]*\r\n\r\n/.test(got)) {
+        socket.destroy();
+        resolve(got);
+        return;
+      }
       if (/\r\n\r\n/.test(got) && !/^HTTP\/1\.1 200/.test(got) && /content-length: (\d+)/i.test(got)) {
         const length = Number(/content-length: (\d+)/i.exec(got)![1]);
         if (got.length - got.indexOf('\r\n\r\n') - 4 >= length) {
@@ -462,4 +470,27 @@ test('a query rule re-encrypts the value a vendor echoes at the same path', asyn
   const answer = (await res.json()) as { email: string };
   assert.equal(vendor.received[0]!.url, '/v1/customers/search?email=jenny%40example.com');
   assert.match(answer.email, TOKEN, 'the echoed email is a token again');
+});
+
+test('near misses of a listed host through CONNECT: case and a trailing dot match; another port, name or spelling of the address does not', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, `  hosts:\n    - { match: "localhost:${vendor.port}", configuration: payments }\n`);
+  const cases: Array<[target: string, listed: boolean]> = [
+    [`localhost:${vendor.port}`, true],
+    [`LOCALHOST:${vendor.port}`, true],
+    [`localhost.:${vendor.port}`, true],
+    [`localhost:${vendor.port + 1}`, false],
+    [`localhost:443`, false],
+    [`xlocalhost:${vendor.port}`, false],
+    [`localhost.evil.test:${vendor.port}`, false],
+    [`127.0.0.1:${vendor.port}`, false],
+    [`[::1]:${vendor.port}`, false],
+    [`localhost`, false],
+  ];
+  for (const [target, listed] of cases) {
+    const answer = await rawRequest(proxy.proxyPort, `CONNECT ${target} HTTP/1.1\r\nhost: ${target}\r\n\r\n`, listed);
+    if (listed) assert.match(answer, /^HTTP\/1\.1 200 Connection Established\r\n\r\n$/, target);
+    else assert.match(answer, /^HTTP\/1\.1 (403|400) /, target);
+  }
+  assert.equal(vendor.connections, 0, 'a CONNECT alone dials nothing, listed or not');
 });
