@@ -247,7 +247,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     async listen() {
       // The CA exists before anything listens: a healthy process can always hand it out.
       if (egressProxy !== null) {
-        const ca = egressProxy.prepare();
+        const ca = await egressProxy.prepare();
         if (ca.created) logger.warn({ cert_file: config.egress_proxy!.ca.cert_file }, 'egress proxy: created a new CA; the applications that use the proxy must trust its certificate (svc-sidecar egress-ca prints it)');
         if (ca.insecurePermissions) logger.warn({ key_file: config.egress_proxy!.ca.key_file }, 'the egress proxy CA key file is readable by other users; chmod 600 it');
       }

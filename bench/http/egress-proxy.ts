@@ -235,9 +235,9 @@ async function main(): Promise<void> {
 
   const { createCertificateAuthority, issueLeafCertificate, readCertificateAuthority } = await import('../../src/crypto/certificates.ts');
   const work = mkdtempSync(join(tmpdir(), 'svc-bench-vendor-'));
-  const vendorCa = createCertificateAuthority('bench vendor CA');
+  const vendorCa = await createCertificateAuthority('bench vendor CA');
   const vendorAuthority = readCertificateAuthority(vendorCa.cert, vendorCa.key);
-  const leaves = { public: issueLeafCertificate(vendorAuthority, PUBLIC), loopback: issueLeafCertificate(vendorAuthority, '127.0.0.1') };
+  const leaves = { public: await issueLeafCertificate(vendorAuthority, PUBLIC), loopback: await issueLeafCertificate(vendorAuthority, '127.0.0.1') };
   const vendorCaFile = join(work, 'vendor-ca.pem');
   writeFileSync(vendorCaFile, vendorCa.cert);
 

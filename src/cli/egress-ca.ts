@@ -14,7 +14,7 @@ export async function egressCa(config: Config, rotate: boolean): Promise<number>
     return 1;
   }
   if (rotate) {
-    const ca = rotateCa(proxy.ca);
+    const ca = await rotateCa(proxy.ca);
     process.stdout.write(ca.certPem);
     process.stderr.write(
       `Replaced the egress proxy CA in ${proxy.ca.cert_file} and ${proxy.ca.key_file}. ` +
@@ -22,7 +22,7 @@ export async function egressCa(config: Config, rotate: boolean): Promise<number>
     );
     return 0;
   }
-  const loaded = loadOrCreateCa(proxy.ca);
+  const loaded = await loadOrCreateCa(proxy.ca);
   if (loaded.created) process.stderr.write(`Created the egress proxy CA in ${proxy.ca.cert_file} and ${proxy.ca.key_file} (key mode 0600).\n`);
   if (loaded.insecurePermissions) process.stderr.write(`warning: ${proxy.ca.key_file} is readable by other users; chmod 600 it.\n`);
   process.stdout.write(loaded.ca.certPem);

@@ -30,11 +30,11 @@ export interface LoadedCa {
  * refused rather than completed: a new key beside an old certificate (or the reverse)
  * would break every client that trusts the old one, silently.
  */
-export function loadOrCreateCa(files: CaFiles): LoadedCa {
+export async function loadOrCreateCa(files: CaFiles): Promise<LoadedCa> {
   const certExists = existsSync(files.cert_file);
   const keyExists = existsSync(files.key_file);
   if (!certExists && !keyExists) {
-    writeCa(files, false);
+    await writeCa(files, false);
     return { ca: readCa(files), created: true, insecurePermissions: false };
   }
   if (!certExists || !keyExists) {
@@ -47,8 +47,8 @@ export function loadOrCreateCa(files: CaFiles): LoadedCa {
  * Replaces the CA with a new one (`svc-sidecar egress-ca --rotate`). Each file is written
  * beside its place and renamed over it, so a reader never sees half a file.
  */
-export function rotateCa(files: CaFiles): CertificateAuthority {
-  writeCa(files, true);
+export async function rotateCa(files: CaFiles): Promise<CertificateAuthority> {
+  await writeCa(files, true);
   return readCa(files);
 }
 
@@ -60,8 +60,8 @@ function readCa(files: CaFiles): CertificateAuthority {
   }
 }
 
-function writeCa(files: CaFiles, replace: boolean): void {
-  const issued = createCertificateAuthority(CA_COMMON_NAME);
+async function writeCa(files: CaFiles, replace: boolean): Promise<void> {
+  const issued = await createCertificateAuthority(CA_COMMON_NAME);
   try {
     for (const dir of new Set([dirname(files.cert_file), dirname(files.key_file)])) mkdirSync(dir, { recursive: true, mode: 0o700 });
     if (replace) {
@@ -89,25 +89,30 @@ const LEAF_TTL_MS = 24 * 60 * 60 * 1000;
 
 /**
  * TLS contexts for the hosts the proxy terminates, one leaf certificate per host, made on
- * first use and cached (lru-cache). Making one is synchronous and takes well under a
- * millisecond (a P-256 key and one signature).
+ * first use and cached (lru-cache). Making one is asynchronous (a P-256 key and one
+ * WebCrypto signature); the cache's `fetch` keeps one generation in flight per host, so
+ * concurrent CONNECTs to a new host wait for the same leaf instead of each making one.
+ * A generation that fails is not cached: the next CONNECT tries again.
  */
 export class LeafCertificates {
-  private readonly ca: CertificateAuthority;
-  private readonly cache = new LRUCache<string, SecureContext>({ max: MAX_LEAVES, ttl: LEAF_TTL_MS });
+  private readonly cache: LRUCache<string, SecureContext>;
 
   constructor(ca: CertificateAuthority) {
-    this.ca = ca;
+    this.cache = new LRUCache<string, SecureContext>({
+      max: MAX_LEAVES,
+      ttl: LEAF_TTL_MS,
+      fetchMethod: async (host) => {
+        const leaf = await issueLeafCertificate(ca, host);
+        return createSecureContext({ key: leaf.key, cert: leaf.cert, minVersion: 'TLSv1.2' });
+      },
+    });
   }
 
   /** `host`: a DNS name in lower case, or an IP literal (IPv6 without brackets). */
-  context(host: string): SecureContext {
-    let context = this.cache.get(host);
-    if (context === undefined) {
-      const leaf = issueLeafCertificate(this.ca, host);
-      context = createSecureContext({ key: leaf.key, cert: leaf.cert, minVersion: 'TLSv1.2' });
-      this.cache.set(host, context);
-    }
+  async context(host: string): Promise<SecureContext> {
+    const context = await this.cache.fetch(host);
+    // Only an aborted fetch resolves to nothing, and nothing here aborts one.
+    if (context === undefined) throw new Error(`no certificate was made for ${host}`);
     return context;
   }
 }

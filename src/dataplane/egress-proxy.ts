@@ -84,8 +84,8 @@ export class EgressProxy {
    * Reads the CA, creating it on first start (DESIGN §15): before the listener binds, so
    * the process is healthy only with a CA the application can be given.
    */
-  prepare(): LoadedCa {
-    const loaded = loadOrCreateCa(this.config.ca);
+  async prepare(): Promise<LoadedCa> {
+    const loaded = await loadOrCreateCa(this.config.ca);
     this.leaves = new LeafCertificates(loaded.ca);
     return loaded;
   }
@@ -109,7 +109,10 @@ export class EgressProxy {
     }
     const rule = this.hosts.find(target.host, target.port, 'https');
     if (rule !== null) {
-      this.terminate(socket, head, { ...target, rule });
+      this.terminate(socket, head, { ...target, rule }).catch((err: unknown) => {
+        this.services.logger.error({ err, host: target.host }, 'egress proxy: the CONNECT could not be answered');
+        socket.destroy();
+      });
       return;
     }
     if (this.config.unknown_hosts === 'tunnel') {
@@ -121,15 +124,17 @@ export class EgressProxy {
   }
 
   /** Answers the CONNECT, then serves what the client sends inside TLS as HTTP/1.1 requests. */
-  private terminate(socket: Socket, head: Buffer, tunnel: Tunnel): void {
+  private async terminate(socket: Socket, head: Buffer, tunnel: Tunnel): Promise<void> {
     let context;
     try {
-      context = this.leaves!.context(tunnel.host);
+      context = await this.leaves!.context(tunnel.host);
     } catch (err) {
       this.services.logger.error({ err, host: tunnel.host }, 'egress proxy: no certificate could be made for the host');
-      answerAndClose(socket, new UpstreamUnreachableError(err as Error));
+      if (!socket.destroyed) answerAndClose(socket, new UpstreamUnreachableError(err as Error));
       return;
     }
+    // The client may have given up while the leaf was made.
+    if (socket.destroyed) return;
     socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (head.length > 0) socket.unshift(head);
     const tls = new TLSSocket(socket, { isServer: true, secureContext: context, ALPNProtocols: ['http/1.1'] });

@@ -201,8 +201,8 @@ test('unknown_hosts: tunnel relays bytes blind to a public address, by address a
 
 test('a vendor certificate that fails verification is 502 and nothing is sent', async (t) => {
   // A certificate from a CA the proxy does not trust.
-  const stranger = createCertificateAuthority('not trusted');
-  const leaf = issueLeafCertificate(readCertificateAuthority(stranger.cert, stranger.key), '127.0.0.1');
+  const stranger = await createCertificateAuthority('not trusted');
+  const leaf = await issueLeafCertificate(readCertificateAuthority(stranger.cert, stranger.key), '127.0.0.1');
   const vendor = await startVendor(t, undefined, leaf);
   const proxy = await startProxy(t, stripeHost(vendor.port));
   const agent = proxyAgent(proxy);

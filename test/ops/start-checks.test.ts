@@ -122,8 +122,8 @@ test('the process exits 1 naming the listener and the address when one listener 
 test('the process exits 1 when the egress proxy CA key does not belong to its certificate, and overwrites neither', async (t) => {
   const dir = tempDir(t);
   const path = join(dir, 'svc.yaml');
-  const first = createCertificateAuthority('one');
-  const second = createCertificateAuthority('two');
+  const first = await createCertificateAuthority('one');
+  const second = await createCertificateAuthority('two');
   writeFileSync(join(dir, 'ca.pem'), first.cert);
   writeFileSync(join(dir, 'ca.key'), second.key, { mode: 0o600 });
   writeFileSync(
