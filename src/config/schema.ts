@@ -510,6 +510,8 @@ const egressProxySchema = z.strictObject({
     })
     .optional(),
   unknown_hosts: z.enum(['deny', 'tunnel']).default('deny'),
+  /** A blind tunnel with no bytes either way for this long is closed; 0 never closes one. */
+  tunnel_idle_timeout: duration('5m'),
   hosts: z.array(egressProxyHostSchema).default([]),
 });
 

@@ -168,6 +168,12 @@ export class EgressProxy {
       if (head.length > 0) upstream.write(head);
       socket.pipe(upstream);
       upstream.pipe(socket);
+      // Every byte either way is read from or written to the client's socket, so its
+      // timeout is the tunnel's idle time; closing it closes the vendor's side too.
+      if (this.config.tunnel_idle_timeout > 0) {
+        socket.setTimeout(this.config.tunnel_idle_timeout);
+        socket.once('timeout', () => socket.destroy());
+      }
     });
     upstream.on('error', (err) => {
       if (connected) {

@@ -46,6 +46,7 @@ egress_proxy:
     });
     const proxy = config.egress_proxy!;
     assert.equal(proxy.unknown_hosts, 'deny');
+    assert.equal(proxy.tunnel_idle_timeout, 5 * 60_000, 'idle blind tunnels are closed after 5 minutes by default');
     assert.deepEqual(proxy.ca, { cert_file: './data/egress-ca.pem', key_file: './data/egress-ca.key' });
     assert.equal(proxy.hosts[0]!.match, 'api.stripe.com', 'compared in lower case');
     assert.equal(proxy.hosts[0]!.routes[0]!.match.method, 'POST');
@@ -85,6 +86,14 @@ egress_proxy:
     expect(/^egress_proxy\.hosts\.2\.routes\.0\.request\.classification: no classification has the id or slug "nope"/);
     problems = problemsOf(hostsYaml('    - match: x.example.com\n      configuration: payments\n      routes:\n        - { match: { path: /b }, request: { decrypt: [a], encrypt: [b] } }\n'));
     expect(/^egress_proxy\.hosts\.0\.routes\.0\.request: give encrypt or decrypt, not both$/);
+  });
+
+  it('reads tunnel_idle_timeout as a duration (0 never closes an idle tunnel) and refuses one that is not', () => {
+    const idle = (value: string) => loadConfig({ text: `${SEED}egress_proxy: { listen: 127.0.0.1:0, unknown_hosts: tunnel, tunnel_idle_timeout: ${value} }\n`, env: {} }).egress_proxy!.tunnel_idle_timeout;
+    assert.equal(idle('30s'), 30_000);
+    assert.equal(idle('0'), 0);
+    const problems = problemsOf('egress_proxy: { listen: 127.0.0.1:0, tunnel_idle_timeout: soon }\n');
+    assert.ok(problems.some((p) => p.startsWith('egress_proxy.tunnel_idle_timeout: ')), problems.join('\n'));
   });
 
   it('refuses a trust_file that is missing or holds no certificate', () => {

@@ -199,6 +199,21 @@ test('unknown_hosts: tunnel relays bytes blind to a public address, by address a
   assert.match(result.byName, /^HTTP\/1\.1 200 Connection Established\r\n\r\nby name too$/, stderr);
 });
 
+test('unknown_hosts: tunnel closes a tunnel that stays idle for tunnel_idle_timeout, on both sides', async (t) => {
+  const probe = spawnSync('unshare', ['--net', 'true']);
+  if (probe.status !== 0) {
+    t.skip('needs unshare --net (root) for a public address that stays on this machine');
+    return;
+  }
+  const child = new URL('../support/egress-tunnel-child.ts', import.meta.url).pathname;
+  const script = `ip link set lo up && ip addr add 8.8.4.4/32 dev lo && exec "$0" "$1" 8.8.4.4 idle`;
+  const { stdout, stderr } = await run('unshare', ['--net', 'sh', '-c', script, process.execPath, child], { timeout: 60_000 });
+  const result = JSON.parse(stdout) as { carried: string; closedByProxy: boolean; vendorSideClosed: boolean };
+  assert.match(result.carried, /^HTTP\/1\.1 200 Connection Established\r\n\r\nthen silence$/, `the tunnel worked before it went quiet: ${stderr}`);
+  assert.equal(result.closedByProxy, true, 'the proxy closed the idle tunnel');
+  assert.equal(result.vendorSideClosed, true, 'and its connection to the vendor');
+});
+
 test('a vendor certificate that fails verification is 502 and nothing is sent', async (t) => {
   // A certificate from a CA the proxy does not trust.
   const stranger = await createCertificateAuthority('not trusted');

@@ -4,6 +4,9 @@
  * namespace: a TCP echo server listens on PUBLIC, the service starts with an egress proxy
  * in `unknown_hosts: tunnel` mode, and blind tunnels are opened to PUBLIC by address and
  * by name. Prints one JSON line with what each tunnel carried.
+ *
+ * With `idle` after the address, the proxy has a short `tunnel_idle_timeout` instead: one
+ * tunnel carries a message, then stays quiet, and the line says which sides were closed.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -15,8 +18,15 @@ import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 
 const PUBLIC = process.argv[2]!;
+const IDLE = process.argv[3] === 'idle';
+/** How long the idle case waits for the proxy to close a quiet tunnel before it says it did not. */
+const GIVE_UP_MS = 15_000;
 const dir = mkdtempSync(join(tmpdir(), 'svc-tunnel-'));
-const echo = createServer((socket) => socket.pipe(socket));
+let vendorSideClosed = false;
+const echo = createServer((socket) => {
+  socket.pipe(socket);
+  socket.on('close', () => (vendorSideClosed = true));
+});
 await new Promise<void>((resolve) => echo.listen(0, PUBLIC, resolve));
 const port = (echo.address() as AddressInfo).port;
 
@@ -27,6 +37,7 @@ store: { path: ":memory:" }
 egress_proxy:
   listen: 127.0.0.1:0
   unknown_hosts: tunnel
+${IDLE ? '  tunnel_idle_timeout: 300ms' : ''}
   ca: { cert_file: ${join(dir, 'ca.pem')}, key_file: ${join(dir, 'ca.key')} }
 `,
   env: {},
@@ -54,8 +65,38 @@ function tunnel(target: string, payload: string): Promise<string> {
   });
 }
 
-const result = { byAddress: await tunnel(`${PUBLIC}:${port}`, 'hello over the tunnel'), byName: await tunnel(`vendor.test:${port}`, 'by name too') };
+/** CONNECT, one message through, then nothing: resolves when the proxy closes the tunnel, or after GIVE_UP_MS. */
+function quietTunnel(target: string, payload: string): Promise<{ carried: string; closedByProxy: boolean }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(egressProxy!.port, '127.0.0.1', () => socket.write(`CONNECT ${target} HTTP/1.1\r\nhost: ${target}\r\n\r\n`));
+    let got = '';
+    const giveUp = setTimeout(() => {
+      socket.destroy();
+      resolve({ carried: got, closedByProxy: false });
+    }, GIVE_UP_MS);
+    socket.on('data', (chunk) => {
+      const before = got;
+      got += chunk.toString();
+      if (!before.includes('\r\n\r\n') && got.includes('\r\n\r\n')) socket.write(payload);
+    });
+    socket.on('close', () => {
+      clearTimeout(giveUp);
+      resolve({ carried: got, closedByProxy: true });
+    });
+    socket.on('error', reject);
+  });
+}
+
+const result = IDLE
+  ? { ...(await quietTunnel(`${PUBLIC}:${port}`, 'then silence')), vendorSideClosed: await settled(() => vendorSideClosed) }
+  : { byAddress: await tunnel(`${PUBLIC}:${port}`, 'hello over the tunnel'), byName: await tunnel(`vendor.test:${port}`, 'by name too') };
 process.stdout.write(`${JSON.stringify(result)}\n`);
+/** `check()` once it holds, or false after a few seconds (the close reaches the echo server a moment later). */
+async function settled(check: () => boolean): Promise<boolean> {
+  for (let i = 0; i < 100 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+  return check();
+}
+
 await app.close();
 echo.close();
 rmSync(dir, { recursive: true, force: true });
