@@ -28,6 +28,7 @@ import { EgressHosts, rulesFor, type HostRule, type Scheme } from './egress-host
 import { routingPaths } from './relay.ts';
 import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
+import { joinDecrypted } from './echo-guard.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { logRouteRequest, routeConfiguration } from './transform-routes.ts';
 
@@ -254,13 +255,6 @@ export class EgressProxy {
       throw err;
     }
   }
-}
-
-/** Where the query's and the body's tokens were decrypted, for an answer that must not echo them. */
-function joinDecrypted(query: ReadonlyMap<string, number> | null, body: ReadonlyMap<string, number> | null, echoes: boolean): ReadonlyMap<string, number> | null {
-  if (!echoes) return null;
-  if (query === null || query.size === 0) return body;
-  return body === null || body.size === 0 ? query : new Map([...query, ...body]);
 }
 
 const UNREADABLE_TARGET = 'The request path cannot be read the same way by every server: it holds an escaped ";", a control byte, a space or a stray "%".';

@@ -9,7 +9,7 @@ import { inspect, promisify } from 'node:util';
 import Stripe from 'stripe';
 import { fetch as undiciFetch, ProxyAgent } from 'undici';
 import { call } from '../support/app.ts';
-import { startProxy, startVendor, tokensFor, type ProxyRunning } from '../support/egress-proxy.ts';
+import { sha256, startProxy, startVendor, tokensFor, type ProxyRunning } from '../support/egress-proxy.ts';
 import { createCertificateAuthority, issueLeafCertificate, readCertificateAuthority } from '../../src/crypto/certificates.ts';
 import { EgressHosts } from '../../src/dataplane/egress-hosts.ts';
 import { parseAuthority } from '../../src/dataplane/egress-proxy.ts';
@@ -96,7 +96,7 @@ test('curl --proxy with the installation CA: decrypts for a listed host; a tampe
   assert.equal(status, '200');
   assert.equal(vendor.received.length, 1);
   assert.equal(vendor.received[0]!.body, 'type=card&card[number]=4242424242424242&card[cvc]=314');
-  assert.equal(JSON.parse(answer!).body, 'type=card&card[number]=4242424242424242&card[cvc]=314', 'a field inside a string the vendor echoes is not a path: passed as it is');
+  assert.equal(JSON.parse(answer!).sha256, sha256('type=card&card[number]=4242424242424242&card[cvc]=314'), 'the vendor read the plaintext');
 
   const tampered = card.number.slice(0, -3) + (card.number.at(-3) === 'A' ? 'B' : 'A') + card.number.slice(-2);
   const refused = await curl(`type=card&card[number]=${tampered}&card[cvc]=${card.cvc}`);
@@ -143,9 +143,11 @@ test('a listed host with no matching route passes unchanged; the metric names th
   for (const [method, path] of [['POST', '/v1/customers'], ['PUT', '/v1/payment_methods']] as const) {
     const res = await undiciFetch(`https://127.0.0.1:${vendor.port}${path}?expand=x`, { method, dispatcher: agent, headers: { 'content-type': 'application/x-www-form-urlencoded' }, body });
     assert.equal(res.status, 200);
-    const echoed = (await res.json()) as { url: string; body: string };
-    assert.equal(echoed.url, `${path}?expand=x`);
-    assert.equal(echoed.body, body, 'the token passes as it was sent');
+    const echoed = (await res.json()) as { path: string; sha256: string };
+    assert.equal(echoed.path, path);
+    assert.equal(vendor.received.at(-1)!.url, `${path}?expand=x`);
+    assert.equal(vendor.received.at(-1)!.body, body, 'the token passes as it was sent');
+    assert.equal(echoed.sha256, sha256(body));
   }
   await proxy.app.services.logs.flush?.();
   const metrics = await (await fetch(`${proxy.adminUrl}/metrics`)).text();
@@ -384,8 +386,8 @@ test('an unchanged Node application: NODE_USE_ENV_PROXY=1, HTTPS_PROXY and NODE_
   `;
   const env = { PATH: process.env['PATH'] ?? '', NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: proxy.proxyUrl, NODE_EXTRA_CA_CERTS: caFile };
   const { stdout } = await run(process.execPath, ['--input-type=commonjs', '-e', `(async () => { ${app} })().catch((e) => { console.error(e); process.exit(1); })`], { env, timeout: 30_000 });
-  const answers = JSON.parse(stdout) as Array<{ body: string }>;
-  assert.deepEqual(answers.map((a) => a.body), ['card[number]=4242424242424242', 'card[number]=4242424242424242']);
+  const answers = JSON.parse(stdout) as Array<{ sha256: string }>;
+  assert.deepEqual(answers.map((a) => a.sha256), [sha256('card[number]=4242424242424242'), sha256('card[number]=4242424242424242')]);
   assert.equal(vendor.received.length, 2);
 });
 
@@ -399,9 +401,9 @@ test('Python requests with HTTPS_PROXY and REQUESTS_CA_BUNDLE, and Java HttpClie
 
   await t.test('python requests', async (t) => {
     if (spawnSync('python3', ['-c', 'import requests']).status !== 0) return t.skip('python3 with requests is not installed');
-    const script = `import requests, sys\nr = requests.post(sys.argv[1], data={"card[number]": sys.argv[2]})\nprint(r.status_code, r.json()["body"])`;
+    const script = `import requests, sys\nr = requests.post(sys.argv[1], data={"card[number]": sys.argv[2]})\nprint(r.status_code, r.json()["sha256"])`;
     const { stdout } = await run('python3', ['-c', script, url, card.number], { env: { PATH: process.env['PATH'] ?? '', HTTPS_PROXY: proxy.proxyUrl, REQUESTS_CA_BUNDLE: caFile }, timeout: 30_000 });
-    assert.equal(stdout.trim(), '200 card%5Bnumber%5D=4242424242424242');
+    assert.equal(stdout.trim(), `200 ${sha256('card%5Bnumber%5D=4242424242424242')}`);
   });
 
   await t.test('java', async (t) => {
@@ -427,7 +429,7 @@ public class Vendor { public static void main(String[] a) throws Exception {
     ).catch((err: Error & { stderr?: string }) => {
       throw new Error(`java failed; vendor TLS connections so far: ${vendor.connections}; ${String(err.stderr).split('\n').filter((l) => /subject|issuer|SunCertPathBuilder|Proxy|CONNECT|anchor/i.test(l)).slice(0, 30).join('\n')}`);
     });
-    assert.match(stdout.trim(), /^200 \{.*"body":"card\[number\]=4242424242424242"\}$/);
+    assert.match(stdout.trim(), new RegExp(`^200 \\{.*"sha256":"${sha256('card[number]=4242424242424242')}"\\}$`));
   });
   assert.ok(vendor.received.every((r) => !r.body.includes('svc:1:')), 'no token reached the vendor');
 });
@@ -436,7 +438,7 @@ test('query rules decrypt named query parameters before anything is sent; a tamp
   const vendor = await startVendor(t, (request, res) => {
     const email = new URL(request.url, 'https://vendor.invalid').searchParams.get('email');
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ data: [{ email }], url: request.url }));
+    res.end(JSON.stringify({ data: [{ email }] }));
   });
   const proxy = await startProxy(t, `  hosts:
     - match: 127.0.0.1:${vendor.port}
@@ -451,12 +453,9 @@ test('query rules decrypt named query parameters before anything is sent; a tamp
   const agent = proxyAgent(proxy);
   t.after(() => agent.close());
   const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/customers?limit=3&email=${token}`, { dispatcher: agent });
-  const answer = (await res.json()) as { data: Array<{ email: string }>; url: string };
-  assert.equal(res.status, 200);
+  assert.equal(res.status, 502, 'the vendor echoes the email at data.0.email, a path the request did not decrypt: the answer is refused');
+  assert.ok(!(await res.text()).includes('jenny'));
   assert.equal(vendor.received[0]!.url, '/v1/customers?limit=3&email=jenny%40example.com');
-  assert.equal(answer.url, '/v1/customers?limit=3&email=jenny%40example.com', 'a string that only contains the value is not a path: as sent');
-  // The query's `email` is the path `email`; the vendor echoes it at data.0.email, another path: left as it is.
-  assert.equal(answer.data[0]!.email, 'jenny@example.com');
 
   const tampered = token.slice(0, -3) + (token.at(-3) === 'A' ? 'B' : 'A') + token.slice(-2);
   const refused = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/customers?email=${tampered}`, { dispatcher: agent });
@@ -509,3 +508,62 @@ test('near misses of a listed host through CONNECT: case and a trailing dot matc
   }
   assert.equal(vendor.connections, 0, 'a CONNECT alone dials nothing, listed or not');
 });
+
+test('an answer that repeats a decrypted value anywhere it cannot be encrypted again is refused with 502, and nothing of it reaches the application', async (t) => {
+  type Answer = (form: URLSearchParams, res: import('node:http').ServerResponse) => void;
+  const answers = new Map<string, Answer>([
+    ['error message at another path', (form, res) => json(res, 402, { error: { message: `Your card number ${form.get('card[number]')} is incorrect.`, param: 'card[number]' } })],
+    ['redirect with the value percent-encoded', (form, res) => {
+      res.writeHead(301, { location: `https://vendor.invalid/v1/x?n=${encodeURIComponent(form.get('card[number]')!)}&e=${encodeURIComponent(form.get('email')!)}` });
+      res.end();
+    }],
+    ['cookie', (form, res) => {
+      res.writeHead(200, { 'set-cookie': `last=${form.get('card[number]')}`, 'content-type': 'application/json' });
+      res.end('{}');
+    }],
+    ['text/html page', (form, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end(`<html><body>you sent ${form.get('card[number]')}</body></html>`);
+    }],
+    ['the number without its spaces', (form, res) => json(res, 200, { fingerprint: form.get('card[number]')!.replaceAll(' ', '') })],
+    ['an email in upper case, JSON-escaped', (form, res) => json(res, 200, { note: `contact <${form.get('email')!.toUpperCase()}>` })],
+  ]);
+  let current: Answer = () => {};
+  const vendor = await startVendor(t, (request, res) => current(new URLSearchParams(request.body), res));
+  const proxy = await startProxy(t, `  hosts:
+    - match: 127.0.0.1:${vendor.port}
+      configuration: payments
+      request: { decrypt: ["card[number]", "card[cvc]", email] }
+`);
+  const tokens = await tokensFor(proxy.url, { card: { number: '4242 4242 4242 4242', cvc: '314' }, who: { email: 'jenny.rosen@example.com' } }, 'card.number,card.cvc,who.email');
+  const body = new URLSearchParams({ 'card[number]': tokens.card.number, 'card[cvc]': tokens.card.cvc, email: tokens.who.email }).toString();
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const send = () => undiciFetch(`https://127.0.0.1:${vendor.port}/v1/payment_methods`, { method: 'POST', dispatcher: agent, redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body });
+  for (const [name, answer] of answers) {
+    current = answer;
+    const res = await send();
+    const text = await res.text();
+    assert.equal(res.status, 502, name);
+    assert.deepEqual(JSON.parse(text), { message: 'The upstream response could not be transformed.' }, name);
+    for (const header of ['location', 'set-cookie']) assert.equal(res.headers.get(header), null, `${name}: ${header}`);
+  }
+  assert.equal(vendor.received.length, answers.size);
+  assert.ok(vendor.received.every((r) => r.body.includes('card%5Bnumber%5D=4242+4242+4242+4242') || r.body.includes('4242 4242')), 'the vendor got the plaintext each time');
+
+  // The same values where the request decrypted them are encrypted again, and values
+  // shorter than 8 characters are not searched: a CVC's digits occur by chance in ids and
+  // timestamps, and refusing those answers would refuse good ones.
+  current = (form, res) => json(res, 200, { id: 'pm_1', card: { number: form.get('card[number]') }, created: 1_731_456_314, cvc_check: form.get('card[cvc]') === '314' ? 'pass' : 'fail' });
+  const ok = await send();
+  const answered = (await ok.json()) as { card: { number: string }; created: number; cvc_check: string };
+  assert.equal(ok.status, 200);
+  assert.match(answered.card.number, TOKEN);
+  assert.equal(answered.created, 1_731_456_314);
+  assert.equal(answered.cvc_check, 'pass');
+});
+
+function json(res: import('node:http').ServerResponse, status: number, value: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(value));
+}

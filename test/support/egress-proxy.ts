@@ -2,6 +2,7 @@
  * Test support for the egress proxy: an HTTPS vendor stand-in with its own CA (given to
  * the proxy as `trust_file`), and the service started with an `egress_proxy` block.
  */
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer as createHttpsServer } from 'node:https';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
@@ -32,10 +33,20 @@ export interface Vendor {
 export type VendorAnswer = (request: VendorRequest, res: ServerResponse) => void;
 
 /** Answers 200 with the JSON `{ method, url, body }` of what it got, by default. */
+/**
+ * The default vendor answers, as a payment API does, with what it made of the request and
+ * not the request itself: the SHA-256 of the body it received, so a client can tell the
+ * vendor got the plaintext without the answer repeating it (an answer that repeated it
+ * would be refused by the echo guard).
+ */
 const ECHO: VendorAnswer = (request, res) => {
   res.writeHead(200, { 'content-type': 'application/json' });
-  res.end(JSON.stringify({ method: request.method, url: request.url, body: request.body }));
+  res.end(JSON.stringify({ method: request.method, path: request.url.split('?')[0], sha256: sha256(request.body) }));
 };
+
+export function sha256(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
 
 /** An HTTPS server on 127.0.0.1 with a certificate for `localhost` and `127.0.0.1`, signed by VENDOR_CA_FILE. */
 export async function startVendor(t: TestContext, answer: VendorAnswer = ECHO, certificate?: { cert: string; key: string }): Promise<Vendor> {
