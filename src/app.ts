@@ -9,6 +9,7 @@ import { Authenticator } from './auth/caller.ts';
 import { generateApiKey, hashApiKey } from './auth/api-keys.ts';
 import { hashPassword, verifyPassword } from './auth/passwords.ts';
 import type { Config } from './config/load.ts';
+import { isLoopback, parseListen } from './config/listen.ts';
 import { checkRouteReferences } from './config/route-references.ts';
 import { timingSafeEqual } from 'node:crypto';
 import { unwrapDataKey, wrapDataKey } from './crypto/data-keys.ts';
@@ -250,6 +251,9 @@ export function createApp(config: Config, options: AppOptions = {}): App {
         const ca = await egressProxy.prepare();
         if (ca.created) logger.warn({ cert_file: config.egress_proxy!.ca.cert_file }, 'egress proxy: created a new CA; the applications that use the proxy must trust its certificate (svc-sidecar egress-ca prints it)');
         if (ca.insecurePermissions) logger.warn({ key_file: config.egress_proxy!.ca.key_file }, 'the egress proxy CA key file is readable by other users; chmod 600 it');
+        if (!isLoopback(parseListen(config.egress_proxy!.listen).host)) {
+          logger.warn({ listen: config.egress_proxy!.listen }, 'the egress proxy listens beyond loopback and asks no credentials: whoever reaches it can have tokens decrypted for the listed hosts; bind it to 127.0.0.1 in the application\'s pod');
+        }
       }
       const addresses = await listenAll(listeners);
       const address = (listener: Listener | undefined) => (listener === undefined ? null : addresses[listeners.indexOf(listener)]!);

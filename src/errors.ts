@@ -78,6 +78,13 @@ export class EgressHostNotAllowedError extends SvcError {
   }
 }
 
+/** The egress proxy (DESIGN §15) refuses to decrypt tokens for a plain `http://` request. */
+export class EgressPlainHttpError extends SvcError {
+  constructor() {
+    super('SVC_ERR_EGRESS_PLAIN_HTTP', 403, 'Tokens are decrypted only for https: send this request to an https:// URL.');
+  }
+}
+
 export class NotFoundError extends SvcError {
   constructor() {
     super('SVC_ERR_NOT_FOUND', 404, 'Not found.');

@@ -4,6 +4,7 @@
  * response transforms. A request that matches a host but none of its routes gets the
  * host-level rules; a host with no rules at all passes its requests unchanged.
  */
+import { isIP } from 'node:net';
 import type { EgressProxyHost } from '../config/schema.ts';
 import { compileGlob, findRoute, type RelayRoute } from './relay.ts';
 import { compileTransformRoute, type TransformRoute } from './transform-routes.ts';
@@ -19,6 +20,11 @@ type ProxyRoute = ProxyRules & Pick<RelayRoute, 'method' | 'path'>;
 export interface HostRule {
   /** The `match` as configured, lower case: the metrics label and the api log's name. */
   readonly match: string;
+  /**
+   * `*.example.com`: the names it covers are not known when it is written, so they are
+   * dialled at public addresses only (DESIGN §8); an exact match may be a private address.
+   */
+  readonly wildcard: boolean;
   readonly routes: readonly ProxyRoute[];
   readonly rules: ProxyRules;
 }
@@ -49,11 +55,14 @@ export class EgressHosts {
 
   /**
    * The rule for `host` (lower case, no brackets, no trailing dot) at `port`. An exact
-   * name is preferred to a wildcard; a wildcard never matches the bare domain.
+   * name is preferred to a wildcard; a wildcard never matches the bare domain, nor an IP
+   * address.
    */
   find(host: string, port: number, scheme: Scheme): HostRule | null {
     const portMatches = (candidate: CompiledHost) => (candidate.port ?? DEFAULT_PORT[scheme]) === port;
     for (const candidate of this.exact) if (candidate.name === host && portMatches(candidate)) return candidate.rule;
+    // A wildcard names hosts, never addresses: `*.0.0.1` does not cover 127.0.0.1.
+    if (isIP(host) !== 0) return null;
     for (const candidate of this.wildcards) if (host.endsWith(candidate.name) && portMatches(candidate)) return candidate.rule;
     return null;
   }
@@ -85,7 +94,7 @@ function compileHost(config: EgressProxyHost): CompiledHost {
       path: compileGlob(route.match.path),
     }),
   );
-  return { rule: { match, routes, rules }, name: wildcard ? name.slice(1) : name, wildcard, port: port === undefined ? null : Number(port) };
+  return { rule: { match, wildcard, routes, rules }, name: wildcard ? name.slice(1) : name, wildcard, port: port === undefined ? null : Number(port) };
 }
 
 function compileRules(label: string, configuration: string, request: Transform | undefined, query: Transform | undefined, given: EgressProxyHost['response']): ProxyRules {

@@ -16,7 +16,7 @@ import type { IncomingMessage } from 'node:http';
 import { createSecureContext, getCACertificates, TLSSocket, type SecureContext } from 'node:tls';
 import { Agent, type Dispatcher } from 'undici';
 import type { EgressProxyConfig } from '../config/schema.ts';
-import { AddressNotAllowedError, BadRequestError, EgressHostNotAllowedError, UpstreamTimeoutError, UpstreamUnreachableError, type SvcError } from '../errors.ts';
+import { AddressNotAllowedError, BadRequestError, EgressHostNotAllowedError, EgressPlainHttpError, UpstreamTimeoutError, UpstreamUnreachableError, type SvcError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { answerAndClose, Listener, type ListenerOptions } from '../http/listener.ts';
 import { readCaFile } from '../config/jwt-key-files.ts';
@@ -50,6 +50,8 @@ export class EgressProxy {
   private readonly hosts: EgressHosts;
   /** The vendors' pool: keep-alive per origin, system CAs plus `trust_file`. */
   private readonly vendors: Agent;
+  /** The same for hosts a wildcard rule matched: their names resolve to public addresses only (§8). */
+  private readonly publicVendors: Agent;
   private readonly resolve: Resolver | undefined;
   /** The TLS side of each terminated `CONNECT`, to the host it was opened for. */
   private readonly tunnels = new WeakMap<Socket, Tunnel>();
@@ -61,15 +63,12 @@ export class EgressProxy {
     this.resolve = resolve;
     this.hosts = new EgressHosts(config.hosts);
     const forwarding = services.config.forwarding;
-    this.vendors = new Agent({
-      keepAliveTimeout: 10_000,
-      connections: 256,
-      headersTimeout: forwarding.headers_timeout,
-      bodyTimeout: forwarding.body_timeout,
-      // One context for every vendor connection: with `ca` alone, each new connection
-      // would parse the whole CA list again.
-      connect: { timeout: forwarding.connect_timeout, secureContext: vendorContext(config.trust_file) },
-    });
+    const pool = { keepAliveTimeout: 10_000, connections: 256, headersTimeout: forwarding.headers_timeout, bodyTimeout: forwarding.body_timeout };
+    // One context for every vendor connection: with `ca` alone, each new connection
+    // would parse the whole CA list again.
+    const connect = { timeout: forwarding.connect_timeout, secureContext: vendorContext(config.trust_file) };
+    this.vendors = new Agent({ ...pool, connect });
+    this.publicVendors = new Agent({ ...pool, connect: { ...connect, lookup: publicOnlyLookup(resolve) } });
     const finish = options.onFinish;
     this.listener = new Listener('egress-proxy', config.listen, (ctx) => this.onRequest(ctx), {
       ...options,
@@ -93,7 +92,7 @@ export class EgressProxy {
 
   async close(drainTimeout: number): Promise<void> {
     await this.listener.close(drainTimeout);
-    await this.vendors.close();
+    await Promise.all([this.vendors.close(), this.publicVendors.close()]);
   }
 
   // -------------------------------------------------------------------------------------
@@ -225,6 +224,9 @@ export class EgressProxy {
     const method = ctx.req.method ?? 'GET';
     const { rules, path } = rulesFor(rule, method, paths);
     logRouteRequest(ctx, rules, path === '' ? '/' : path);
+    // Plaintext leaves over verified TLS only: a vendor reached by http:// (a bare match
+    // covers port 80 too) gets what the application sent, or nothing.
+    if (scheme === 'http' && (rules.request?.mode === 'decrypt' || rules.query?.mode === 'decrypt')) throw new EgressPlainHttpError();
     const configuration = routeConfiguration(ctx, this.services, rules);
     // The query first: a bad token in it stops the request before the body is read.
     const q = target.indexOf('?');
@@ -237,7 +239,8 @@ export class EgressProxy {
     const request = await requestBody(ctx, this.services, rules, configuration, { reportCount: true, recordPaths: rules.echoes });
     const decryptedAt = joinDecrypted(query?.decryptedAt ?? null, request.decryptedAt, rules.echoes);
     const options = routeForwardOptions(this.services, rules, configuration, false, decryptedAt);
-    await this.services.forwarder.forward(ctx, destination, request.body, { ...options, dispatcher: this.vendors as Dispatcher });
+    const dispatcher = rule.wildcard ? this.publicVendors : this.vendors;
+    await this.services.forwarder.forward(ctx, destination, request.body, { ...options, dispatcher: dispatcher as Dispatcher });
     request.recordUsage();
   }
 

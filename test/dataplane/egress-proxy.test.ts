@@ -291,12 +291,17 @@ function rawRequest(port: number, text: string, established = false): Promise<st
 }
 
 
-test('absolute-form http:// to a listed host applies the same rules; the api log names the host rule; refused requests write none', async (t) => {
+test('absolute-form http:// to a listed host applies the same rules, except that nothing is decrypted for plain http; the api log names the host rule; refused requests write none', async (t) => {
   const echo = await startEcho(t);
+  const vendor = await startEcho(t);
   const proxy = await startProxy(t, `  hosts:
     - match: 127.0.0.1:${echo.port}
       configuration: payments
-      request: { decrypt: [card.cvc] }
+      request: { encrypt: [card.cvc] }
+    - match: 127.0.0.1:${vendor.port}
+      configuration: payments
+      routes:
+        - { match: { method: POST, path: /v1/** }, request: { decrypt: [card.cvc] } }
       response: { encrypt: [] }
 `);
   const card = await cardTokens(proxy);
@@ -306,15 +311,23 @@ test('absolute-form http:// to a listed host applies the same rules; the api log
     method: 'POST',
     dispatcher: agent,
     headers: { 'content-type': 'application/json', 'x-svc-request-id': 'ep-log-1' },
-    body: JSON.stringify({ card: { cvc: card.cvc } }),
+    body: JSON.stringify({ card: { cvc: '314' } }),
   });
   const answered = (await res.json()) as { card: { cvc: string } };
   assert.equal(res.status, 201);
   assert.equal(echo.received[0]!.url, '/charges?x=1');
-  assert.equal(echo.received[0]!.body.toString(), '{"card":{"cvc":"314"}}');
-  // `encrypt: []` is DESIGN §15's spelling of the default: what was decrypted (card.cvc),
-  // not the configuration's fields (card.number).
-  assert.match(answered.card.cvc, TOKEN, 'host-level rules, with the default written out, re-encrypt the echo');
+  assert.match(JSON.parse(echo.received[0]!.body.toString()).card.cvc, TOKEN, 'encrypting rules apply over http://');
+  assert.match(answered.card.cvc, TOKEN);
+
+  // A rule that would decrypt: refused before anything is dialled, whatever the port.
+  const plain = await undiciFetch(`http://127.0.0.1:${vendor.port}/v1/charges`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { cvc: card.cvc } }) });
+  assert.equal(plain.status, 403);
+  assert.deepEqual(await plain.json(), { message: 'Tokens are decrypted only for https: send this request to an https:// URL.' });
+  const other = await undiciFetch(`http://127.0.0.1:${vendor.port}/status`, { dispatcher: agent });
+  assert.equal(other.status, 201, 'a request no decrypting rule covers still passes over http:// (the echo answers 201)');
+  await other.text();
+  assert.equal(vendor.received.length, 1);
+  assert.equal(vendor.received[0]!.url, '/status');
   const denied = await rawRequest(proxy.proxyPort, `GET http://localhost:${echo.port}/x HTTP/1.1\r\nhost: localhost\r\n\r\n`);
   assert.match(denied, /^HTTP\/1\.1 403 /);
 
@@ -567,3 +580,33 @@ function json(res: import('node:http').ServerResponse, status: number, value: un
   res.writeHead(status, { 'content-type': 'application/json' });
   res.end(JSON.stringify(value));
 }
+
+test('a wildcard rule never covers an IP address, and the names it covers are dialled at public addresses only (DESIGN §8)', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(
+    t,
+    `  hosts:
+    - { match: "*.0.0.1:${vendor.port}", configuration: payments }
+    - { match: "*.vendor.test:${vendor.port}", configuration: payments }
+`,
+    // Every name under vendor.test resolves to the loopback address the stand-in listens on.
+    { resolve: (host, cb) => (host.endsWith('.vendor.test') ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(Object.assign(new Error('no such host'), { code: 'ENOTFOUND' }), [])) },
+  );
+  const byAddress = await rawRequest(proxy.proxyPort, `CONNECT 127.0.0.1:${vendor.port} HTTP/1.1\r\nhost: 127.0.0.1:${vendor.port}\r\n\r\n`);
+  assert.match(byAddress, /^HTTP\/1\.1 403 /, '*.0.0.1 is not a rule for 127.0.0.1');
+  const agent = proxyAgent(proxy);
+  t.after(() => agent.close());
+  const res = await undiciFetch(`https://api.vendor.test:${vendor.port}/v1/customers`, { dispatcher: agent });
+  const text = await res.text();
+  assert.equal(res.status, 403, text);
+  assert.ok(!text.includes('127.0.0.1'), `the answer does not say where the name resolved: ${text}`);
+  assert.equal(vendor.received.length, 0, 'nothing reached the loopback address');
+});
+
+test('an egress proxy listening beyond loopback is warned about at start: it asks no credentials', async (t) => {
+  const vendor = await startVendor(t);
+  const wide = await startProxy(t, stripeHost(vendor.port), { listen: '0.0.0.0:0' });
+  assert.match(wide.logs(), /the egress proxy listens beyond loopback and asks no credentials/);
+  const local = await startProxy(t, stripeHost(vendor.port));
+  assert.doesNotMatch(local.logs(), /listens beyond loopback/);
+});

@@ -97,11 +97,11 @@ export function caDir(t: TestContext): string {
  * The service with `egress_proxy: { <proxyYaml> }` (indented two spaces, without the
  * `listen`, `ca` and `trust_file` lines, which are written here).
  */
-export async function startProxy(t: TestContext, proxyYaml: string, options: StartOptions & { dir?: string } = {}): Promise<ProxyRunning> {
+export async function startProxy(t: TestContext, proxyYaml: string, options: StartOptions & { dir?: string; listen?: string } = {}): Promise<ProxyRunning> {
   const dir = options.dir ?? caDir(t);
   const yaml = `
 egress_proxy:
-  listen: 127.0.0.1:0
+  listen: ${options.listen ?? '127.0.0.1:0'}
   ca: { cert_file: ${join(dir, 'ca', 'egress-ca.pem')}, key_file: ${join(dir, 'ca', 'egress-ca.key')} }
   trust_file: ${VENDOR_CA_FILE}
 ${proxyYaml}`;
