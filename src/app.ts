@@ -9,6 +9,7 @@ import { Authenticator } from './auth/caller.ts';
 import { generateApiKey, hashApiKey } from './auth/api-keys.ts';
 import { hashPassword, verifyPassword } from './auth/passwords.ts';
 import type { Config } from './config/load.ts';
+import { isLoopback, parseListen } from './config/listen.ts';
 import { checkRouteReferences } from './config/route-references.ts';
 import { timingSafeEqual } from 'node:crypto';
 import { unwrapDataKey, wrapDataKey } from './crypto/data-keys.ts';
@@ -20,6 +21,7 @@ import { rewrapRoute } from './dataplane/rewrap.ts';
 import { Forwarder } from './dataplane/forwarder.ts';
 import { EgressRoutes, egressRoute } from './dataplane/egress.ts';
 import { compileRelayRoutes, RelayServer } from './dataplane/relay.ts';
+import { EgressProxy } from './dataplane/egress-proxy.ts';
 import type { Resolver } from './dataplane/address-policy.ts';
 import { FieldPathCache } from './dataplane/field-path-cache.ts';
 import { dataLimits } from './dataplane/limits.ts';
@@ -49,11 +51,13 @@ export interface App {
   readonly admin: Server | null;
   /** The relay listener in front of the application (`relay` in the config), if any. */
   readonly relay: RelayServer | null;
+  /** The application's HTTP(S)_PROXY (`egress_proxy` in the config), if any. */
+  readonly egressProxy: EgressProxy | null;
   /** Keys created by the seed without a literal value: shown once, at first start. */
   readonly createdApiKeys: ReadonlyArray<{ name: string; key: string }>;
   /** The snapshot poller and log shipper of a `state.source: control-plane` service; null otherwise. */
   readonly replication: Replication | null;
-  listen(): Promise<{ main: AddressInfo; admin: AddressInfo | null; relay: AddressInfo | null }>;
+  listen(): Promise<{ main: AddressInfo; admin: AddressInfo | null; relay: AddressInfo | null; egressProxy: AddressInfo | null }>;
   close(): Promise<void>;
 }
 
@@ -230,16 +234,27 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     config.server.admin_listen === 'off'
       ? null
       : new Listener('admin', config.server.admin_listen, routerHandler(buildAdminRouter(), services), { server, logger });
-  const listeners = [main, ...(admin === null ? [] : [admin]), ...(relay === null ? [] : [relay.listener])];
+  const egressProxy = config.egress_proxy === undefined ? null : new EgressProxy(config.egress_proxy, services, listenerOptions(false), options.resolve);
+  const listeners = [main, ...(admin === null ? [] : [admin]), ...(relay === null ? [] : [relay.listener]), ...(egressProxy === null ? [] : [egressProxy.listener])];
 
   return {
     services,
     server: main.server,
     admin: admin?.server ?? null,
     relay,
+    egressProxy,
     createdApiKeys,
     replication,
     async listen() {
+      // The CA exists before anything listens: a healthy process can always hand it out.
+      if (egressProxy !== null) {
+        const ca = await egressProxy.prepare();
+        if (ca.created) logger.warn({ cert_file: config.egress_proxy!.ca.cert_file }, 'egress proxy: created a new CA; the applications that use the proxy must trust its certificate (svc-sidecar egress-ca prints it)');
+        if (ca.insecurePermissions) logger.warn({ key_file: config.egress_proxy!.ca.key_file }, 'the egress proxy CA key file is readable by other users; chmod 600 it');
+        if (!isLoopback(parseListen(config.egress_proxy!.listen).host)) {
+          logger.warn({ listen: config.egress_proxy!.listen }, 'the egress proxy listens beyond loopback and asks no credentials: whoever reaches it can have tokens decrypted for the listed hosts; bind it to 127.0.0.1 in the application\'s pod');
+        }
+      }
       const addresses = await listenAll(listeners);
       const address = (listener: Listener | undefined) => (listener === undefined ? null : addresses[listeners.indexOf(listener)]!);
       if (relay !== null && config.relay?.protect === undefined) {
@@ -251,12 +266,16 @@ export function createApp(config: Config, options: AppOptions = {}): App {
       else if (config.state.source === 'file') logger.warn('state.source is file but no configuration file path was given: the seed will not be reloaded');
       replication?.start();
       services.health.ready = true;
-      return { main: address(main)!, admin: address(admin ?? undefined), relay: address(relay?.listener) };
+      if (egressProxy !== null) {
+        const bound = address(egressProxy.listener)!;
+        logger.info({ egress_proxy: `${bound.address}:${bound.port}`, hosts: config.egress_proxy!.hosts.length, unknown_hosts: config.egress_proxy!.unknown_hosts }, 'egress proxy listening');
+      }
+      return { main: address(main)!, admin: address(admin ?? undefined), relay: address(relay?.listener), egressProxy: address(egressProxy?.listener) };
     },
     async close() {
       // Readiness fails first, so load balancers stop sending while requests drain.
       services.health.ready = false;
-      await Promise.all([main.close(config.server.drain_timeout), admin?.close(1000), relay?.close(config.server.drain_timeout)]);
+      await Promise.all([main.close(config.server.drain_timeout), admin?.close(1000), relay?.close(config.server.drain_timeout), egressProxy?.close(config.server.drain_timeout)]);
       await retention.stop();
       await fileSource?.stop();
       await replication?.stop();

@@ -71,6 +71,20 @@ export class EgressPathRefusedError extends SvcError {
   }
 }
 
+/** The egress proxy (DESIGN §15) lists no rule for the host, and `unknown_hosts` is `deny`. */
+export class EgressHostNotAllowedError extends SvcError {
+  constructor(host: string) {
+    super('SVC_ERR_EGRESS_HOST', 403, `The egress proxy does not serve the host ${host}.`);
+  }
+}
+
+/** The egress proxy (DESIGN §15) refuses to decrypt tokens for a plain `http://` request. */
+export class EgressPlainHttpError extends SvcError {
+  constructor() {
+    super('SVC_ERR_EGRESS_PLAIN_HTTP', 403, 'Tokens are decrypted only for https: send this request to an https:// URL.');
+  }
+}
+
 export class NotFoundError extends SvcError {
   constructor() {
     super('SVC_ERR_NOT_FOUND', 404, 'Not found.');
@@ -310,6 +324,15 @@ export class ListenError extends Error {
     const reason = (cause as NodeJS.ErrnoException | null)?.code ?? (cause instanceof Error ? cause.message : String(cause));
     super(`The ${listener} listener cannot listen on ${address} (${reason}).`, { cause });
     this.name = 'ListenError';
+  }
+}
+
+/** The egress proxy's CA files cannot be read, created or used: the process does not start. */
+export class EgressCaError extends Error {
+  readonly code = 'SVC_ERR_EGRESS_CA';
+  constructor(certFile: string, keyFile: string, reason: string, cause?: unknown) {
+    super(`The egress proxy CA (${certFile}, ${keyFile}) cannot be used: ${reason}.`, cause === undefined ? undefined : { cause });
+    this.name = 'EgressCaError';
   }
 }
 

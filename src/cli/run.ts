@@ -12,6 +12,7 @@ import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import { hashPassword } from '../auth/passwords.ts';
 import { optionsHelp, parseOptions, UsageError, type OptionSpec, type OptionTable, type OptionValues } from './args.ts';
 import { keys, KEYS_COMMANDS } from './keys.ts';
+import { egressCa } from './egress-ca.ts';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, type Config } from '../config/load.ts';
 import { nearestName } from '../util/nearest.ts';
 import { isUniqueViolation } from '../store/sql.ts';
@@ -58,6 +59,21 @@ const COMMANDS: readonly Command[] = [
       help: HELP_OPTION,
     },
     run: (config, _path, values) => init(config, stringOf(values['name']) ?? DEFAULT_OWNER_NAME, stringOf(values['email']) ?? DEFAULT_OWNER_EMAIL),
+  },
+  {
+    name: 'egress-ca',
+    usage: 'egress-ca [--config <path>] [--rotate]',
+    summary: 'print the egress proxy CA certificate (PEM) for applications to trust; --rotate replaces it',
+    about:
+      'Prints the certificate of the egress proxy CA (egress_proxy.ca.cert_file) on stdout, and nothing else, so it can go straight into a file or a secret. ' +
+      'When neither CA file exists they are created first, as the first start would (key mode 0600). With --rotate a new CA replaces the old one: ' +
+      'give the new certificate to the applications and restart the service, which signs with the CA it started with. Never listens.',
+    options: {
+      config: CONFIG_OPTION,
+      rotate: { type: 'boolean', description: 'replace the CA with a new key and certificate, and print the new certificate' },
+      help: HELP_OPTION,
+    },
+    run: (config, _path, values) => egressCa(config, values['rotate'] === true),
   },
   ...Object.entries(KEYS_COMMANDS).map(
     ([sub, spec]): Command => ({
@@ -120,7 +136,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const command = COMMANDS.find((candidate) => candidate.name === first);
   if (command === undefined) {
-    const names = ['serve', 'init', 'keys'];
+    const names = ['serve', 'init', 'egress-ca', 'keys'];
     throw new UsageError('', `unknown command "${first}"${didYouMean(first, names)}: expected one of ${names.join(', ')}`);
   }
   return runCommand(command, argv.slice(1));

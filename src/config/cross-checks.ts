@@ -35,6 +35,7 @@ export function crossCheck(config: unknown, options: { storeIsNew: boolean }): P
   unique(classifications, 'slug', problems);
   unique(routes, 'name', problems);
   unique(egress, 'name', problems);
+  unique(items(asRecord(root.egress_proxy)?.hosts, ['egress_proxy', 'hosts']), 'match', problems, (match) => match.toLowerCase());
 
   const kinds = checkConfigurationKinds(configurations, problems);
   checkProviderReferences(kinds, classifications, problems);

@@ -6,6 +6,12 @@ export interface ListenAddress {
   port: number;
 }
 
+/** 127.0.0.0/8, ::1 and `localhost`: reachable from this host (or pod) only. */
+export function isLoopback(host: string): boolean {
+  const lower = host.toLowerCase();
+  return lower === 'localhost' || lower === '::1' || (isIPv4(lower) && lower.startsWith('127.'));
+}
+
 export const LISTEN_HINT = 'expected host:port such as 127.0.0.1:8080';
 const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 

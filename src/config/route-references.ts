@@ -31,11 +31,16 @@ export interface StateNames {
   readonly where: string;
 }
 
-/** Every dangling or mistyped reference of `relay.routes`, `relay.protect` and `egress`; the config may be partly invalid. */
+/** Every dangling or mistyped reference of `relay.routes`, `relay.protect`, `egress` and `egress_proxy.hosts`; the config may be partly invalid. */
 export function routeReferenceProblems(config: unknown, names: StateNames): Problem[] {
   const problems: Problem[] = [];
   const root = asRecord(config);
   const routes = [...items(asRecord(root?.relay)?.routes, ['relay', 'routes']), ...items(root?.egress, ['egress'])];
+  // An egress proxy host names the configuration; its routes name classifications only.
+  for (const host of items(asRecord(root?.egress_proxy)?.hosts, ['egress_proxy', 'hosts'])) {
+    routes.push(host);
+    for (const route of items(host.value.routes, [...host.path, 'routes'])) routes.push({ path: route.path, value: { request: route.value.request, query: route.value.query, response: route.value.response } });
+  }
   const protect = asRecord(asRecord(root?.relay)?.protect);
   // The guard names a configuration and a classification as a route does.
   if (protect !== undefined) routes.push({ path: ['relay', 'protect'], value: { configuration: protect.configuration, own: { classification: protect.classification } } });

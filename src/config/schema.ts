@@ -449,6 +449,72 @@ const egressSchema = z.strictObject({
   query: transformSchema.optional(),
 });
 
+/**
+ * An egress proxy host rule's `match` (DESIGN §15): a host name or IP literal, or
+ * `*.domain` for its subdomains, with an optional `:port`. Compared in lower case.
+ */
+export const EGRESS_HOST_PATTERN = /^(?:\*\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*(?::[0-9]{1,5})?$|^\[[0-9a-f:.]+\](?::[0-9]{1,5})?$/;
+
+const egressHostMatch = z
+  .string()
+  .transform((value) => value.toLowerCase())
+  .refine(
+    (value) => EGRESS_HOST_PATTERN.test(value) && value.length <= 260 && (!/:(\d+)$/.test(value) || validPort(/:(\d+)$/.exec(value)![1]!)),
+    'expected a host such as api.stripe.com or *.stripe.com, optionally with :port (1-65535)',
+  );
+
+function validPort(text: string): boolean {
+  const port = Number(text);
+  return port >= 1 && port <= 65535;
+}
+
+const egressProxyRouteSchema = z.strictObject({
+  match: z.strictObject({
+    method: z
+      .string()
+      .regex(/^[A-Za-z]+$/, 'expected an HTTP method such as POST')
+      .transform((method) => method.toUpperCase())
+      .optional(),
+    path: z.string().startsWith('/', 'expected a path starting with /'),
+  }),
+  request: transformSchema.optional(),
+  /** The request's query-string parameters, named as form fields (DESIGN §15). */
+  query: transformSchema.optional(),
+  /** As on egress routes: absent re-encrypts what the request decrypted (DESIGN §13). */
+  response: z.union([z.literal('passthrough'), transformSchema]).optional(),
+});
+
+const egressProxyHostSchema = z.strictObject({
+  match: egressHostMatch,
+  configuration: text,
+  routes: z.array(egressProxyRouteSchema).default([]),
+  request: transformSchema.optional(),
+  query: transformSchema.optional(),
+  response: z.union([z.literal('passthrough'), transformSchema]).optional(),
+});
+
+/** DESIGN §15: the application's HTTP_PROXY / HTTPS_PROXY. */
+const egressProxySchema = z.strictObject({
+  listen,
+  ca: z
+    .strictObject({
+      cert_file: text.default('./data/egress-ca.pem'),
+      key_file: text.default('./data/egress-ca.key'),
+    })
+    .prefault({}),
+  /** Extra CAs for vendors, beside the system's. */
+  trust_file: text
+    .superRefine((path, ctx) => {
+      const read = readCaFile(path);
+      if (!read.ok) ctx.addIssue({ code: 'custom', message: read.problem });
+    })
+    .optional(),
+  unknown_hosts: z.enum(['deny', 'tunnel']).default('deny'),
+  /** A blind tunnel with no bytes either way for this long is closed; 0 never closes one. */
+  tunnel_idle_timeout: duration('5m'),
+  hosts: z.array(egressProxyHostSchema).default([]),
+});
+
 // ---------------------------------------------------------------------------------------
 // The file
 
@@ -513,6 +579,7 @@ export const configSchema = z
     seed: seedSchema.prefault({}),
     relay: relaySchema.optional(),
     egress: z.array(egressSchema).default([]),
+    egress_proxy: egressProxySchema.optional(),
   })
   // `when` makes the cross-field rules run even if a field elsewhere failed, so the
   // user sees every problem in one go (they read the partial value defensively).
@@ -548,6 +615,8 @@ export type JwtIdentityConfig = NonNullable<RelayConfig['identity']>['jwt'];
 export type EgressRoute = Config['egress'][number];
 export type RouteTransform = NonNullable<RelayRoute['request']>;
 export type EgressResponse = EgressRoute['response'];
+export type EgressProxyConfig = NonNullable<Config['egress_proxy']>;
+export type EgressProxyHost = EgressProxyConfig['hosts'][number];
 export type Role = (typeof BUILT_IN_ROLES)[number];
 export type Permission = (typeof PERMISSIONS)[number];
 export type LogLevel = (typeof LOG_LEVELS)[number];

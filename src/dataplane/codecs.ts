@@ -25,11 +25,18 @@ export class CodecCache {
   private readonly master: MasterKey;
   private readonly entries = new Map<string, Entry>();
   private readonly bySlug: StampedCache<Configuration | undefined>;
+  private readonly byName: StampedCache<Configuration | undefined>;
 
   constructor(store: Store, master: MasterKey) {
     this.store = store;
     this.master = master;
     this.bySlug = new StampedCache(store);
+    this.byName = new StampedCache(store);
+  }
+
+  /** The configuration a relay, egress or egress proxy route names, read from the store only after a write. */
+  configurationNamed(name: string): Configuration | undefined {
+    return this.byName.get(name, () => this.store.configurations.findByName(name));
   }
 
   /** The configuration behind a proxy slug, read from the store only after a write. */

@@ -13,6 +13,7 @@ import type { RequestContext } from '../http/context.ts';
 import { parseDestination, type Destination } from './destination.ts';
 import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
+import { joinDecrypted } from './echo-guard.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { compileTransformRoute, logRouteRequest, routeConfiguration, type TransformRoute } from './transform-routes.ts';
 import type { Services } from '../services.ts';
@@ -74,13 +75,6 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
   const decryptedAt = joinDecrypted(query?.decryptedAt ?? null, request.decryptedAt, route.echoes);
   await services.forwarder.forward(ctx, destination, request.body, routeForwardOptions(services, route, configuration, false, decryptedAt));
   request.recordUsage();
-}
-
-/** Where the query's and the body's tokens were decrypted, for an answer that must not echo them. */
-function joinDecrypted(query: ReadonlyMap<string, number> | null, body: ReadonlyMap<string, number> | null, echoes: boolean): ReadonlyMap<string, number> | null {
-  if (!echoes) return null;
-  if (query === null || query.size === 0) return body;
-  return body === null || body.size === 0 ? query : new Map([...query, ...body]);
 }
 
 /**

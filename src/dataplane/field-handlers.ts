@@ -10,6 +10,7 @@ import { ForbiddenError, InvalidTokenError, KeyDestroyedDuringRequestError, Vali
 import { emptyCounts, type Mask, type RevealCounts } from '../fields/reveal.ts';
 import type { FieldValue, ValueHandler } from '../fields/value.ts';
 import type { Store } from '../store/db.ts';
+import { DecryptedPaths } from './echo-guard.ts';
 
 abstract class CollectingHandler implements ValueHandler {
   /** Values replaced so far. */
@@ -145,7 +146,7 @@ export class DecryptHandler extends CollectingHandler {
   private readonly policy: RevealPolicy;
   private readonly required: number | null;
   /** Where each token was decrypted, and its classification, when an answer must re-encrypt them. */
-  readonly decryptedAt: Map<string, number> | null;
+  readonly decryptedAt: DecryptedPaths | null;
   /** What the reader gets of the token being read (set by checkHeader). */
   private current: Reveal = PLAIN;
 
@@ -158,7 +159,7 @@ export class DecryptHandler extends CollectingHandler {
     this.codec = codec;
     this.policy = policy;
     this.required = required;
-    this.decryptedAt = recordPaths ? new Map() : null;
+    this.decryptedAt = recordPaths ? new DecryptedPaths() : null;
   }
 
   /**
@@ -194,6 +195,7 @@ export class DecryptHandler extends CollectingHandler {
     switch (reveal.level) {
       case 'plain':
         this.opened(value, decrypted);
+        this.decryptedAt?.remember(decrypted.plaintext);
         this.count++;
         this.reveal.plain++;
         return value.encodePlain(decrypted.plaintext, decrypted.type);

@@ -51,6 +51,11 @@ export interface ForwardOptions {
    * It must consume or destroy the response body.
    */
   readonly respond?: (ctx: RequestContext, response: Dispatcher.ResponseData, method: string) => Promise<void>;
+  /**
+   * Sends through this dispatcher instead of one of the forwarder's own two (the egress
+   * proxy's: vendor CAs beside the system's, DESIGN §15).
+   */
+  readonly dispatcher?: Dispatcher;
 }
 
 const NO_OPTIONS: ForwardOptions = {};
@@ -83,7 +88,7 @@ export class Forwarder {
       headersTimeout: this.options.headersTimeout,
       bodyTimeout: this.options.bodyTimeout,
     };
-    const dispatcher = destination.trusted ? this.trusted : this.publicOnly;
+    const dispatcher = options.dispatcher ?? (destination.trusted ? this.trusted : this.publicOnly);
     if (options.respond === undefined) {
       await this.relayDirect(ctx, destination, dispatcher, request);
       return;
@@ -117,7 +122,7 @@ export class Forwarder {
    * abort signal or a promise per chunk in between. Rejects only before the client has
    * been sent anything; after that a failure can only cut the client's connection.
    */
-  private relayDirect(ctx: RequestContext, destination: Destination, dispatcher: Agent, request: Dispatcher.DispatchOptions): Promise<void> {
+  private relayDirect(ctx: RequestContext, destination: Destination, dispatcher: Dispatcher, request: Dispatcher.DispatchOptions): Promise<void> {
     const res = ctx.res;
     const metrics = this.options.metrics;
     const started = performance.now();

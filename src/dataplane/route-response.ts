@@ -14,6 +14,7 @@ import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, type Mode } from './body-transform.ts';
+import { DecryptedPaths } from './echo-guard.ts';
 import { EchoHandler, KeyInUse } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardOptions } from './forwarder.ts';
 import { routeBodyTransform, type TransformRoute, type TransformSpec } from './transform-routes.ts';
@@ -64,7 +65,11 @@ async function respondEchoed(
   const matcher = FieldMatcher.exact([...decryptedAt.keys()].map(splitPath));
   const build = (format: BodyFormat) => format.create(matcher, handler, services.limits.plaintext);
   // Read as the request was: an answer of another declared type that starts as JSON is JSON.
-  await respondWith(ctx, services, configuration, response, method, 'encrypt', (declared) => new BodyTransform('encrypt', new SniffingTransformer(declared, build), handler), true);
+  const transform = (declared: BodyFormat | null) => new BodyTransform('encrypt', new SniffingTransformer(declared, build), handler);
+  // With plaintexts to look for, the answer is read whole and searched before any of it
+  // leaves: a repeat anywhere the transform could not encrypt again is a 502.
+  const guard = decryptedAt instanceof DecryptedPaths && decryptedAt.searching ? decryptedAt : null;
+  await respondWith(ctx, services, configuration, response, method, 'encrypt', transform, true, guard);
 }
 
 /** Request headers that would ask the upstream for less than the whole answer. */
@@ -101,14 +106,24 @@ async function respondWith(
   mode: Mode,
   build: (declared: BodyFormat | null) => BodyTransform,
   sniffOther = false,
+  guard: DecryptedPaths | null = null,
 ): Promise<void> {
   const bodiless = method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304 || response.headers['content-length'] === '0';
+  if (guard !== null) {
+    try {
+      guard.check(response.headers, null);
+    } catch (err) {
+      discard(response.body);
+      throw err;
+    }
+    if (bodiless) return relay(ctx, response, method);
+  }
   // Answers to encrypt are read as JSON by their first byte too: encrypting more only protects.
   const sniff = sniffOther || mode === 'encrypt';
   const format = sniff
     ? detectRequestFormat(response.headers['content-type'], response.headers['content-encoding'])
     : detectFormat(response.headers['content-type'], response.headers['content-encoding']);
-  if (bodiless || (format === 'other' && !sniff)) return relay(ctx, response, method);
+  if (bodiless || (format === 'other' && !sniff && guard === null)) return relay(ctx, response, method);
   if (format === 'unreadable') {
     discard(response.body);
     throw new UpstreamResponseError(new Error(`the upstream answered ${String(response.headers['content-type'])} that cannot be transformed`));
@@ -120,13 +135,16 @@ async function respondWith(
     discard(response.body);
     throw err;
   }
-  if (mode === 'decrypt') await respondWhole(ctx, response, transform, services.config.server.body_limit);
+  if (mode === 'decrypt' || guard !== null) await respondWhole(ctx, response, transform, services.config.server.body_limit, guard);
   else await respondStreamed(ctx, response, transform);
   recordUsage(ctx, services, configuration, transform.mode, transform.handler.count, transform.bytes, transform.handler.reveal ?? null);
 }
 
-/** Decrypted answers go out whole or not at all: never partial plaintext. */
-async function respondWhole(ctx: RequestContext, response: Dispatcher.ResponseData, transform: BodyTransform, limit: number): Promise<void> {
+/**
+ * Decrypted answers go out whole or not at all: never partial plaintext. So do answers
+ * searched for echoed plaintexts (`guard`), which are refused whole when one is found.
+ */
+async function respondWhole(ctx: RequestContext, response: Dispatcher.ResponseData, transform: BodyTransform, limit: number, guard: DecryptedPaths | null = null): Promise<void> {
   const out: Buffer[] = [];
   try {
     for await (const chunk of response.body as AsyncIterable<Buffer>) {
@@ -140,6 +158,7 @@ async function respondWhole(ctx: RequestContext, response: Dispatcher.ResponseDa
     throw new UpstreamResponseError(err);
   }
   const body = out.length === 0 ? Buffer.alloc(0) : joinPieces(out);
+  guard?.check({}, body);
   copyHeaders(ctx, response);
   ctx.res.setHeader('content-length', body.length);
   ctx.res.end(body);

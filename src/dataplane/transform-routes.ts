@@ -79,7 +79,7 @@ function compileTransform(spec: RouteTransform | undefined): TransformSpec | nul
  * renamed through the API). A route naming none is a deployment mistake: 500.
  */
 export function routeConfiguration(ctx: RequestContext, services: Services, route: TransformRoute): Configuration {
-  const configuration = services.store.configurations.findByName(route.configuration);
+  const configuration = services.codecs.configurationNamed(route.configuration);
   if (configuration === undefined || configuration.type !== 'encryption') {
     throw new RouteUnavailableError(new Error(`${route.label}: there is no encryption configuration named "${route.configuration}"`));
   }

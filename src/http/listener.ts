@@ -164,6 +164,7 @@ export function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): v
 
 const REASONS: Readonly<Record<number, string>> = {
   400: 'Bad Request',
+  403: 'Forbidden',
   408: 'Request Timeout',
   431: 'Request Header Fields Too Large',
   502: 'Bad Gateway',

@@ -33,6 +33,7 @@ export class Metrics {
   readonly reloadFailures: Counter;
   private readonly relayGuard: Counter<'outcome'>;
   private readonly relayPassthrough: Counter;
+  private readonly egressProxy: Counter<'host_rule' | 'status'>;
   private readonly snapshotsRefused: Counter<'reason'>;
   /** Event-loop delay since the previous scrape (perf_hooks, recorded in nanoseconds). */
   private readonly loopDelay: ELDHistogram;
@@ -60,6 +61,12 @@ export class Metrics {
     this.forwardErrors = new Counter({ name: 'svc_forward_errors_total', help: 'Forwards that failed, by allowlist entry and kind.', labelNames: ['destination', 'kind'], registers });
     this.relayGuard = new Counter({ name: 'svc_relay_guard_total', help: 'Request bodies the relay guard inspected, and query strings it changed or refused, by outcome: encrypted (it encrypted protected fields), refused (400, 415 or 422), passed.', labelNames: ['outcome'], registers });
     this.relayPassthrough = new Counter({ name: 'svc_relay_passthrough_total', help: 'Relay requests that matched no route.', registers });
+    this.egressProxy = new Counter({
+      name: 'svc_egress_proxy_requests_total',
+      help: 'Egress proxy requests by host rule (the match as configured, or unlisted) and status; a denied or tunnelled CONNECT counts once.',
+      labelNames: ['host_rule', 'status'],
+      registers,
+    });
     this.stateVersion = new Gauge({ name: 'svc_state_version', help: 'Version of the applied state (seed or control-plane snapshot).', registers });
     this.reloadFailures = new Counter({ name: 'svc_state_reload_failures_total', help: 'State reloads that failed and kept the last good state.', registers });
     this.snapshotsRefused = new Counter({
@@ -151,6 +158,11 @@ export class Metrics {
 
   countPassthrough(): void {
     this.relayPassthrough.inc();
+  }
+
+  /** `hostRule`: a configured `match` (bounded by the file) or `unlisted`. */
+  countEgressProxy(hostRule: string, status: number): void {
+    this.egressProxy.inc({ host_rule: hostRule, status: String(status) });
   }
 
   countForwardError(destination: string, kind: 'unreachable' | 'timeout' | 'refused'): void {

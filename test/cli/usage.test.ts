@@ -33,6 +33,7 @@ async function runAll(argsList: ReadonlyArray<readonly string[]>): Promise<Run[]
 const HELPS: Array<[command: string[], flags: string[]]> = [
   [['serve'], ['-c, --config <path>', '-h, --help']],
   [['init'], ['-c, --config <path>', '--name <name>', '--email <email>', '-h, --help']],
+  [['egress-ca'], ['-c, --config <path>', '--rotate', '-h, --help']],
   [['keys', 'rotate'], ['-c, --config <path>', '--configuration <name|slug>', '-h, --help']],
   [['keys', 'rewrap'], ['-c, --config <path>', '--configuration <name|slug>', '--fields <a,b>', '--ndjson', '-h, --help']],
   [['keys', 'destroy'], ['-c, --config <path>', '--configuration <name|slug>', '--version <N>', '--confirm <name>/v<N>', '--force', '-h, --help']],
@@ -75,7 +76,7 @@ test('unknown options, missing values and unknown commands get one line of ours 
     [['init', '--config', '--name', 'Ada'], 'svc-sidecar init: --config needs a value (found --name; write --config=--name if that is the value). See "svc-sidecar init --help".'],
     [['--config', 'x.yaml', 'init'], 'svc-sidecar serve: unexpected argument "init" (the command comes first: svc-sidecar init --config <path>). See "svc-sidecar serve --help".'],
     [['serve', 'now'], 'svc-sidecar serve: unexpected argument "now". See "svc-sidecar serve --help".'],
-    [['sevre'], 'svc-sidecar: unknown command "sevre" (did you mean "serve"?): expected one of serve, init, keys. See "svc-sidecar --help".'],
+    [['sevre'], 'svc-sidecar: unknown command "sevre" (did you mean "serve"?): expected one of serve, init, egress-ca, keys. See "svc-sidecar --help".'],
     [['keys'], 'svc-sidecar keys: expected one of rotate, rewrap, destroy. See "svc-sidecar keys --help".'],
     [['keys', 'rotat'], 'svc-sidecar keys: unknown command "keys rotat" (did you mean "rotate"?): expected one of rotate, rewrap, destroy. See "svc-sidecar keys --help".'],
     [['keys', 'rotate'], 'svc-sidecar keys rotate: --configuration <name|slug> is required. See "svc-sidecar keys rotate --help".'],

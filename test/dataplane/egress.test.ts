@@ -238,3 +238,33 @@ test('regression: a header named just x-svc- (or x_svc_) is ours too, and never 
   assert.equal(got.headers['x-other'], 'c');
   assert.deepEqual(Object.keys(got.headers).filter((h) => /^x[-_]svc/.test(h)), []);
 });
+
+test('the echo guard on egress routes: a vendor answer that repeats a decrypted value outside its path is a 502, and nothing of it is relayed', async (t) => {
+  let answer: (number: string, res: import('node:http').ServerResponse) => void = () => {};
+  const vendor = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => answer((JSON.parse(Buffer.concat(chunks).toString()) as { card: { number: string } }).card.number, res));
+  });
+  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => vendor.close(() => r())));
+  const { url } = await startApp(t, egressYaml(`http://127.0.0.1:${(vendor.address() as AddressInfo).port}/v1`));
+  const token = await cardToken(url, '4111111111111111');
+  const send = () => fetch(`${url}/egress/vendor/charge`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
+  const leaks: Array<[string, (n: string, res: import('node:http').ServerResponse) => void]> = [
+    ['another key', (n, res) => res.writeHead(402, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `card ${n} declined` }))],
+    ['a text answer', (n, res) => res.writeHead(200, { 'content-type': 'text/plain' }).end(`ok ${n}`)],
+    ['a header', (n, res) => res.writeHead(302, { location: `/v1/cards/${n}` }).end()],
+  ];
+  for (const [name, leak] of leaks) {
+    answer = leak;
+    const res = await send();
+    const text = await res.text();
+    assert.equal(res.status, 502, name);
+    assert.ok(!text.includes('4111111111111111') && res.headers.get('location') === null, name);
+  }
+  answer = (n, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ card: { number: n }, status: 'ok' }));
+  const ok = await send();
+  assert.equal(ok.status, 200);
+  assert.match(((await ok.json()) as { card: { number: string } }).card.number, TOKEN, 'at its own path the value is encrypted again');
+});

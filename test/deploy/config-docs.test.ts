@@ -116,6 +116,7 @@ const REQUIRED_SIBLINGS: Readonly<Record<string, Record<string, unknown>>> = {
   'relay.protect': { keys: ['ssn'], configuration: 'payments' },
   'relay.identity': { jwt: { jwks_url: 'https://login.example.com/certs' } },
   'relay.identity.jwt': { jwks_url: 'https://login.example.com/certs' },
+  egress_proxy: { listen: '127.0.0.1:0' },
 };
 
 /** The sections on `path`, each with only what it requires (and the seed that names refer to). */

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments, stringify } from 'yaml';
@@ -416,7 +416,7 @@ function controlPlaneConfig(v: Tree): Tree {
   return { ...config, server, store: { path: '/app/data/svc.db' }, keys: { master_key_file: '/app/data/master.key' } };
 }
 
-function sidecarConfig(v: Tree, relay: boolean): Tree {
+function sidecarConfig(v: Tree, relay: boolean, egressProxy = false): Tree {
   const sidecar = tree(v.sidecar, 'sidecar');
   const config: Tree = {
     server: {
@@ -440,6 +440,14 @@ function sidecarConfig(v: Tree, relay: boolean): Tree {
   }
   const egress = sidecar.egress;
   if (Array.isArray(egress) && egress.length > 0) config.egress = egress;
+  if (egressProxy) {
+    config.egress_proxy = {
+      listen: `127.0.0.1:${String(at(sidecar, ['ports', 'egressProxy']))}`,
+      ca: { cert_file: '/app/egress-ca/egress-ca.pem', key_file: '/app/data/egress-ca.key' },
+      unknown_hosts: at(sidecar, ['egressProxy', 'unknownHosts']),
+      hosts: [{ match: 'api.stripe.com', configuration: 'payments', routes: [{ match: { method: 'POST', path: '/v1/payment_methods' }, request: { decrypt: ['card[number]'] } }] }],
+    };
+  }
   return config;
 }
 
@@ -490,9 +498,20 @@ describe('the rendered svc.yaml', () => {
     }
   });
 
+  it('of a sidecar with the egress proxy passes the schema: on localhost, the CA key apart from the shared certificate', () => {
+    const loaded = loadConfig({ text: stringify(sidecarConfig(values, false, true)), env: { SVC_CP_KEY: API_KEY } });
+    assert.match(loaded.egress_proxy!.listen, /^127\.0\.0\.1:15088$/);
+    assert.equal(loaded.egress_proxy!.unknown_hosts, 'deny');
+    assert.notEqual(dirname(loaded.egress_proxy!.ca.key_file), dirname(loaded.egress_proxy!.ca.cert_file), 'the application mounts the certificate\'s directory: the key is elsewhere');
+    const snippet = templates.get('sidecar-snippet.yaml') ?? '';
+    assert.match(snippet, /HTTPS_PROXY, value: "http:\/\/127\.0\.0\.1:\{\{ \.Values\.sidecar\.ports\.egressProxy \}\}"/);
+    assert.match(snippet, /NODE_EXTRA_CA_CERTS, value: \/etc\/svc-egress-ca\/egress-ca\.pem/);
+    assert.match(snippet, /- key: tls\.crt\n\s+path: egress-ca\.pem/, 'with caSecret the application gets the certificate alone');
+  });
+
   it('the mirrors above follow the helpers (same keys set in _helpers.tpl)', () => {
     const helpers = read(join(TEMPLATES, '_helpers.tpl'));
-    for (const fragment of ['"listen" (printf "0.0.0.0:%d"', '"admin_listen" (printf "0.0.0.0:%d"', '"path" "/app/data/svc.db"', '"source" "control-plane"', '"api_key" "${SVC_CP_KEY}"', '"listen" (printf "127.0.0.1:%d"']) {
+    for (const fragment of ['"cert_file" "/app/egress-ca/egress-ca.pem" "key_file" "/app/data/egress-ca.key"', '"unknown_hosts" .Values.sidecar.egressProxy.unknownHosts', '"listen" (printf "0.0.0.0:%d"', '"admin_listen" (printf "0.0.0.0:%d"', '"path" "/app/data/svc.db"', '"source" "control-plane"', '"api_key" "${SVC_CP_KEY}"', '"listen" (printf "127.0.0.1:%d"']) {
       assert.ok(helpers.includes(fragment), `_helpers.tpl no longer has ${fragment}`);
     }
   });

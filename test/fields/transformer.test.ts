@@ -49,7 +49,7 @@ function reference(v: Json, paths: Seg[][], seen: Array<{ path: string; kind: st
   if (Array.isArray(v)) return v.map((x, i) => reference(x, step(String(i)), seen, [...at, String(i)]));
   const out: { [k: string]: Json } = {};
   for (const [k, x] of Object.entries(v)) {
-    const value = reference(x, step(k), seen, [...at, k.replace(/[\\.*]/g, (c) => `\\${c}`)]);
+    const value = reference(x, step(k), seen, [...at, k.replace(/[\\.*[\]]/g, (c) => `\\${c}`)]);
     Object.defineProperty(out, k, { value, enumerable: true, writable: true, configurable: true });
   }
   return out;

@@ -8,12 +8,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createApp } from '../../src/app.ts';
+import { createCertificateAuthority } from '../../src/crypto/certificates.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { MasterKeyMismatchError, MasterKeyMissingError } from '../../src/errors.ts';
 import { openStore } from '../../src/store/db.ts';
@@ -109,12 +110,32 @@ test('the process exits 1 naming the listener and the address when one listener 
     ['admin', `server: { listen: 127.0.0.1:0, admin_listen: 127.0.0.1:${port} }`],
     ['relay', `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nrelay: { listen: 127.0.0.1:${port}, upstream: "http://127.0.0.1:9" }`],
     ['main', `server: { listen: 127.0.0.1:${port}, admin_listen: 127.0.0.1:0 }`],
+    ['egress-proxy', `server: { listen: 127.0.0.1:0, admin_listen: "off" }\negress_proxy: { listen: 127.0.0.1:${port}, ca: { cert_file: ${JSON.stringify(join(dir, 'ca', 'ca.pem'))}, key_file: ${JSON.stringify(join(dir, 'ca', 'ca.key'))} } }`],
   ] as const) {
     writeFileSync(path, `${yaml}\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nkeys: { master_key_file: ${JSON.stringify(join(dir, 'master.key'))} }\n`);
     const { code, output } = await serve(path, {});
     assert.equal(code, 1, `${listener}: ${output}`);
     assert.ok(output.includes(`The ${listener} listener cannot listen on 127.0.0.1:${port} (EADDRINUSE).`), `${listener}: ${output}`);
   }
+});
+
+test('the process exits 1 when the egress proxy CA key does not belong to its certificate, and overwrites neither', async (t) => {
+  const dir = tempDir(t);
+  const path = join(dir, 'svc.yaml');
+  const first = await createCertificateAuthority('one');
+  const second = await createCertificateAuthority('two');
+  writeFileSync(join(dir, 'ca.pem'), first.cert);
+  writeFileSync(join(dir, 'ca.key'), second.key, { mode: 0o600 });
+  writeFileSync(
+    path,
+    `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nkeys: { master_key_file: ${JSON.stringify(join(dir, 'master.key'))} }\n` +
+      `egress_proxy: { listen: 127.0.0.1:0, ca: { cert_file: ${JSON.stringify(join(dir, 'ca.pem'))}, key_file: ${JSON.stringify(join(dir, 'ca.key'))} } }\n`,
+  );
+  const { code, output } = await serve(path, {});
+  assert.equal(code, 1, output);
+  assert.ok(output.includes(`The egress proxy CA (${join(dir, 'ca.pem')}, ${join(dir, 'ca.key')}) cannot be used: the key does not belong to the certificate.`), output);
+  assert.equal(readFileSync(join(dir, 'ca.pem'), 'utf8'), first.cert);
+  assert.equal(readFileSync(join(dir, 'ca.key'), 'utf8'), second.key);
 });
 
 test('the process exits 1 with the message when the master key is not the store\'s', async (t) => {

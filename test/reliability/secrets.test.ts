@@ -561,6 +561,11 @@ const SECRET_WORDS = new Set([
 /** Reviewed comparisons on secret-named values, by file and the exact source line. */
 const REVIEWED: ReadonlyArray<{ file: string; line: string; why: string }> = [
   {
+    file: 'src/crypto/certificates.ts',
+    line: "if (!fromKey.equals(fromCert)) throw new Error('the key does not belong to the certificate');",
+    why: 'compares two public keys (SPKI DER: the one derived from the egress proxy CA key file, and the one in its certificate) when the files are read at start-up; no request reaches it',
+  },
+  {
     file: 'src/crypto/master-key.ts',
     line: "if (key.length !== MASTER_KEY_SIZE || key.toString('base64').slice(0, 43) !== standard.slice(0, 43)) {",
     why: 'canonical-encoding check of the operator\'s own master key at start-up: no request reaches it, so its timing is no oracle',

@@ -118,5 +118,16 @@ API on localhost only, admin listener on the pod IP for the kubelet.
 {{- with .Values.sidecar.egress }}
 {{- $_ := set $config "egress" . }}
 {{- end }}
+{{- if .Values.sidecar.egressProxy.enabled }}
+{{- $ca := dict "cert_file" "/app/egress-ca/egress-ca.pem" "key_file" "/app/data/egress-ca.key" }}
+{{- if .Values.sidecar.egressProxy.caSecret }}
+{{- $ca = dict "cert_file" "/app/egress-ca-secret/tls.crt" "key_file" "/app/egress-ca-secret/tls.key" }}
+{{- end }}
+{{- $_ := set $config "egress_proxy" (dict
+  "listen" (printf "127.0.0.1:%d" (int .Values.sidecar.ports.egressProxy))
+  "ca" $ca
+  "unknown_hosts" .Values.sidecar.egressProxy.unknownHosts
+  "hosts" .Values.sidecar.egressProxy.hosts) }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}

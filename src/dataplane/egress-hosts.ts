@@ -1,0 +1,105 @@
+/**
+ * The egress proxy's host rules (DESIGN §15), compiled once at start: which hosts the
+ * proxy terminates, and per host the routes (method and path) with their request and
+ * response transforms. A request that matches a host but none of its routes gets the
+ * host-level rules; a host with no rules at all passes its requests unchanged.
+ */
+import { isIP } from 'node:net';
+import type { EgressProxyHost } from '../config/schema.ts';
+import { compileGlob, findRoute, type RelayRoute } from './relay.ts';
+import { compileTransformRoute, type TransformRoute } from './transform-routes.ts';
+
+/** One set of rules: a route's, or the host's own. */
+export interface ProxyRules extends TransformRoute {
+  /** The request decrypts and the answer is not configured: what it decrypted is encrypted again in the answer (DESIGN §13). */
+  readonly echoes: boolean;
+}
+
+type ProxyRoute = ProxyRules & Pick<RelayRoute, 'method' | 'path'>;
+
+export interface HostRule {
+  /** The `match` as configured, lower case: the metrics label and the api log's name. */
+  readonly match: string;
+  /**
+   * `*.example.com`: the names it covers are not known when it is written, so they are
+   * dialled at public addresses only (DESIGN §8); an exact match may be a private address.
+   */
+  readonly wildcard: boolean;
+  readonly routes: readonly ProxyRoute[];
+  readonly rules: ProxyRules;
+}
+
+interface CompiledHost {
+  readonly rule: HostRule;
+  /** The host name, or for `*.example.com` the suffix `.example.com`. */
+  readonly name: string;
+  readonly wildcard: boolean;
+  /** Null: the scheme's default port (443 through CONNECT, 80 for `http://`). */
+  readonly port: number | null;
+}
+
+export type Scheme = 'https' | 'http';
+
+const DEFAULT_PORT: Readonly<Record<Scheme, number>> = { https: 443, http: 80 };
+
+export class EgressHosts {
+  private readonly exact: readonly CompiledHost[];
+  /** Longest suffix first: the most specific wildcard wins. */
+  private readonly wildcards: readonly CompiledHost[];
+
+  constructor(hosts: readonly EgressProxyHost[]) {
+    const compiled = hosts.map(compileHost);
+    this.exact = compiled.filter((host) => !host.wildcard);
+    this.wildcards = compiled.filter((host) => host.wildcard).sort((a, b) => b.name.length - a.name.length);
+  }
+
+  /**
+   * The rule for `host` (lower case, no brackets, no trailing dot) at `port`. An exact
+   * name is preferred to a wildcard; a wildcard never matches the bare domain, nor an IP
+   * address.
+   */
+  find(host: string, port: number, scheme: Scheme): HostRule | null {
+    const portMatches = (candidate: CompiledHost) => (candidate.port ?? DEFAULT_PORT[scheme]) === port;
+    for (const candidate of this.exact) if (candidate.name === host && portMatches(candidate)) return candidate.rule;
+    // A wildcard names hosts, never addresses: `*.0.0.1` does not cover 127.0.0.1.
+    if (isIP(host) !== 0) return null;
+    for (const candidate of this.wildcards) if (host.endsWith(candidate.name) && portMatches(candidate)) return candidate.rule;
+    return null;
+  }
+}
+
+/** The rules for a request to a host: its first matching route's, else the host's. */
+export function rulesFor(rule: HostRule, method: string, paths: readonly string[]): { rules: ProxyRules; path: string } {
+  const found = rule.routes.length === 0 ? null : findRoute(rule.routes as readonly RelayRoute[], method, paths);
+  if (found !== null) return { rules: found.route as unknown as ProxyRoute, path: found.path };
+  return { rules: rule.rules, path: paths[0] ?? '' };
+}
+
+type Transform = NonNullable<EgressProxyHost['request']>;
+
+/** `host`, `*.domain`, `[v6]`, each with an optional `:port` (the schema checked the form). */
+function compileHost(config: EgressProxyHost): CompiledHost {
+  const match = config.match.toLowerCase();
+  const bracket = /^\[([^\]]+)\](?::(\d+))?$/.exec(match);
+  const plain = bracket === null ? /^([^:]+)(?::(\d+))?$/.exec(match) : null;
+  const name = (bracket?.[1] ?? plain?.[1] ?? match).replace(/\.$/, '');
+  const port = bracket?.[2] ?? plain?.[2];
+  const wildcard = name.startsWith('*.');
+  const label = `egress-proxy:${match}`;
+  const rules = compileRules(label, config.configuration, config.request, config.query, config.response);
+  const routes = config.routes.map(
+    (route): ProxyRoute => ({
+      ...compileRules(label, config.configuration, route.request, route.query, route.response),
+      method: route.match.method ?? null,
+      path: compileGlob(route.match.path),
+    }),
+  );
+  return { rule: { match, wildcard, routes, rules }, name: wildcard ? name.slice(1) : name, wildcard, port: port === undefined ? null : Number(port) };
+}
+
+function compileRules(label: string, configuration: string, request: Transform | undefined, query: Transform | undefined, given: EgressProxyHost['response']): ProxyRules {
+  // `response: { encrypt: [] }` is how DESIGN §15 writes the default: what was decrypted.
+  const response = given !== 'passthrough' && given?.encrypt?.length === 0 && given.classification === undefined ? undefined : given;
+  const compiled = compileTransformRoute(label, { configuration, request, query, response });
+  return { ...compiled, echoes: (compiled.request?.mode === 'decrypt' || compiled.query?.mode === 'decrypt') && response === undefined };
+}

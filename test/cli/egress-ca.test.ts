@@ -1,0 +1,73 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { readCertificateAuthority } from '../../src/crypto/certificates.ts';
+
+const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
+
+function runCli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [MAIN, ...args], { timeout: 30_000 }, (error, stdout, stderr) => {
+      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : -1, stdout, stderr });
+    });
+  });
+}
+
+test('svc-sidecar egress-ca creates the CA once (0700 directory, 0600 key), prints it, and --rotate replaces it', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-egress-ca-cli-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const certFile = join(dir, 'ca', 'egress-ca.pem');
+  const keyFile = join(dir, 'ca', 'egress-ca.key');
+  const config = join(dir, 'svc.yaml');
+  writeFileSync(
+    config,
+    `store: { path: ${join(dir, 'svc.db')} }\nkeys: { master_key_file: ${join(dir, 'master.key')} }\n` +
+      `egress_proxy:\n  listen: 127.0.0.1:0\n  ca: { cert_file: ${certFile}, key_file: ${keyFile} }\n`,
+  );
+
+  const first = await runCli(['egress-ca', '--config', config]);
+  assert.equal(first.code, 0, first.stderr);
+  assert.match(first.stdout, /^-----BEGIN CERTIFICATE-----\n[\s\S]+-----END CERTIFICATE-----\n$/);
+  assert.match(first.stderr, /Created the egress proxy CA/);
+  assert.equal(first.stdout, readFileSync(certFile, 'utf8'));
+  assert.equal(statSync(join(dir, 'ca')).mode & 0o777, 0o700);
+  assert.equal(statSync(keyFile).mode & 0o777, 0o600);
+  assert.ok(new X509Certificate(first.stdout).ca);
+
+  const again = await runCli(['egress-ca', '--config', config]);
+  assert.equal(again.code, 0);
+  assert.equal(again.stdout, first.stdout, 'the CA is kept');
+  assert.equal(again.stderr, '');
+
+  const rotated = await runCli(['egress-ca', '--config', config, '--rotate']);
+  assert.equal(rotated.code, 0, rotated.stderr);
+  assert.notEqual(rotated.stdout, first.stdout);
+  assert.equal(rotated.stdout, readFileSync(certFile, 'utf8'));
+  assert.equal(statSync(keyFile).mode & 0o777, 0o600);
+  assert.doesNotThrow(() => readCertificateAuthority(readFileSync(certFile, 'utf8'), readFileSync(keyFile, 'utf8')), 'the new key belongs to the new certificate');
+  assert.match(rotated.stderr, /restart the service/);
+});
+
+test('svc-sidecar egress-ca refuses a configuration without egress_proxy, and one CA file without the other', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-egress-ca-cli-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const none = join(dir, 'none.yaml');
+  writeFileSync(none, `store: { path: ${join(dir, 'svc.db')} }\n`);
+  const refused = await runCli(['egress-ca', '--config', none]);
+  assert.equal(refused.code, 1);
+  assert.equal(refused.stdout, '');
+  assert.match(refused.stderr, /no egress_proxy section/);
+
+  const half = join(dir, 'half.yaml');
+  writeFileSync(join(dir, 'ca.pem'), 'not used');
+  writeFileSync(half, `store: { path: ${join(dir, 'svc.db')} }\negress_proxy:\n  listen: 127.0.0.1:0\n  ca: { cert_file: ${join(dir, 'ca.pem')}, key_file: ${join(dir, 'ca.key')} }\n`);
+  const missing = await runCli(['egress-ca', '--config', half]);
+  assert.equal(missing.code, 1);
+  assert.equal(missing.stdout, '');
+  assert.match(missing.stderr, /The egress proxy CA \(.*\) cannot be used: .*ca\.key is missing while the other file exists/);
+  assert.equal(readFileSync(join(dir, 'ca.pem'), 'utf8'), 'not used', 'nothing is overwritten');
+});
