@@ -39,6 +39,7 @@ import { parseArgs } from 'node:util';
 import { ProxyAgent, request, type Dispatcher } from 'undici';
 import { loadAverage, machineInfo } from '../lib/report.ts';
 import { median } from '../lib/measure.ts';
+import { openLoop } from './load.ts';
 
 const PUBLIC = '8.8.4.4';
 const TUNNEL_NAME = 'tunnel.bench';
@@ -157,28 +158,14 @@ async function send(target: Target): Promise<boolean> {
 /** Open loop: one request every 1/rate s, timed from when it was due. */
 async function paced(target: Target, rate: number, seconds: number): Promise<RunResult> {
   const total = Math.round(rate * seconds);
-  const interval = 1000 / rate;
   const samples: number[] = [];
   let failures = 0;
-  let sent = 0;
-  let done = 0;
-  const start = performance.now();
-  await new Promise<void>((resolve) => {
-    const fire = (scheduled: number) => {
-      send(target).then(
-        (ok) => (ok ? samples.push(performance.now() - scheduled) : failures++),
-        () => failures++,
-      ).finally(() => {
-        if (++done === total) resolve();
-      });
-    };
-    const tick = () => {
-      const now = performance.now();
-      while (sent < total && start + sent * interval <= now) fire(start + sent++ * interval);
-      if (sent < total) setTimeout(tick, 1);
-    };
-    tick();
-  });
+  const start = await openLoop(total, rate, (scheduled) =>
+    send(target).then(
+      (ok) => (ok ? samples.push(performance.now() - scheduled) : failures++),
+      () => failures++,
+    ),
+  );
   const elapsed = (performance.now() - start) / 1000;
   return { responses: samples.length, failures, seconds: elapsed, rps: Math.round(samples.length / elapsed), latencyMs: summary(samples) };
 }

@@ -132,6 +132,32 @@ export async function cannon(target: Target, options: { connections: number; sec
 }
 
 /** Open-loop load at `rate` requests per second, evenly spaced, for `seconds`. */
+/**
+ * Open loop: calls `fire` once every 1/rate s (in 1 ms ticks), `total` times, with the time
+ * each call was due, and resolves with the start time once every returned promise settled.
+ */
+export async function openLoop(total: number, rate: number, fire: (scheduled: number) => Promise<unknown>): Promise<number> {
+  const interval = 1000 / rate;
+  let sent = 0;
+  let done = 0;
+  const start = performance.now();
+  await new Promise<void>((resolve) => {
+    const settle = () => {
+      if (++done === total) resolve();
+    };
+    const tick = () => {
+      const now = performance.now();
+      while (sent < total && start + sent * interval <= now) {
+        const scheduled = start + sent++ * interval;
+        fire(scheduled).then(settle, settle);
+      }
+      if (sent < total) setTimeout(tick, 1);
+    };
+    tick();
+  });
+  return start;
+}
+
 export async function paced(target: Target, options: { connections: number; seconds: number; rate: number }): Promise<LoadResult> {
   const url = new URL(target.url);
   const pool = new Pool(url.origin, { connections: options.connections, pipelining: 1, keepAliveTimeout: 60_000 });
@@ -139,9 +165,6 @@ export async function paced(target: Target, options: { connections: number; seco
   const headers = { ...target.headers, 'content-type': target.headers['content-type'] ?? 'application/json' };
   const latencies = new Samples();
   const total = Math.round(options.rate * options.seconds);
-  const interval = 1000 / options.rate;
-  let sent = 0;
-  let done = 0;
   let ok = 0;
   let non2xx = 0;
   let errors = 0;
@@ -149,32 +172,21 @@ export async function paced(target: Target, options: { connections: number; seco
   // Open the connections first so the first second is not spent on handshakes.
   await Promise.all(Array.from({ length: options.connections }, () => pool.request({ origin: url.origin, path, method: target.method, headers, body: target.body }).then((r) => r.body.dump())));
 
-  const start = performance.now();
-  await new Promise<void>((resolve) => {
-    const fire = (scheduled: number) => {
-      pool.request({ path, method: target.method, headers, body: target.body }).then(
-        async (res) => {
-          await res.body.dump();
-          // From the scheduled time, not the actual send: a late send is latency too.
-          if (res.statusCode >= 200 && res.statusCode < 300) {
-            ok++;
-            latencies.push(performance.now() - scheduled);
-          } else {
-            non2xx++;
-          }
-        },
-        () => errors++,
-      ).finally(() => {
-        if (++done === total) resolve();
-      });
-    };
-    const tick = () => {
-      const now = performance.now();
-      while (sent < total && start + sent * interval <= now) fire(start + sent++ * interval);
-      if (sent < total) setTimeout(tick, 1);
-    };
-    tick();
-  });
+  const start = await openLoop(total, options.rate, (scheduled) =>
+    pool.request({ path, method: target.method, headers, body: target.body }).then(
+      async (res) => {
+        await res.body.dump();
+        // From the scheduled time, not the actual send: a late send is latency too.
+        if (res.statusCode >= 200 && res.statusCode < 300) {
+          ok++;
+          latencies.push(performance.now() - scheduled);
+        } else {
+          non2xx++;
+        }
+      },
+      () => errors++,
+    ),
+  );
   const seconds = (performance.now() - start) / 1000;
   await pool.close();
   return {

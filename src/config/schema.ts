@@ -342,16 +342,19 @@ const transformSchema = z
     { when: () => true },
   );
 
+/** A route's `match`: an optional method and a path glob (relay routes and egress proxy routes). */
+const routeMatchSchema = z.strictObject({
+  method: z
+    .string()
+    .regex(/^[A-Za-z]+$/, 'expected an HTTP method such as POST')
+    .transform((method) => method.toUpperCase())
+    .optional(),
+  path: z.string().startsWith('/', 'expected a path starting with /'),
+});
+
 const relayRouteSchema = z.strictObject({
   name: text.optional(),
-  match: z.strictObject({
-    method: z
-      .string()
-      .regex(/^[A-Za-z]+$/, 'expected an HTTP method such as POST')
-      .transform((method) => method.toUpperCase())
-      .optional(),
-    path: z.string().startsWith('/', 'expected a path starting with /'),
-  }),
+  match: routeMatchSchema,
   configuration: text,
   request: transformSchema.optional(),
   response: transformSchema.optional(),
@@ -469,14 +472,7 @@ function validPort(text: string): boolean {
 }
 
 const egressProxyRouteSchema = z.strictObject({
-  match: z.strictObject({
-    method: z
-      .string()
-      .regex(/^[A-Za-z]+$/, 'expected an HTTP method such as POST')
-      .transform((method) => method.toUpperCase())
-      .optional(),
-    path: z.string().startsWith('/', 'expected a path starting with /'),
-  }),
+  match: routeMatchSchema,
   request: transformSchema.optional(),
   /** The request's query-string parameters, named as form fields (DESIGN §15). */
   query: transformSchema.optional(),

@@ -1,4 +1,4 @@
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
@@ -185,31 +185,34 @@ test('unknown_hosts: tunnel refuses non-public addresses (DESIGN §8): by addres
   assert.equal(vendor.connections, 0);
 });
 
-test('unknown_hosts: tunnel relays bytes blind to a public address, by address and by name', async (t) => {
-  // A public address exists only inside a network namespace of the test's own (root and
-  // unshare needed): nothing leaves the machine.
-  const probe = spawnSync('unshare', ['--net', 'true']);
-  if (probe.status !== 0) {
+/**
+ * Runs support/egress-tunnel-child.ts in a network namespace of its own where 8.8.4.4 sits
+ * on the loopback interface: a public address that stays on this machine. Needs root and
+ * unshare; without them the test is skipped (null).
+ */
+async function inNetworkNamespace(t: TestContext, ...args: string[]): Promise<{ stdout: string; stderr: string } | null> {
+  if (spawnSync('unshare', ['--net', 'true']).status !== 0) {
     t.skip('needs unshare --net (root) for a public address that stays on this machine');
-    return;
+    return null;
   }
   const child = new URL('../support/egress-tunnel-child.ts', import.meta.url).pathname;
-  const script = `ip link set lo up && ip addr add 8.8.4.4/32 dev lo && exec "$0" "$1" 8.8.4.4`;
-  const { stdout, stderr } = await run('unshare', ['--net', 'sh', '-c', script, process.execPath, child], { timeout: 60_000 });
+  const script = `ip link set lo up && ip addr add 8.8.4.4/32 dev lo && exec "$0" "$1" 8.8.4.4${args.map((a) => ` ${a}`).join('')}`;
+  return run('unshare', ['--net', 'sh', '-c', script, process.execPath, child], { timeout: 60_000 });
+}
+
+test('unknown_hosts: tunnel relays bytes blind to a public address, by address and by name', async (t) => {
+  const ran = await inNetworkNamespace(t);
+  if (ran === null) return;
+  const { stdout, stderr } = ran;
   const result = JSON.parse(stdout) as { byAddress: string; byName: string };
   assert.match(result.byAddress, /^HTTP\/1\.1 200 Connection Established\r\n\r\nhello over the tunnel$/, stderr);
   assert.match(result.byName, /^HTTP\/1\.1 200 Connection Established\r\n\r\nby name too$/, stderr);
 });
 
 test('unknown_hosts: tunnel closes a tunnel that stays idle for tunnel_idle_timeout, on both sides', async (t) => {
-  const probe = spawnSync('unshare', ['--net', 'true']);
-  if (probe.status !== 0) {
-    t.skip('needs unshare --net (root) for a public address that stays on this machine');
-    return;
-  }
-  const child = new URL('../support/egress-tunnel-child.ts', import.meta.url).pathname;
-  const script = `ip link set lo up && ip addr add 8.8.4.4/32 dev lo && exec "$0" "$1" 8.8.4.4 idle`;
-  const { stdout, stderr } = await run('unshare', ['--net', 'sh', '-c', script, process.execPath, child], { timeout: 60_000 });
+  const ran = await inNetworkNamespace(t, 'idle');
+  if (ran === null) return;
+  const { stdout, stderr } = ran;
   const result = JSON.parse(stdout) as { carried: string; closedByProxy: boolean; vendorSideClosed: boolean };
   assert.match(result.carried, /^HTTP\/1\.1 200 Connection Established\r\n\r\nthen silence$/, `the tunnel worked before it went quiet: ${stderr}`);
   assert.equal(result.closedByProxy, true, 'the proxy closed the idle tunnel');

@@ -143,23 +143,7 @@ test('relay response routes decrypt as the end user: members plain, a role grant
   const signer = hs256();
   const secretFile = writeFile(tempDir(t), 'jwt.secret', `${signer.text}\n`);
   const seed = SEED_WITH_REVEAL;
-  const upstream = await startUpstream(t, (_req, _body, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(answer);
-  });
-  const running = await startApp(
-    t,
-    `relay:
-  listen: 127.0.0.1:0
-  upstream: ${upstream.url}
-  identity:
-    jwt: { secret_file: ${secretFile}, issuer: ${ISSUER}, audience: ${AUDIENCE}, roles_claim: roles }
-  routes:
-    - { name: read, match: { method: GET, path: /records/** }, configuration: payments, response: { decrypt: [] } }`,
-    seed,
-  );
-  const { port } = running.app.relay!.server.address() as AddressInfo;
-  const relay = `http://127.0.0.1:${port}`;
+  const { running, relay, upstream } = await startReadingRelay(t, `secret_file: ${secretFile}`, () => answer);
   const token = async (value: string, classification: string) =>
     (await call(running.url, '/proxy/payments', { body: JSON.stringify({ v: value }), headers: { 'x-svc-fields': 'v', 'x-svc-classification': classification } })).json.v as string;
   const card = await token('4111 1111 1111 1111', 'pci');
@@ -200,22 +184,7 @@ test('an ES256 key set from a JWKS file on the relay: a valid token decrypts as 
   const es = await asymmetric('ES256');
   const forger = await asymmetric('ES256', es.kid);
   const jwksFile = writeFile(tempDir(t), 'jwks.json', JSON.stringify(jwks(es)));
-  const upstream = await startUpstream(t, (_req, _body, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(answer);
-  });
-  const running = await startApp(
-    t,
-    `relay:
-  listen: 127.0.0.1:0
-  upstream: ${upstream.url}
-  identity:
-    jwt: { jwks_file: ${jwksFile}, issuer: ${ISSUER}, audience: ${AUDIENCE}, roles_claim: roles }
-  routes:
-    - { name: read, match: { method: GET, path: /records/** }, configuration: payments, response: { decrypt: [] } }`,
-    SEED_WITH_REVEAL,
-  );
-  const relay = `http://127.0.0.1:${(running.app.relay!.server.address() as AddressInfo).port}`;
+  const { running, relay } = await startReadingRelay(t, `jwks_file: ${jwksFile}`, () => answer);
   const card = (await call(running.url, '/proxy/payments', { body: '{"v":"4111 1111 1111 1111"}', headers: { 'x-svc-fields': 'v', 'x-svc-classification': 'pci' } })).json.v as string;
   const answer = JSON.stringify({ card });
   const read = async (jwt: string) => {
@@ -237,6 +206,30 @@ test('an ES256 key set from a JWKS file on the relay: a valid token decrypts as 
   ];
   for (const [why, jwt] of anonymous) assert.equal(await read(jwt), card, `${why}: PCI's default (token) for the anonymous`);
 });
+
+/**
+ * The service with a relay whose one route decrypts every token of `/records/**` answers
+ * as the end user of the JWT (`key`: the identity's key setting); the application answers
+ * `answer()`.
+ */
+async function startReadingRelay(t: TestContext, key: string, answer: () => string) {
+  const upstream = await startUpstream(t, (_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(answer());
+  });
+  const running = await startApp(
+    t,
+    `relay:
+  listen: 127.0.0.1:0
+  upstream: ${upstream.url}
+  identity:
+    jwt: { ${key}, issuer: ${ISSUER}, audience: ${AUDIENCE}, roles_claim: roles }
+  routes:
+    - { name: read, match: { method: GET, path: /records/** }, configuration: payments, response: { decrypt: [] } }`,
+    SEED_WITH_REVEAL,
+  );
+  return { running, upstream, relay: `http://127.0.0.1:${(running.app.relay!.server.address() as AddressInfo).port}` };
+}
 
 const SEED_WITH_REVEAL = `
 seed:
