@@ -450,7 +450,7 @@ public class Vendor { public static void main(String[] a) throws Exception {
   assert.ok(vendor.received.every((r) => !r.body.includes('svc:1:')), 'no token reached the vendor');
 });
 
-test('query rules decrypt named query parameters before anything is sent; a tampered one is 422 with nothing sent; an echo is re-encrypted', async (t) => {
+test('query rules decrypt named query parameters before anything is sent; a tampered one is 422 with nothing sent; an echo at another path is refused (502)', async (t) => {
   const vendor = await startVendor(t, (request, res) => {
     const email = new URL(request.url, 'https://vendor.invalid').searchParams.get('email');
     res.writeHead(200, { 'content-type': 'application/json' });
