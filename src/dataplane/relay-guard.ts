@@ -17,7 +17,6 @@ import {
   DepthExceededError,
   InvalidFormError,
   InvalidJsonError,
-  InvalidQueryError,
   ProtectedFieldError,
   protectedFieldMessage,
   RouteUnavailableError,
@@ -65,8 +64,8 @@ export class RelayGuard {
    * The guard over a request's query string (without its `?`), read as a form split at `&`
    * and `;`: a protected parameter's plaintext value is encrypted in place (or refused with
    * 422), so it never reaches the application in the target either. Returns the query to
-   * send on. A query that does not decode is a 400, or passes unread with
-   * `uninspectable: pass`. `ctx` null (a WebSocket upgrade, whose target cannot be
+   * send on. A query that does not decode is a 400 even with `uninspectable: pass`: every
+   * application reads its query, and many decode a bad escape leniently. `ctx` null (a WebSocket upgrade, whose target cannot be
    * rewritten after the fact): a plaintext value is refused whatever `on_plaintext` says.
    */
   query(ctx: RequestContext | null, services: Services, query: string, route: TokenCodec | null = null, minted: ReadonlySet<string> | null = null): string {
@@ -77,7 +76,6 @@ export class RelayGuard {
     try {
       out = transformQuery(query, this.matcher, handler, services.limits.token, { semicolons: true });
     } catch (err) {
-      if (err instanceof InvalidQueryError && this.settings.uninspectable === 'pass') return query;
       services.metrics.countGuard('refused');
       throw err;
     }

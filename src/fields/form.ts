@@ -47,6 +47,12 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   private segments: string[] = [];
   /** The current name began after a `;` inside another value (`semicolons`). */
   private afterSemicolon = false;
+  /**
+   * Names that a `;` ended before any `=` (`semicolons`): `ssn;x=1` is `ssn` and `x=1` to a
+   * server that splits at `;`, and one name `ssn;x` to one that does not, so the value is
+   * matched against both readings.
+   */
+  private cut: string | null = null;
 
   // FieldValue of the value being replaced: a form value is always a string.
   readonly kind = 's' as const;
@@ -88,7 +94,9 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
       out.push(delimiter === AMP ? AMP_BYTE : delimiter === EQ ? EQ_BYTE : SEMI_BYTE);
       if (this.mode === IN_NAME && delimiter === EQ) {
         this.mode = this.nameMatched() ? IN_MATCHED_VALUE : IN_VALUE;
+        this.cut = null;
       } else {
+        if (this.mode === IN_NAME) this.cut = delimiter === SEMI ? (this.cut === null ? this.name : `${this.cut};${this.name}`) : null;
         this.mode = IN_NAME;
         this.afterSemicolon = delimiter === SEMI;
       }
@@ -155,11 +163,19 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
     this.segments = nameSegments(this.name);
     // Decrypting without paths: every value is a candidate, and only tokens are replaced.
     if (this.matcher.root.anyToken) return true;
-    if (segmentsMatched(this.matcher.root, this.segments)) return true;
-    const dotted = dottedSegments(this.name);
-    if (dotted === null || !segmentsMatched(this.matcher.root, dotted)) return false;
-    this.segments = dotted;
-    return true;
+    if (this.readingMatched(this.name)) return true;
+    return this.cut !== null && this.readingMatched(`${this.cut};${this.name}`);
+  }
+
+  /** Whether a reading of `name` — bracketed, dotted, or as lenient parsers take stray brackets — is named. */
+  private readingMatched(name: string): boolean {
+    for (const segments of [nameSegments(name), dottedSegments(name), looseSegments(name)]) {
+      if (segments !== null && segmentsMatched(this.matcher.root, segments)) {
+        this.segments = segments;
+        return true;
+      }
+    }
+    return false;
   }
 
   /** The parameter as a field path: `card[number]` is `card.number` (DESIGN §15's one path language). */
@@ -216,6 +232,20 @@ export function nameSegments(name: string): string[] {
     at = close + 1;
   }
   return segments;
+}
+
+/**
+ * A name with brackets that do not follow the bracket form (`card[number]x`, `[card][number]`,
+ * `card]number`, `card[number`), read as lenient parsers read it: every run between
+ * brackets a segment. PHP, qs (Express) and Rack bind such names to `card.number`, so a
+ * rule for `card.number` must match them too. Null for a name without stray brackets.
+ */
+export function looseSegments(name: string): string[] | null {
+  if (!name.includes('[') && !name.includes(']')) return null;
+  const strict = nameSegments(name);
+  if (strict.length > 1 || strict[0] !== name) return null;
+  const segments = name.split(/[[\]]+/).filter((segment) => segment !== '');
+  return segments.length === 0 ? null : segments;
 }
 
 /** The segments of a name read with `.` as a separator too, before its brackets; null without one. */

@@ -10,7 +10,8 @@
  * Spaces, `.`, `_`, `-`, `!`, `[` and `]` are not compared at all: PHP hands a form's
  * `card.number`, `card number` and `card[number` to the application as `card_number`, and
  * drops leading spaces (` ssn` is `ssn`); Spring binds `!ssn` and `_ssn` as defaults and
- * markers of `ssn`. So a protected `card_number` must match them all. A key is also cut at
+ * markers of `ssn`, and strips the quotes of a map key (`p['ssn']`, `p["ssn"]`). So a
+ * protected `card_number` must match them all. A key is also cut at
  * `;` and NUL, where some servers end a name (`a;ssn`, `ssn\0x`).
  */
 import { FieldMatcher, type PathState } from './paths.ts';
@@ -30,7 +31,7 @@ export function foldKey(key: string): string {
 
 const SEPARATORS = /[.[\];\0]/;
 /** What a key is compared without (see the top of the file). */
-const IGNORED = /[\s._\-![\]]/gu;
+const IGNORED = /[\s._\-![\]'"]/gu;
 
 /**
  * A key as it is compared: folded, without the characters binders treat as interchangeable

@@ -281,3 +281,18 @@ egress:
   assert.ok(form.startsWith('ok=1&card%5Bnumber%5D=svc:1:'));
   assert.ok(!form.includes('4242'));
 });
+
+test('regression: names with stray brackets, which PHP, qs and Rack bind to card.number, are encrypted by a card.number rule', async (t) => {
+  const { url } = await startApp(t);
+  for (const name of ['card[number]x', 'card[number]]', 'card[number][', '[card][number]', 'card]number', 'card[number', 'card%5Bnumber%5Dx']) {
+    // After another parameter: a body whose first byte is `[` reads as JSON and is refused (400).
+    const enc = await call(url, ENC, { body: `other=1&${name}=4111111111111111`, contentType: FORM, headers: { 'x-svc-fields': 'card.number' } });
+    assert.equal(enc.status, 200, name);
+    assert.ok(!enc.text.includes('4111111111111111'), `${name}: ${enc.text}`);
+    assert.equal(enc.headers.get('x-svc-fields-transformed'), '1', name);
+    assert.ok(enc.text.startsWith(`other=1&${name}=svc:`), `${name}: the name keeps its bytes`);
+  }
+  // Names that only look alike stay untouched.
+  const other = await call(url, ENC, { body: 'cardnumber=1&card[numbers]=2&x[card]=3', contentType: FORM, headers: { 'x-svc-fields': 'card.number' } });
+  assert.equal(other.text, 'cardnumber=1&card[numbers]=2&x[card]=3');
+});

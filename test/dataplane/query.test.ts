@@ -237,7 +237,7 @@ test('relay guard: a protected key in the query string never reaches the applica
   assert.equal(svc.app.seen.at(-1)!.url, '/anything?a=%7e+b&c');
 });
 
-test('relay guard: on_plaintext refuse answers 422; a query the guard cannot read is a 400 unless uninspectable: pass; WebSocket upgrades are refused', async (t) => {
+test('relay guard: on_plaintext refuse answers 422; a query the guard cannot read is a 400, even with uninspectable: pass; WebSocket upgrades are refused', async (t) => {
   const refuse = await startRelay(t, '{ keys: [ssn], configuration: payments, on_plaintext: refuse }');
   const res = await fetch(`${refuse.relay}/anything?ssn=${SSN}`);
   assert.equal(res.status, 422);
@@ -255,9 +255,32 @@ test('relay guard: on_plaintext refuse answers 422; a query the guard cannot rea
   assert.match(upgrade, /^HTTP\/1\.1 422 /);
   assert.equal(encrypting.app.seen.length, 0);
 
+  // An application reads its query whatever the guard makes of it, and many decode a bad
+  // escape leniently (`ssn=123-45-6789%` is the SSN to them): `pass` never applies here.
   const passing = await startRelay(t, '{ keys: [ssn], configuration: payments, uninspectable: pass }');
-  assert.equal((await fetch(`${passing.relay}/anything?%zz=1`)).status, 200);
-  assert.equal(passing.app.seen.at(-1)!.url, '/anything?%zz=1');
+  for (const query of ['%zz=1', `ssn=${SSN}%`, `ssn=${SSN}%FF`, 'ssn=%u0031%u0032%u0033']) {
+    const res = await fetch(`${passing.relay}/anything?${query}`);
+    assert.equal(res.status, 400, query);
+    await res.arrayBuffer();
+  }
+  assert.equal(passing.app.seen.length, 0, 'nothing reached the application');
+});
+
+test('relay guard: names a server reads as a protected key — cut at a raw ";", quoted map keys — are protected in bodies and queries', async (t) => {
+  const relay = await startRelay(t, PROTECT);
+  for (const name of ['ssn;x', "p['ssn']", 'p["ssn"]', 'a;b;ssn']) {
+    const form = `${encodeURIComponent(name).replace(/%3B/g, ';')}=${SSN}`;
+    const inQuery = await fetch(`${relay.relay}/anything?${form}`);
+    assert.equal(inQuery.status, 200, name);
+    await inQuery.arrayBuffer();
+    const inBody = await fetch(`${relay.relay}/anything`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: form });
+    assert.equal(inBody.status, 200, name);
+    await inBody.arrayBuffer();
+  }
+  for (const seen of relay.app.seen) {
+    const text = `${seen.url} ${seen.body.toString()}`;
+    assert.ok(!text.includes(SSN) && !text.includes(encodeURIComponent(SSN)), `plaintext reached the application: ${text}`);
+  }
 });
 
 test('relay: bracket paths on a route transform form bodies and form answers, and name the same fields in JSON', async (t) => {
