@@ -107,6 +107,7 @@ export class KeyInUse {
 }
 
 export class EncryptHandler extends CollectingHandler {
+  readonly protects = true;
   private readonly encryptor: FieldEncryptor;
   private readonly key: KeyInUse;
   /** The tokens written, when a later pass (the relay guard) must recognise them. */
@@ -243,6 +244,7 @@ export class DecryptHandler extends CollectingHandler {
  * egress vendor echoing them, DESIGN §13), each under the classification its token had.
  */
 export class EchoHandler extends CollectingHandler {
+  readonly protects = true;
   private readonly codec: TokenCodec;
   private readonly key: KeyInUse;
   private readonly decryptedAt: ReadonlyMap<string, number>;

@@ -43,7 +43,7 @@ export const FORM_FORMAT: BodyFormat = {
   name: 'form',
   contentType: 'application/x-www-form-urlencoded',
   matches: (type) => type === 'application/x-www-form-urlencoded',
-  create: (matcher, handler, limits) => new NotJson(new FormTransformer(matcher, handler, limits)),
+  create: (matcher, handler, limits) => new NotJson(new FormTransformer(matcher, handler, limits, { semicolons: handler.protects === true })),
 };
 
 /**

@@ -39,6 +39,11 @@ export interface FieldValue {
 export interface ValueHandler {
   /** Returns the bytes to emit in place of the value, or null to keep it unchanged. */
   replace(value: FieldValue): Buffer | null;
+  /**
+   * The handler writes tokens in place of plaintext: a form read for it is split at `;` as
+   * well as `&`, so a server that splits there finds no plaintext either.
+   */
+  readonly protects?: boolean;
 }
 
 /** A format's streaming transformer: fed chunk by chunk, output appended to `out`. */
