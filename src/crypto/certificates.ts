@@ -70,7 +70,9 @@ export async function createCertificateAuthority(commonName: string, now = new D
 }
 
 /** A leaf for `host` (a DNS name or an IP literal), signed by `ca`, for TLS servers. */
-export async function issueLeafCertificate(ca: CertificateAuthority, host: string, now = new Date()): Promise<IssuedCertificate> {
+export async function issueLeafCertificate(ca: CertificateAuthority, hosts: string | readonly string[], now = new Date()): Promise<IssuedCertificate> {
+  const names = typeof hosts === 'string' ? [hosts] : hosts;
+  const host = names[0]!;
   const lib = await x509();
   const keys = await newKeyPair();
   const issuer = new lib.X509Certificate(ca.cert.raw);
@@ -87,7 +89,7 @@ export async function issueLeafCertificate(ca: CertificateAuthority, host: strin
       new lib.BasicConstraintsExtension(false, undefined, true),
       new lib.KeyUsagesExtension(lib.KeyUsageFlags.digitalSignature, true),
       new lib.ExtendedKeyUsageExtension([lib.ExtendedKeyUsage.serverAuth]),
-      new lib.SubjectAlternativeNameExtension([generalName(host)]),
+      new lib.SubjectAlternativeNameExtension(names.map(generalName)),
       await lib.SubjectKeyIdentifierExtension.create(keys.publicKey),
       await lib.AuthorityKeyIdentifierExtension.create(issuer.publicKey),
     ],

@@ -1,9 +1,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
+import { TEST_CA_FILE } from '../support/test-pki.ts';
 import { ConfigError, loadConfig } from '../../src/config/load.ts';
 
-const VENDOR_CA = fileURLToPath(new URL('../support/tls/ca.pem', import.meta.url));
+const VENDOR_CA = TEST_CA_FILE;
 const SEED = `
 store: { path: ":memory:" }
 seed:

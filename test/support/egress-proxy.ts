@@ -12,9 +12,9 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { call, startApp, type Running, type StartOptions } from './app.ts';
 
-const TLS_DIR = new URL('./tls/', import.meta.url);
 /** The vendor stand-in's CA: what `trust_file` names. */
-export const VENDOR_CA_FILE = new URL('ca.pem', TLS_DIR).pathname;
+export { TEST_CA_FILE as VENDOR_CA_FILE } from './test-pki.ts';
+import { SERVER_CERT, SERVER_KEY, TEST_CA_FILE as VENDOR_CA_FILE } from './test-pki.ts';
 
 export interface VendorRequest {
   readonly method: string;
@@ -53,8 +53,8 @@ export async function startVendor(t: TestContext, answer: VendorAnswer = ECHO, c
   const received: VendorRequest[] = [];
   const server = createHttpsServer(
     {
-      cert: certificate?.cert ?? readFileSync(new URL('server-cert.pem', TLS_DIR)),
-      key: certificate?.key ?? readFileSync(new URL('server-key.pem', TLS_DIR)),
+      cert: certificate?.cert ?? SERVER_CERT,
+      key: certificate?.key ?? SERVER_KEY,
     },
     (req: IncomingMessage, res: ServerResponse) => {
       const chunks: Buffer[] = [];

@@ -1,23 +1,19 @@
 /**
  * Test support for the relay's end-user identity: real keys and real signed JWTs made
  * with jose, the files `relay.identity.jwt` reads, and a JWKS served over real HTTPS.
- *
- * `tls/` holds a test CA (`ca.pem`) and a certificate it issued for `localhost` and
- * `127.0.0.1` (`server-cert.pem`, `server-key.pem`), valid 2000–2100. Test material only:
- * the key is public, nothing trusts the CA but the tests that pass it as `jwks_ca_file`.
+ * The HTTPS side uses the throwaway PKI of test-pki.ts.
  */
 import { generateKeyPairSync, randomBytes, createSecretKey, type KeyObject } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { exportJWK, SignJWT, type JWK, type JWTPayload } from 'jose';
+import { SERVER_CERT, SERVER_KEY } from './test-pki.ts';
 
-const TLS = fileURLToPath(new URL('./tls/', import.meta.url));
-export const TEST_CA_FILE = join(TLS, 'ca.pem');
+export { TEST_CA_FILE } from './test-pki.ts';
 
 /** A directory removed when the test ends. */
 export function tempDir(t: TestContext): string {
@@ -105,7 +101,7 @@ export async function startJwksServer(t: TestContext, keySet: unknown): Promise<
   let fetches = 0;
   const sockets = new Set<Socket>();
   const state: { answer: JwksServer['answer'] } = { answer: { jwks: keySet } };
-  const server: Server = createServer({ key: readFileSync(join(TLS, 'server-key.pem')), cert: readFileSync(join(TLS, 'server-cert.pem')) }, (req, res) => {
+  const server: Server = createServer({ key: SERVER_KEY, cert: SERVER_CERT }, (req, res) => {
     fetches++;
     const answer = state.answer;
     if (answer === 'hang') return;
