@@ -36,10 +36,12 @@ export class DecryptedPaths extends Map<string, number> {
   /** Remembers a value shown in plain (its text; the caller zeroes its own buffer). */
   remember(plaintext: Buffer): void {
     if (this.remembered >= MAX_VALUES) return;
-    const text = plaintext.toString('utf8');
-    if ([...text].length < MIN_LENGTH) return;
+    // Its UTF-8 length is at least its number of characters: short values leave here unsplit.
+    if (plaintext.length < MIN_LENGTH) return;
+    const chars = [...plaintext.toString('utf8', 0, Math.min(plaintext.length, PREFIX_CHARS * 4))];
+    if (chars.length < MIN_LENGTH) return;
     this.remembered++;
-    const prefix = [...text].slice(0, PREFIX_CHARS).join('');
+    const prefix = chars.slice(0, PREFIX_CHARS).join('');
     for (const spelling of spellings(prefix)) {
       const needle = asciiLower(Buffer.from(spelling, 'utf8'));
       const key = needle.toString('latin1');

@@ -160,20 +160,34 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
    * when either reading names it.
    */
   private nameMatched(): boolean {
-    this.segments = nameSegments(this.name);
     // Decrypting without paths: every value is a candidate, and only tokens are replaced.
-    if (this.matcher.root.anyToken) return true;
+    if (this.matcher.root.anyToken) {
+      this.segments = nameSegments(this.name);
+      return true;
+    }
     if (this.readingMatched(this.name)) return true;
     return this.cut !== null && this.readingMatched(`${this.cut};${this.name}`);
   }
 
-  /** Whether a reading of `name` — bracketed, dotted, or as lenient parsers take stray brackets — is named. */
+  /**
+   * Whether a reading of `name` is named: bracketed, dotted before its brackets, or with
+   * stray brackets as lenient parsers take them. Each reading is made only if the one
+   * before did not match.
+   */
   private readingMatched(name: string): boolean {
-    for (const segments of [nameSegments(name), dottedSegments(name), looseSegments(name)]) {
-      if (segments !== null && segmentsMatched(this.matcher.root, segments)) {
-        this.segments = segments;
-        return true;
-      }
+    const root = this.matcher.root;
+    const strict = nameSegments(name);
+    this.segments = strict;
+    if (segmentsMatched(root, strict)) return true;
+    const dotted = dottedSegments(name, strict);
+    if (dotted !== null && segmentsMatched(root, dotted)) {
+      this.segments = dotted;
+      return true;
+    }
+    const loose = looseSegments(name, strict);
+    if (loose !== null && segmentsMatched(root, loose)) {
+      this.segments = loose;
+      return true;
     }
     return false;
   }
@@ -240,20 +254,17 @@ export function nameSegments(name: string): string[] {
  * brackets a segment. PHP, qs (Express) and Rack bind such names to `card.number`, so a
  * rule for `card.number` must match them too. Null for a name without stray brackets.
  */
-export function looseSegments(name: string): string[] | null {
-  if (!name.includes('[') && !name.includes(']')) return null;
-  const strict = nameSegments(name);
-  if (strict.length > 1 || strict[0] !== name) return null;
+export function looseSegments(name: string, strict: readonly string[] = nameSegments(name)): string[] | null {
+  if (strict.length > 1 || (!name.includes('[') && !name.includes(']'))) return null;
   const segments = name.split(/[[\]]+/).filter((segment) => segment !== '');
   return segments.length === 0 ? null : segments;
 }
 
 /** The segments of a name read with `.` as a separator too, before its brackets; null without one. */
-export function dottedSegments(name: string): string[] | null {
+export function dottedSegments(name: string, bracketed: readonly string[] = nameSegments(name)): string[] | null {
   const open = name.indexOf('[');
   const head = open === -1 ? name : name.slice(0, open);
   if (!head.includes('.')) return null;
-  const bracketed = nameSegments(name);
   // A name that does not follow the bracket form is one segment: split it whole.
   if (bracketed.length === 1) return name.split('.');
   return [...head.split('.'), ...bracketed.slice(1)];
