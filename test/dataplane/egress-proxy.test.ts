@@ -33,6 +33,13 @@ function proxyAgent(proxy: ProxyRunning): ProxyAgent {
   return new ProxyAgent({ uri: proxy.proxyUrl, requestTls: { ca: proxy.caPem } });
 }
 
+/** A stand-in vendor behind the proxy with stripeHost's rules, card tokens, and the CA file a client trusts. */
+async function stripeThroughProxy(t: TestContext) {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, stripeHost(vendor.port));
+  return { vendor, proxy, card: await cardTokens(proxy), caFile: join(proxy.caDir, 'egress-ca.pem') };
+}
+
 async function cardTokens(proxy: ProxyRunning): Promise<{ number: string; cvc: string }> {
   const tokens = await tokensFor(proxy.url, { card: { number: '4242424242424242', cvc: '314' } }, 'card.number,card.cvc');
   assert.match(tokens.card.number, TOKEN);
@@ -83,11 +90,7 @@ test('the stripe SDK creates a payment method through the proxy: the vendor gets
 });
 
 test('curl --proxy with the installation CA: decrypts for a listed host; a tampered token is 422 and nothing is sent', async (t) => {
-  const vendor = await startVendor(t);
-  const proxy = await startProxy(t, stripeHost(vendor.port));
-  const card = await cardTokens(proxy);
-  const caFile = join(proxy.caDir, 'trusted.pem');
-  writeFileSync(caFile, proxy.caPem);
+  const { vendor, proxy, card, caFile } = await stripeThroughProxy(t);
   const curl = (body: string) =>
     run('/usr/bin/curl', ['-sS', '--proxy', proxy.proxyUrl, '--cacert', caFile, '-w', '\n%{http_code}', '-d', body, `https://127.0.0.1:${vendor.port}/v1/payment_methods`]);
 
@@ -378,11 +381,7 @@ test('CONNECT targets are read strictly: host:port only, lower-cased, no trailin
 });
 
 test('an unchanged Node application: NODE_USE_ENV_PROXY=1, HTTPS_PROXY and NODE_EXTRA_CA_CERTS, with fetch and https.request', async (t) => {
-  const vendor = await startVendor(t);
-  const proxy = await startProxy(t, stripeHost(vendor.port));
-  const card = await cardTokens(proxy);
-  const caFile = join(proxy.caDir, 'trusted.pem');
-  writeFileSync(caFile, proxy.caPem);
+  const { vendor, proxy, card, caFile } = await stripeThroughProxy(t);
   const url = `https://127.0.0.1:${vendor.port}/v1/payment_methods`;
   const body = `card[number]=${card.number}`;
   // What an application does, knowing nothing of the sidecar.
@@ -408,11 +407,7 @@ test('an unchanged Node application: NODE_USE_ENV_PROXY=1, HTTPS_PROXY and NODE_
 });
 
 test('Python requests with HTTPS_PROXY and REQUESTS_CA_BUNDLE, and Java HttpClient with proxy properties and a truststore', async (t) => {
-  const vendor = await startVendor(t);
-  const proxy = await startProxy(t, stripeHost(vendor.port));
-  const card = await cardTokens(proxy);
-  const caFile = join(proxy.caDir, 'trusted.pem');
-  writeFileSync(caFile, proxy.caPem);
+  const { vendor, proxy, card, caFile } = await stripeThroughProxy(t);
   const url = `https://127.0.0.1:${vendor.port}/v1/payment_methods`;
 
   await t.test('python requests', async (t) => {
