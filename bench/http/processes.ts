@@ -25,13 +25,13 @@ const SERVERS = new URL('./servers.ts', import.meta.url).pathname;
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 /** Where `npm start` keeps its compile cache (package.json). */
 const COMPILE_CACHE = new URL('../../node_modules/.cache/node', import.meta.url).pathname;
-let compileCacheWarm = false;
+const compileCacheWarm = new Set<string>();
 
 /** One throwaway start fills the cache, so no measured process pays for type stripping. */
-function warmCompileCache(): void {
-  if (compileCacheWarm) return;
-  spawnSync(process.execPath, [MAIN, '--help'], { env: { PATH: process.env['PATH'] ?? '', NODE_COMPILE_CACHE: COMPILE_CACHE }, stdio: 'ignore' });
-  compileCacheWarm = true;
+function warmCompileCache(main: string): void {
+  if (compileCacheWarm.has(main)) return;
+  spawnSync(process.execPath, [main, '--help'], { env: { PATH: process.env['PATH'] ?? '', NODE_COMPILE_CACHE: COMPILE_CACHE }, stdio: 'ignore' });
+  compileCacheWarm.add(main);
 }
 /** The flags `npm start` and the container image run the service with (package.json). */
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
@@ -81,6 +81,8 @@ export interface ServiceOptions {
   readonly server?: string;
   /** Environment over SERVICE_ENV (experiments, e.g. another MALLOC_ARENA_MAX). */
   readonly env?: Readonly<Record<string, string>>;
+  /** Another checkout's `src/main.ts` (A/B runs of two versions of the code); default: this one. */
+  readonly main?: string;
 }
 
 /**
@@ -110,8 +112,9 @@ seed:
       destinations: [${options.destinations.map((d) => JSON.stringify(`${d}/`)).join(', ')}]
 `,
   );
-  warmCompileCache();
-  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? []), MAIN, 'serve', '--config', config], {
+  const main = options.main ?? MAIN;
+  warmCompileCache(main);
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? []), main, 'serve', '--config', config], {
     // As `npm start` and the image run it: the compile cache (warm, so the type stripper is
     // never loaded) and two malloc arenas.
     env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...options.env },

@@ -10,6 +10,7 @@ import { ForbiddenError, InvalidTokenError, KeyDestroyedDuringRequestError, Vali
 import { emptyCounts, type Mask, type RevealCounts } from '../fields/reveal.ts';
 import type { FieldValue, ValueHandler } from '../fields/value.ts';
 import type { Store } from '../store/db.ts';
+import { perStore } from '../store/stamped-cache.ts';
 import { DecryptedPaths } from './echo-guard.ts';
 
 abstract class CollectingHandler implements ValueHandler {
@@ -66,6 +67,9 @@ export function recordFailure(errors: ValidationErrors | null, value: FieldValue
   return into;
 }
 
+/** Whether a configuration's key version is alive, per store, until the next write. */
+const liveKeys = perStore<boolean>();
+
 /**
  * The key version a request writes tokens with, and whether it still exists (DESIGN §13:
  * key destruction is never a data-loss race). A version can be destroyed while a request
@@ -74,16 +78,15 @@ export function recordFailure(errors: ValidationErrors | null, value: FieldValue
  * and before the answer or the forward completes (and, when streaming, after each chunk,
  * before that chunk leaves), which asks this.
  *
- * The first question reads the key's row; later ones read it again only when the store's
- * change stamp has moved (a write through this process at once, another process's commit
- * within OTHERS_CHECK_MS), so a streamed body costs one lookup, not one per chunk.
+ * The answer is read from the key's row and kept, for every request, until the store's
+ * change stamp moves (a write through this process at once, another process's commit
+ * within OTHERS_CHECK_MS): a destroy through the API is seen by the very next check, and
+ * neither a request nor a streamed body's chunks cost a lookup while nothing is written.
  */
 export class KeyInUse {
   readonly version: number;
   private readonly store: Store;
   private readonly configurationId: string;
-  /** The change stamp at which the key was last seen alive. */
-  private checked = Number.NaN;
 
   constructor(store: Store, configurationId: string, codec: TokenCodec) {
     this.store = store;
@@ -92,11 +95,8 @@ export class KeyInUse {
   }
 
   destroyed(): boolean {
-    const stamp = this.store.changeStamp();
-    if (stamp === this.checked) return false;
-    if (!this.store.configurations.keyAlive(this.configurationId, this.version)) return true;
-    this.checked = stamp;
-    return false;
+    const { store, configurationId, version } = this;
+    return !liveKeys(store).get(`${version}:${configurationId}`, () => store.configurations.keyAlive(configurationId, version));
   }
 
   /** The 409 for a handler that wrote `count` tokens with this version, if it is gone. */

@@ -1,0 +1,135 @@
+/**
+ * Two versions of the service side by side, interleaved, on case D of proxy.ts (`/proxy`
+ * encrypting five fields and forwarding to an echo backend): is a change worth keeping?
+ *
+ *   node bench/http/ab.ts --base <checkout> [--candidate <checkout>] [--label name]
+ *                         [--rounds 6] [--seconds 5] [--connections 50]
+ *                         [--base-node-args "..."] [--candidate-node-args "..."]
+ *
+ * `--base` and `--candidate` are checkout roots (directories holding `src/main.ts` and
+ * their own `node_modules`); the candidate defaults to this checkout. Flag experiments pass
+ * the same checkout twice with different node arguments. Both services run for the whole
+ * run; one is loaded at a time, in alternating order (base first in even rounds), each
+ * sample preceded by a 1 s warm-up, so drift on the shared machine hits both alike.
+ *
+ * The verdict is the median of per-round ratios candidate ÷ base, of req/s and of
+ * requests per CPU-second of the service (all its threads). Writes
+ * bench/results/ab-<label>.json.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { machineInfo } from '../lib/report.ts';
+import { customerRecord, FIELDS } from './body.ts';
+import { cannon, round3, type Target } from './load.ts';
+import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, startHelper, startService, type Running } from './processes.ts';
+
+const { values } = parseArgs({
+  options: {
+    base: { type: 'string' },
+    candidate: { type: 'string', default: new URL('../..', import.meta.url).pathname },
+    label: { type: 'string', default: 'experiment' },
+    rounds: { type: 'string', default: '6' },
+    seconds: { type: 'string', default: '5' },
+    connections: { type: 'string', default: '50' },
+    'base-node-args': { type: 'string', default: '' },
+    'candidate-node-args': { type: 'string', default: '' },
+  },
+  strict: true,
+});
+if (values.base === undefined) throw new Error('--base <checkout> is required');
+if (!/^[\w.-]+$/.test(values.label)) throw new Error('--label takes letters, digits, ".", "_" and "-"');
+const positive = (name: string, value: string): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);
+  return n;
+};
+const rounds = positive('rounds', values.rounds);
+const seconds = positive('seconds', values.seconds);
+const connections = positive('connections', values.connections);
+const split = (args: string) => args.split(' ').filter((a) => a !== '');
+
+const log = (m: string) => process.stderr.write(`${m}\n`);
+const median = (xs: readonly number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]! ) / 2;
+};
+
+interface Sample {
+  rps: number;
+  perCpuSecond: number;
+  p50: number;
+  p99: number;
+}
+
+async function sample(svc: Running, target: Target): Promise<Sample> {
+  await cannon(target, { connections, seconds: 1 });
+  const cpu0 = cpuSeconds(svc.pids);
+  const r = await cannon(target, { connections, seconds });
+  const cpu = cpuSeconds(svc.pids) - cpu0;
+  if (r.non2xx + r.errors > 0) throw new Error(`${svc.name}: ${r.non2xx} non-2xx responses and ${r.errors} errors`);
+  return { rps: r.rps, perCpuSecond: Math.round(r.responses / cpu), p50: r.latencyMs.p50, p99: r.latencyMs.p99 };
+}
+
+async function main(): Promise<void> {
+  const machine = machineInfo();
+  log(`node ${machine.node}, load ${machine.loadAverageAtStart.join(' ')}`);
+  const started: Running[] = [];
+  try {
+    const echo = await startHelper('echo');
+    started.push(echo);
+    const sides = [
+      { name: 'base', root: resolve(values.base!), nodeArgs: split(values['base-node-args']) },
+      { name: 'candidate', root: resolve(values.candidate), nodeArgs: split(values['candidate-node-args']) },
+    ] as const;
+    const services: Running[] = [];
+    for (const side of sides) {
+      const svc = await startService({ destinations: [echo.url], main: join(side.root, 'src/main.ts'), nodeArgs: side.nodeArgs });
+      started.push(svc);
+      services.push({ ...svc, name: side.name });
+    }
+    const body = customerRecord();
+    const targets = services.map((svc): Target => ({
+      url: `${svc.url}/proxy/${BENCH_SLUG}`,
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-svc-authorization': BENCH_KEY, 'x-svc-destination': `${echo.url}/`, 'x-svc-fields': FIELDS.join(',') },
+      body,
+    }));
+    for (const [i, target] of targets.entries()) {
+      const res = await fetch(target.url, { method: 'POST', headers: target.headers, body: new Uint8Array(body) });
+      const text = await res.text();
+      if (res.status !== 200 || !text.includes('"svc:')) throw new Error(`${sides[i]!.name}: ${res.status} ${text.slice(0, 300)}`);
+      await cannon(target, { connections, seconds: 3 });
+    }
+    const samples: Sample[][] = [[], []];
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const i of order) samples[i]!.push(await sample(services[i]!, targets[i]!));
+      const [b, c] = [samples[0]!.at(-1)!, samples[1]!.at(-1)!];
+      log(`round ${round}: base ${b.rps} req/s (${b.perCpuSecond}/CPU-s), candidate ${c.rps} req/s (${c.perCpuSecond}/CPU-s): ${(c.rps / b.rps).toFixed(3)}×, ${(c.perCpuSecond / b.perCpuSecond).toFixed(3)}× per CPU-s`);
+    }
+    const ratio = (key: keyof Sample) => samples[1]!.map((c, i) => c[key] / samples[0]![i]![key]);
+    const rss = services.map((svc) => memory(svc.pids[0]!));
+    const result = {
+      benchmark: 'http-ab',
+      command: `node bench/http/ab.ts ${process.argv.slice(2).join(' ')}`,
+      machine: { ...machine, loadAverageAtEnd: machineInfo().loadAverageAtStart },
+      sides: sides.map((s, i) => ({ ...s, samples: samples[i], medianRps: median(samples[i]!.map((x) => x.rps)), rssAtEndBytes: rss[i]!.rss, hwmBytes: rss[i]!.hwm })),
+      ratios: {
+        rps: ratio('rps').map(round3),
+        perCpuSecond: ratio('perCpuSecond').map(round3),
+        medianRps: round3(median(ratio('rps'))),
+        medianPerCpuSecond: round3(median(ratio('perCpuSecond'))),
+      },
+    };
+    const dir = new URL('../results/', import.meta.url).pathname;
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, `ab-${values.label}.json`), `${JSON.stringify(result, null, 2)}\n`);
+    log(`candidate ÷ base: ${result.ratios.medianRps}× req/s (${Math.min(...result.ratios.rps)}–${Math.max(...result.ratios.rps)}), ${result.ratios.medianPerCpuSecond}× per CPU-second; RSS at end ${rss.map((m) => `${(m.rss / 2 ** 20).toFixed(1)} MiB`).join(' / ')}`);
+  } finally {
+    for (const r of started.reverse()) await r.stop().catch((err: unknown) => log(`stopping ${r.name}: ${String(err)}`));
+  }
+}
+
+await main();
