@@ -85,7 +85,12 @@ export class Metrics {
       registers,
       collect() {
         const empty = loopDelay.count === 0;
-        for (const q of LOOP_QUANTILES) this.set({ quantile: String(q) }, empty ? 0 : (q === 1 ? loopDelay.max : loopDelay.percentile(q * 100)) / 1e9);
+        // The monitor records the time between two runs of its timer, which is the
+        // resolution itself when the loop is never late: the delay is what exceeds it.
+        for (const q of LOOP_QUANTILES) {
+          const interval = empty ? 0 : q === 1 ? loopDelay.max : loopDelay.percentile(q * 100);
+          this.set({ quantile: String(q) }, Math.max(0, interval / 1e6 - LOOP_RESOLUTION_MS) / 1e3);
+        }
         loopDelay.reset();
       },
     });

@@ -63,6 +63,16 @@ test('svc_event_loop_delay_seconds shows a stall of the event loop at the next s
   assert.ok(sample(text, 'svc_event_loop_delay_seconds', { quantile: '0.5' })! <= sample(text, 'svc_event_loop_delay_seconds', { quantile: '1' })!);
 });
 
+test("regression: svc_event_loop_delay_seconds is how late the loop ran, not the monitor's own 10 ms interval", async (t) => {
+  const running = await startApp(t, '', SEED, { admin: true });
+  const scrape = async (): Promise<string> => (await fetch(`${running.adminUrl}/metrics`)).text();
+  await scrape();
+  // An idle loop: the monitor's timer runs every 10 ms, on time or nearly.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const median = sample(await scrape(), 'svc_event_loop_delay_seconds', { quantile: '0.5' })!;
+  assert.ok(median >= 0 && median < 0.009, `an idle loop's median delay is ${median} s`);
+});
+
 test('/healthz is liveness; /readyz turns 503 as soon as shutdown starts', async (t) => {
   const running = await startApp(t, '', SEED, { admin: true });
   assert.equal((await fetch(`${running.adminUrl}/healthz`)).status, 200);
