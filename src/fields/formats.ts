@@ -119,9 +119,28 @@ export function isIdentity(encoding: string | string[] | undefined): boolean {
  * or `other` — another charset, or more than one `charset` parameter, since readers
  * disagree on which counts (RFC 9110 §5.6.6 parameters: `;`-separated, values may be quoted).
  */
-export function parseContentType(type: string | string[] | undefined): { media: string; charset: 'absent' | 'utf-8' | 'other' } | null {
+export function parseContentType(type: string | string[] | undefined): ContentType | null {
   const value = Array.isArray(type) ? type[0] : type;
   if (value === undefined) return null;
+  // A service sees a handful of distinct content types: each is parsed once.
+  let parsed = parsedTypes.get(value);
+  if (parsed === undefined) {
+    parsed = Object.freeze(parseOne(value));
+    if (parsedTypes.size >= MAX_PARSED_TYPES) parsedTypes.clear();
+    parsedTypes.set(value, parsed);
+  }
+  return parsed;
+}
+
+export interface ContentType {
+  readonly media: string;
+  readonly charset: 'absent' | 'utf-8' | 'other';
+}
+
+const MAX_PARSED_TYPES = 64;
+const parsedTypes = new Map<string, ContentType>();
+
+function parseOne(value: string): ContentType {
   const parts = splitParameters(value);
   const media = parts[0]!.trim().toLowerCase();
   let charset: 'absent' | 'utf-8' | 'other' = 'absent';
