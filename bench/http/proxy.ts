@@ -355,7 +355,7 @@ async function main(): Promise<void> {
     const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs, admin: true });
     started.push(svc);
 
-    // Footprint before any traffic: every server process 2 s after it listens. The
+    // Footprint before any traffic: every server 2 s after the service listens. The
     // service's delay monitor is read over the same idle 2 s (the first scrape closes the
     // window of its start-up).
     await scrapeLoopDelay(svc.adminUrl!);
@@ -471,7 +471,7 @@ async function main(): Promise<void> {
         tail: options.tail
           ? `paced generator (load.ts) at ${options.tailRate} req/s for ${options.tailSeconds} s over a ${connections}-connection undici Pool, A then D each round; svc_event_loop_delay_seconds scraped once after the pool's connections opened (starting a new window) and once after the run; lateness = reading − the monitor's ${LOOP_MONITOR_INTERVAL_MS} ms interval (Node's monitorEventLoopDelay records whole intervals; an idle 2 s window after start read p50 ${idleLoopDelayMs.p50} ms), clamped at 0`
           : 'not run (--no-tail)',
-        footprint: 'VmRSS/VmHWM from /proc/<pid>/status of the process under test after its run; idle: every server 2 s after listening, before any request',
+        footprint: 'VmRSS/VmHWM from /proc/<pid>/status of the process under test after its run; idle: every server 2 s after the service listened (helpers started before it), before any request',
       },
       targets: TARGETS,
       idleLoopDelayReadingMs: idleLoopDelayMs,
@@ -655,7 +655,7 @@ function formatTable(s: Summary, options: Options): string {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   const lines = [`== /proxy vs proxies and references: ${options.rounds} round(s) × ${options.seconds} s, ${options.connections} connections, medians`];
   for (const r of rows) lines.push(r.map((cell, i) => (i === 0 || i === last ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  '));
-  lines.push(`RSS: the process under test (A: the echo; C: master + workers) after its full-load run; peak is VmHWM; idle is 2 s after it listened, before any request (svc idle: ${s.idleRssMiB['svc']} MiB).`);
+  lines.push(`RSS: the process under test (A: the echo; C: master + workers) after its full-load run; peak is VmHWM; idle is before any request, 2 s after svc listened (svc idle: ${s.idleRssMiB['svc']} MiB).`);
 
   const r = s.ratios;
   const record = (name: string, x: RatioSummary) => `${name}: ${times(x.median)} req/s${range(x)}, ${times(x.cpuMedian)} per server CPU-s${range(x, true)}`;
