@@ -131,7 +131,6 @@ export async function cannon(target: Target, options: { connections: number; sec
   };
 }
 
-/** Open-loop load at `rate` requests per second, evenly spaced, for `seconds`. */
 /**
  * Open loop: calls `fire` once every 1/rate s (in 1 ms ticks), `total` times, with the time
  * each call was due, and resolves with the start time once every returned promise settled.
@@ -158,7 +157,11 @@ export async function openLoop(total: number, rate: number, fire: (scheduled: nu
   return start;
 }
 
-export async function paced(target: Target, options: { connections: number; seconds: number; rate: number }): Promise<LoadResult> {
+/**
+ * Open-loop load at `rate` requests per second, evenly spaced, for `seconds`. `ready`,
+ * if given, runs after the pool's connections are open and before the first paced request (e.g. to start a measurement window on the server).
+ */
+export async function paced(target: Target, options: { connections: number; seconds: number; rate: number; ready?: () => Promise<void> }): Promise<LoadResult> {
   const url = new URL(target.url);
   const pool = new Pool(url.origin, { connections: options.connections, pipelining: 1, keepAliveTimeout: 60_000 });
   const path = `${url.pathname}${url.search}`;
@@ -171,6 +174,7 @@ export async function paced(target: Target, options: { connections: number; seco
 
   // Open the connections first so the first second is not spent on handshakes.
   await Promise.all(Array.from({ length: options.connections }, () => pool.request({ origin: url.origin, path, method: target.method, headers, body: target.body }).then((r) => r.body.dump())));
+  await options.ready?.();
 
   const start = await openLoop(total, options.rate, (scheduled) =>
     pool.request({ path, method: target.method, headers, body: target.body }).then(

@@ -55,8 +55,13 @@ async function terminate(child: ChildProcess, ask: () => void, graceMs = 5000): 
   clearTimeout(timer);
 }
 
-export async function startHelper(role: Role, target?: string): Promise<Running> {
-  const child = fork(SERVERS, target === undefined ? [role] : [role, target], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: [] });
+/** A helper of servers.ts; `env` is added to the parent's environment (e.g. a reference's key). */
+export async function startHelper(role: Role, target?: string, env?: Readonly<Record<string, string>>): Promise<Running> {
+  const child = fork(SERVERS, target === undefined ? [role] : [role, target], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    execArgv: [],
+    ...(env === undefined ? {} : { env: { ...process.env, ...env } }),
+  });
   const port = await new Promise<number>((resolve, reject) => {
     child.once('message', (m) => resolve((m as { port: number }).port));
     child.once('exit', (code) => reject(new Error(`${role} exited with code ${code} before listening`)));
@@ -83,6 +88,11 @@ export interface ServiceOptions {
   readonly env?: Readonly<Record<string, string>>;
   /** Another checkout's `src/main.ts` (A/B runs of two versions of the code); default: this one. */
   readonly main?: string;
+  /**
+   * Serve the admin listener (`/metrics`) on a free loopback port instead of turning it
+   * off; its URL is then `adminUrl`.
+   */
+  readonly admin?: boolean;
 }
 
 /**
@@ -90,12 +100,15 @@ export interface ServiceOptions {
  * store (WAL file, logs written on the log thread, as in production), `logging.level:
  * warn` and the master key from SVC_MASTER_KEY.
  */
-export async function startService(options: ServiceOptions): Promise<Running & { dir: string; output(): string }> {
+export async function startService(options: ServiceOptions): Promise<Running & { dir: string; adminUrl: string | null; output(): string }> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-http-bench-'));
   const config = join(dir, 'svc.yaml');
+  // The admin listener cannot share port 0 with the main one: the main port is found in
+  // /proc as the LISTEN socket that is not the admin's, so the admin's is chosen here.
+  const adminPort = options.admin === true ? await freePort() : null;
   writeFileSync(
     config,
-    `server: { listen: 127.0.0.1:0, admin_listen: "off"${options.server === undefined ? '' : `, ${options.server}`} }
+    `server: { listen: 127.0.0.1:0, admin_listen: ${adminPort === null ? '"off"' : `127.0.0.1:${adminPort}`}${options.server === undefined ? '' : `, ${options.server}`} }
 store: { path: ${JSON.stringify(join(dir, 'svc.db'))} }
 keys: { master_key_file: ${JSON.stringify(join(dir, 'unused-master.key'))} }
 logging: { level: warn }
@@ -126,7 +139,7 @@ seed:
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   let port: number;
   try {
-    port = await listeningPort(child, 20_000, () => output);
+    port = await listeningPort(child, 20_000, () => output, adminPort);
   } catch (err) {
     child.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
@@ -138,6 +151,7 @@ seed:
     port,
     pids: [child.pid!],
     dir,
+    adminUrl: adminPort === null ? null : `http://127.0.0.1:${adminPort}`,
     output: () => output,
     // SIGTERM lets the service drain and exit normally, which also writes --cpu-prof output.
     stop: async () => {
@@ -151,24 +165,27 @@ seed:
  * At `warn` the service logs nothing when it starts listening, so the port it picked is
  * read from /proc: the LISTEN socket among the inodes of its open file descriptors.
  */
-async function listeningPort(child: ChildProcess, timeoutMs: number, output: () => string): Promise<number> {
+async function listeningPort(child: ChildProcess, timeoutMs: number, output: () => string, adminPort: number | null): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`the service exited with ${child.exitCode}:\n${output()}`);
-    const port = listenPortOf(child.pid!);
-    if (port !== null) return port;
+    const ports = listenPortsOf(child.pid!);
+    // With an admin listener, wait until both listen: the main one is the other.
+    const port = adminPort === null ? ports[0] : ports.includes(adminPort) ? ports.find((p) => p !== adminPort) : undefined;
+    if (port !== undefined) return port;
     await sleep(50);
   }
   throw new Error(`the service did not listen within ${timeoutMs} ms:\n${output()}`);
 }
 
-function listenPortOf(pid: number): number | null {
+function listenPortsOf(pid: number): number[] {
   const inodes = new Set<string>();
+  const ports: number[] = [];
   let fds: string[];
   try {
     fds = readdirSync(`/proc/${pid}/fd`);
   } catch {
-    return null;
+    return ports;
   }
   for (const fd of fds) {
     try {
@@ -188,10 +205,10 @@ function listenPortOf(pid: number): number | null {
     for (const line of text.split('\n').slice(1)) {
       const cols = line.trim().split(/\s+/);
       // local_address is cols[1] (ADDR:PORT in hex), st is cols[3] (0A = LISTEN), inode is cols[9].
-      if (cols[3] === '0A' && cols[9] !== undefined && inodes.has(cols[9])) return parseInt(cols[1]!.split(':')[1]!, 16);
+      if (cols[3] === '0A' && cols[9] !== undefined && inodes.has(cols[9])) ports.push(parseInt(cols[1]!.split(':')[1]!, 16));
     }
   }
-  return null;
+  return ports;
 }
 
 /**
@@ -334,6 +351,18 @@ export function cpuSeconds(pids: readonly number[]): number {
     ticks += Number(fields[11]) + Number(fields[12]);
   }
   return ticks / TICKS_PER_SECOND;
+}
+
+/** VmRSS and VmHWM summed over `pids` (nginx: master and workers), in bytes. */
+export function memoryOf(pids: readonly number[]): { rss: number; hwm: number } {
+  let rss = 0;
+  let hwm = 0;
+  for (const pid of pids) {
+    const m = memory(pid);
+    rss += m.rss;
+    hwm += m.hwm;
+  }
+  return { rss, hwm };
 }
 
 /** VmRSS and VmHWM of a process, in bytes (0 once it is gone). */

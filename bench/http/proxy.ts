@@ -1,53 +1,82 @@
 /**
- * `/proxy` encrypt-and-forward against plain proxies, side by side in one run (issue 4,
- * "Must show"):
+ * `/proxy` encrypt-and-forward and decrypt-and-forward against plain proxies and
+ * hand-written references, side by side in one run:
  *
  *   node bench/http/proxy.ts [--quick] [--rounds N] [--seconds S] [--connections N]
- *                            [--nginx-workers N] [--install-nginx] [--no-paced] [--profile]
+ *                            [--tail-rate R] [--tail-seconds S] [--no-tail]
+ *                            [--nginx-workers N] [--install-nginx]
+ *                            [--profile] [--profile-case encrypt|decrypt]
  *                            [--svc-node-args "--flag ..."]
  *
- * Cases, each POSTing the same ~1 KB JSON customer record (body.ts):
+ * Cases, each POSTing the same ~1 KB JSON customer record (body.ts), or that record with
+ * its five fields already encrypted for the decrypt cases:
  *   A direct        autocannon → echo backend (servers.ts, its own process)
  *   B http-proxy-3  autocannon → http-proxy-3 pass-through (own process) → echo
  *   C nginx         autocannon → nginx on loopback, keep-alive upstream → echo
+ *   F undici        autocannon → servers.ts `undici-pass`: node:http, each request
+ *                   dispatched on an undici Pool, status, headers and body copied back
  *   E naive         autocannon → a hand-written Node encrypt-and-forward (servers.ts
  *                   `naive-encrypt`: JSON.parse, AES-256-GCM on the same 5 fields,
- *                   JSON.stringify, undici) → echo: what the fields' crypto and a JSON
- *                   round trip cost on this machine with nothing else around them
+ *                   JSON.stringify, undici) → echo
  *   D svc /proxy    autocannon → the service (`node --max-semi-space-size=2 src/main.ts
  *                   serve`) encrypting 5 fields and forwarding to the echo backend
+ *   G naive decrypt autocannon → servers.ts `naive-decrypt`: the 5 fields, sealed by the
+ *                   bench beforehand with the key that process holds, opened → echo
+ *   D-decrypt       autocannon → the same service, `x-svc-mode: decrypt`, opening 5 tokens
+ *                   it made itself (its encrypt endpoint, before timing) → echo
  *
- * Each round measures A, B, C, D at full load (fixed connections, 1 s warm-up each), then
- * the latency at half load: D and A at half of D's maximum of that round, B and A at half
- * of B's, once with autocannon's `overallRate` and once with the evenly paced generator
- * (load.ts explains why both). Ratios are taken within each round, and medians of the
- * per-round values are the headline. The server processes' CPU time is read from /proc
- * for every run: requests per CPU-second is a cross-check that the other jobs on this
- * shared machine cannot move much.
+ * Each round measures every case at full load (fixed connections, 1 s warm-up each),
+ * then the tail run: A and then D at a fixed paced rate (load.ts `paced`, default
+ * 1,000 req/s for 60 s), with the service's event-loop delay read from its /metrics over
+ * exactly D's paced window. Ratios are taken within each round, and medians of the
+ * per-round values are the headline. The server processes' CPU time and RSS are read
+ * from /proc for every run.
  *
  * Writes bench/results/http-proxy.json (--quick: http-proxy-quick.json; with
- * --svc-node-args: http-proxy-experiment.json). `--profile`
- * instead runs D alone with `--cpu-prof` and prints the top self-time functions.
+ * --svc-node-args: http-proxy-experiment.json). `--profile` instead runs D (or, with
+ * `--profile-case decrypt`, D-decrypt) alone with `--cpu-prof` and prints the top
+ * self-time functions.
  */
+import { createSecretKey, randomBytes, type KeyObject } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isDeepStrictEqual, parseArgs } from 'node:util';
 import { loadAverage, machineInfo } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
 import { cannon, paced, round3, type LoadResult, type Target } from './load.ts';
-import { BENCH_KEY, BENCH_SLUG, cpuSeconds, installNginx, nginxAvailable, SERVICE_NODE_FLAGS, startHelper, startNginx, startService, type Running } from './processes.ts';
+import { NAIVE_KEY_ENV, replaceAt, seal } from './naive-fields.ts';
+import { BENCH_KEY, BENCH_SLUG, cpuSeconds, installNginx, memoryOf, nginxAvailable, SERVICE_NODE_FLAGS, startHelper, startNginx, startService, type Running } from './processes.ts';
 import { formatProfile, summarizeProfile } from './profile.ts';
 
-type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'naive' | 'svc-proxy';
+type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'undici' | 'naive' | 'svc-proxy' | 'naive-decrypt' | 'svc-decrypt';
+const ORDER: readonly CaseId[] = ['direct', 'http-proxy-3', 'nginx', 'undici', 'naive', 'svc-proxy', 'naive-decrypt', 'svc-decrypt'];
 const LABELS: Record<CaseId, string> = {
   direct: 'A direct (echo)',
   'http-proxy-3': 'B http-proxy-3 pass-through',
   nginx: 'C nginx reverse proxy',
+  undici: 'F undici pass-through',
   naive: 'E naive Node encrypt 5 fields + forward',
   'svc-proxy': 'D svc /proxy encrypt 5 fields + forward',
+  'naive-decrypt': 'G naive Node decrypt 5 fields + forward',
+  'svc-decrypt': 'D-decrypt svc /proxy decrypt 5 fields + forward',
 };
-const TARGETS = { svcVsHttpProxy3: 0.8, svcVsNginx: 0.4, addedP99Ms: 2 } as const;
+const TARGETS = {
+  /** 1: D ≥ 1.0× E, in req/s and in req/s per server CPU-second. */
+  encryptVsNaive: 1.0,
+  /** 2: D ≥ 0.8× B in req/s per server CPU-second. */
+  cpuEncryptVsHttpProxy3: 0.8,
+  /** 3: at the paced tail rate, D − A. */
+  addedP50Ms: 0.3,
+  addedP99Ms: 2,
+  /** 4: the service's event-loop delay over D's paced run. */
+  loopDelayP99Ms: 2,
+  loopDelayMaxMs: 20,
+  /** 5: D-decrypt ≥ 1.0× G in req/s. */
+  decryptVsNaive: 1.0,
+} as const;
+const MIB = 1024 * 1024;
 
 interface Options {
   quick: boolean;
@@ -55,10 +84,13 @@ interface Options {
   seconds: number;
   warmupSeconds: number;
   connections: number;
+  tail: boolean;
+  tailRate: number;
+  tailSeconds: number;
   nginxWorkers: number;
   installNginx: boolean;
-  paced: boolean;
   profile: boolean;
+  profileCase: 'encrypt' | 'decrypt';
   /** Extra node flags for the service, after the `npm start` ones (experiments only). */
   svcNodeArgs: string[];
 }
@@ -70,10 +102,13 @@ function parse(): Options {
       rounds: { type: 'string' },
       seconds: { type: 'string' },
       connections: { type: 'string', default: '50' },
+      'tail-rate': { type: 'string' },
+      'tail-seconds': { type: 'string' },
+      'no-tail': { type: 'boolean', default: false },
       'nginx-workers': { type: 'string', default: '1' },
       'install-nginx': { type: 'boolean', default: false },
-      'no-paced': { type: 'boolean', default: false },
       profile: { type: 'boolean', default: false },
+      'profile-case': { type: 'string', default: 'encrypt' },
       'svc-node-args': { type: 'string', default: '' },
     },
     strict: true,
@@ -84,6 +119,8 @@ function parse(): Options {
     if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);
     return n;
   };
+  const profileCase = values['profile-case'];
+  if (profileCase !== 'encrypt' && profileCase !== 'decrypt') throw new Error('--profile-case must be encrypt or decrypt');
   const quick = values.quick;
   return {
     quick,
@@ -91,10 +128,13 @@ function parse(): Options {
     seconds: int('seconds', values.seconds, quick ? 3 : 10),
     warmupSeconds: quick ? 1 : 5,
     connections: int('connections', values.connections, 50),
+    tail: !values['no-tail'],
+    tailRate: int('tail-rate', values['tail-rate'], 1000),
+    tailSeconds: int('tail-seconds', values['tail-seconds'], quick ? 10 : 60),
     nginxWorkers: int('nginx-workers', values['nginx-workers'], 1),
     installNginx: values['install-nginx'],
-    paced: !values['no-paced'],
     profile: values.profile,
+    profileCase,
     svcNodeArgs: values['svc-node-args'].split(' ').filter((a) => a !== ''),
   };
 }
@@ -116,9 +156,12 @@ interface Measured extends LoadResult {
   readonly generatorCpuSeconds: number;
   /** Responses per CPU-second of the process under test. */
   readonly requestsPerServerCpuSecond: number;
+  /** VmRSS and VmHWM of the process under test at the end of the run (/proc). */
+  readonly rssMiB: number;
+  readonly hwmMiB: number;
 }
 
-/** Runs `run` while reading the CPU time of the processes involved. */
+/** Runs `run` while reading the CPU time of the processes involved, and their RSS after. */
 async function measured(serverPids: readonly number[], echoPids: readonly number[], run: () => Promise<LoadResult>): Promise<Measured> {
   const server0 = cpuSeconds(serverPids);
   const echo0 = cpuSeconds(echoPids);
@@ -126,6 +169,7 @@ async function measured(serverPids: readonly number[], echoPids: readonly number
   const result = await run();
   const gen = process.cpuUsage(gen0);
   const serverCpu = cpuSeconds(serverPids) - server0;
+  const mem = memoryOf(serverPids);
   if (result.non2xx + result.errors > 0) throw new Error(`${result.non2xx} non-2xx responses and ${result.errors} errors: the numbers would be meaningless`);
   return {
     ...result,
@@ -133,46 +177,141 @@ async function measured(serverPids: readonly number[], echoPids: readonly number
     echoCpuSeconds: round3(cpuSeconds(echoPids) - echo0),
     generatorCpuSeconds: round3((gen.user + gen.system) / 1e6),
     requestsPerServerCpuSecond: serverCpu > 0 ? Math.round(result.responses / serverCpu) : Number.NaN,
+    rssMiB: round3(mem.rss / MIB),
+    hwmMiB: round3(mem.hwm / MIB),
   };
 }
+
+type Doc = Record<string, unknown> & { card: Record<string, unknown> };
+const fieldValues = (doc: Doc) => [doc['name'], doc['email'], doc['phone'], doc.card['number'], doc['ssn']];
 
 /** One request per case before measuring: every case must answer what it should. */
 async function check(id: CaseId, target: Target): Promise<void> {
   const res = await fetch(target.url, { method: target.method, headers: target.headers, body: new Uint8Array(target.body) });
   const text = await res.text();
   if (res.status !== 200) throw new Error(`${id}: status ${res.status}: ${text.slice(0, 300)}`);
-  if (id !== 'svc-proxy' && id !== 'naive') {
+  if (id === 'direct' || id === 'http-proxy-3' || id === 'nginx' || id === 'undici') {
     if (text !== target.body.toString()) throw new Error(`${id}: the echo did not return the body`);
     return;
   }
-  const doc = JSON.parse(text) as Record<string, unknown> & { card: Record<string, unknown> };
-  const sent = JSON.parse(target.body.toString()) as Record<string, unknown> & { card: Record<string, unknown> };
-  const values = [doc['name'], doc['email'], doc['phone'], doc.card['number'], doc['ssn']];
+  const doc = JSON.parse(text) as Doc;
+  if (id === 'naive-decrypt' || id === 'svc-decrypt') {
+    // The destination must receive the original record, every field in plain text.
+    if (!isDeepStrictEqual(doc, JSON.parse(customerRecord().toString()))) throw new Error(`${id}: the 5 fields were not decrypted to the original record: ${text.slice(0, 400)}`);
+    return;
+  }
+  const sent = JSON.parse(target.body.toString()) as Doc;
   const isToken = id === 'svc-proxy' ? (v: unknown) => typeof v === 'string' && v.startsWith('svc:') && v.endsWith(':$') : (v: unknown) => typeof v === 'string' && v.startsWith('enc:');
-  if (!values.every(isToken)) throw new Error(`${id}: the 5 fields were not encrypted: ${text.slice(0, 400)}`);
+  if (!fieldValues(doc).every(isToken)) throw new Error(`${id}: the 5 fields were not encrypted: ${text.slice(0, 400)}`);
   if (doc['notes'] !== sent['notes'] || doc['id'] !== sent['id']) throw new Error(`${id}: other fields changed`);
+}
+
+/** The record with its five fields sealed as the decrypt reference opens them. */
+function naiveSealedRecord(key: KeyObject): Buffer {
+  const doc = JSON.parse(customerRecord().toString()) as unknown;
+  for (const field of FIELDS) replaceAt(doc, field.split('.'), (value) => seal(key, value));
+  return Buffer.from(JSON.stringify(doc));
+}
+
+/** The record with its five fields as the service's own tokens (its encrypt endpoint). */
+async function svcTokenRecord(svcUrl: string): Promise<Buffer> {
+  const res = await fetch(`${svcUrl}/api/v3/encryption/${BENCH_SLUG}/encrypt`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-svc-authorization': BENCH_KEY, 'x-svc-fields': FIELDS.join(',') },
+    body: new Uint8Array(customerRecord()),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`the service's encrypt endpoint answered ${res.status}: ${text.slice(0, 300)}`);
+  if (!fieldValues(JSON.parse(text) as Doc).every((v) => typeof v === 'string' && v.startsWith('svc:'))) throw new Error(`the encrypt endpoint did not return 5 tokens: ${text.slice(0, 400)}`);
+  return Buffer.from(text);
+}
+
+function svcHeaders(echoUrl: string, mode: 'encrypt' | 'decrypt'): Record<string, string> {
+  return {
+    'content-type': 'application/json',
+    'x-svc-authorization': BENCH_KEY,
+    'x-svc-destination': `${echoUrl}/`,
+    'x-svc-fields': FIELDS.join(','),
+    ...(mode === 'decrypt' ? { 'x-svc-mode': 'decrypt' } : {}),
+  };
+}
+
+/** Event-loop delay in ms over one window: how late the loop ran a timer. */
+interface LoopDelay {
+  readonly p50: number;
+  readonly p90: number;
+  readonly p99: number;
+  readonly p999: number;
+  readonly max: number;
+}
+
+/**
+ * The interval of the service's delay monitor (LOOP_RESOLUTION_MS in
+ * src/telemetry/metrics.ts). Node's `monitorEventLoopDelay` records the whole time
+ * between two runs of its timer, interval included, so an idle service reports about
+ * 10.1 ms at every quantile: the lateness is the reading less this interval.
+ */
+const LOOP_MONITOR_INTERVAL_MS = 10;
+
+/**
+ * Scrapes the admin listener's /metrics and returns svc_event_loop_delay_seconds in ms,
+ * as exported. The gauge covers the time since the previous scrape and every scrape
+ * starts a new window (src/telemetry/metrics.ts), so one scrape just before a run and one
+ * just after give the readings over that run alone. Nothing else scrapes the bench's
+ * service.
+ */
+async function scrapeLoopDelay(adminUrl: string): Promise<LoopDelay> {
+  const res = await fetch(`${adminUrl}/metrics`);
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`/metrics answered ${res.status}`);
+  const at = (q: string) => {
+    const m = new RegExp(`^svc_event_loop_delay_seconds\\{quantile="${q.replace('.', '\\.')}"\\} (\\S+)$`, 'm').exec(text);
+    if (m === null) throw new Error(`/metrics has no svc_event_loop_delay_seconds{quantile="${q}"}`);
+    return round3(Number(m[1]) * 1000);
+  };
+  return { p50: at('0.5'), p90: at('0.9'), p99: at('0.99'), p999: at('0.999'), max: at('1') };
+}
+
+/**
+ * Lateness from the exported readings: the monitor's interval is taken off when the
+ * idle window shows it is included (an idle loop's median is then near 10 ms, where a
+ * pure lateness would be near 0), so the bench stays right if the metric changes.
+ */
+function lateness(reading: LoopDelay, idle: LoopDelay): LoopDelay {
+  const off = idle.p50 >= LOOP_MONITOR_INTERVAL_MS / 2 ? LOOP_MONITOR_INTERVAL_MS : 0;
+  const less = (v: number) => round3(Math.max(0, v - off));
+  return { p50: less(reading.p50), p90: less(reading.p90), p99: less(reading.p99), p999: less(reading.p999), max: less(reading.max) };
+}
+
+interface Tail {
+  readonly rate: number;
+  readonly direct: Measured;
+  readonly svc: Measured;
+  /** D − A at the same paced rate, ms. */
+  readonly addedP50Ms: number;
+  readonly addedP99Ms: number;
+  /** The service's event-loop delay over D's paced run, after the pool's connections opened (lateness). */
+  readonly loopDelayMs: LoopDelay;
+  /** The same as /metrics exported it (the monitor's interval included). */
+  readonly loopDelayReadingMs: LoopDelay;
+}
+
+interface Ratio {
+  readonly rps: number;
+  readonly cpu: number;
 }
 
 interface Round {
   readonly round: number;
   readonly max: Partial<Record<CaseId, Measured>>;
-  readonly halfLoad: {
-    /** Half of D's and of B's maximum in this round. */
-    readonly svcRate: number;
-    readonly httpProxy3Rate: number;
-    readonly autocannon: Record<string, Measured>;
-    readonly paced: Record<string, Measured> | null;
-  };
   readonly ratios: {
-    svcVsHttpProxy3: number;
-    svcVsNginx: number | null;
-    svcVsNaive: number;
-    cpuSvcVsHttpProxy3: number;
-    cpuSvcVsNginx: number | null;
-    cpuSvcVsNaive: number;
+    readonly encryptVsNaive: Ratio;
+    readonly encryptVsHttpProxy3: Ratio;
+    readonly encryptVsUndici: Ratio;
+    readonly encryptVsNginx: Ratio | null;
+    readonly decryptVsNaive: Ratio;
   };
-  /** p99 of D minus p99 of A at the same rate (ms), and the same for B. */
-  readonly addedP99Ms: { svcAutocannon: number; httpProxy3Autocannon: number; svcPaced: number | null; httpProxy3Paced: number | null };
+  readonly tail: Tail | null;
 }
 
 async function main(): Promise<void> {
@@ -193,6 +332,8 @@ async function main(): Promise<void> {
       await profile(options, echo);
       return;
     }
+    const naiveKeyBytes = randomBytes(32);
+    const naiveEnv = { [NAIVE_KEY_ENV]: naiveKeyBytes.toString('base64') };
     const httpProxy3 = await startHelper('http-proxy-3', echo.url);
     started.push(httpProxy3);
     let nginx: Running | null = null;
@@ -205,27 +346,48 @@ async function main(): Promise<void> {
       nginxNote = 'nginx is not installed: case C skipped (run with --install-nginx, or apt-get install -y nginx)';
       log(nginxNote);
     }
-    const naive = await startHelper('naive-encrypt', `${echo.url}/`);
+    const undici = await startHelper('undici-pass', echo.url);
+    started.push(undici);
+    const naive = await startHelper('naive-encrypt', `${echo.url}/`, naiveEnv);
     started.push(naive);
-    const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs });
+    const naiveDecrypt = await startHelper('naive-decrypt', `${echo.url}/`, naiveEnv);
+    started.push(naiveDecrypt);
+    const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs, admin: true });
     started.push(svc);
 
-    const body = customerRecord();
-    const plainHeaders = { 'content-type': 'application/json' };
-    const svcHeaders = {
-      ...plainHeaders,
-      'x-svc-authorization': BENCH_KEY,
-      'x-svc-destination': `${echo.url}/`,
-      'x-svc-fields': FIELDS.join(','),
+    // Footprint before any traffic: every server 2 s after the service listens. The
+    // service's delay monitor is read over the same idle 2 s (the first scrape closes the
+    // window of its start-up).
+    await scrapeLoopDelay(svc.adminUrl!);
+    await sleep(2000);
+    const idleLoopDelayMs = await scrapeLoopDelay(svc.adminUrl!);
+    const idle = {
+      direct: memoryOf(echo.pids),
+      'http-proxy-3': memoryOf(httpProxy3.pids),
+      ...(nginx === null ? {} : { nginx: memoryOf(nginx.pids) }),
+      undici: memoryOf(undici.pids),
+      naive: memoryOf(naive.pids),
+      'naive-decrypt': memoryOf(naiveDecrypt.pids),
+      svc: memoryOf(svc.pids),
     };
+    const idleRssMiB = Object.fromEntries(Object.entries(idle).map(([k, m]) => [k, round3(m.rss / MIB)]));
+    log(`idle RSS (MiB, before any traffic): ${Object.entries(idleRssMiB).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+
+    const body = customerRecord();
+    const naiveSealed = naiveSealedRecord(createSecretKey(naiveKeyBytes));
+    const svcTokens = await svcTokenRecord(svc.url);
+    const plainHeaders = { 'content-type': 'application/json' };
     const targets: Partial<Record<CaseId, { target: Target; pids: readonly number[] }>> = {
       direct: { target: { url: `${echo.url}/`, method: 'POST', headers: plainHeaders, body }, pids: echo.pids },
       'http-proxy-3': { target: { url: `${httpProxy3.url}/`, method: 'POST', headers: plainHeaders, body }, pids: httpProxy3.pids },
+      undici: { target: { url: `${undici.url}/`, method: 'POST', headers: plainHeaders, body }, pids: undici.pids },
       naive: { target: { url: `${naive.url}/`, method: 'POST', headers: plainHeaders, body }, pids: naive.pids },
-      'svc-proxy': { target: { url: `${svc.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders, body }, pids: svc.pids },
+      'svc-proxy': { target: { url: `${svc.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'encrypt'), body }, pids: svc.pids },
+      'naive-decrypt': { target: { url: `${naiveDecrypt.url}/`, method: 'POST', headers: plainHeaders, body: naiveSealed }, pids: naiveDecrypt.pids },
+      'svc-decrypt': { target: { url: `${svc.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'decrypt'), body: svcTokens }, pids: svc.pids },
     };
     if (nginx !== null) targets.nginx = { target: { url: `${nginx.url}/`, method: 'POST', headers: plainHeaders, body }, pids: nginx.pids };
-    const order = (['direct', 'http-proxy-3', 'nginx', 'naive', 'svc-proxy'] as const).filter((id) => targets[id] !== undefined);
+    const order = ORDER.filter((id) => targets[id] !== undefined);
     for (const id of order) await check(id, targets[id]!.target);
 
     const { connections, seconds } = options;
@@ -239,59 +401,48 @@ async function main(): Promise<void> {
         const { target, pids } = targets[id]!;
         await cannon(target, { connections, seconds: 1 });
         max[id] = await measured(pids, echo.pids, () => cannon(target, { connections, seconds }));
-        log(`round ${round}/${options.rounds} max   ${id.padEnd(13)} ${String(max[id]!.rps).padStart(6)} rps  p50 ${max[id]!.latencyMs.p50} ms  p99 ${max[id]!.latencyMs.p99} ms`);
+        const m = max[id]!;
+        log(`round ${round}/${options.rounds} max   ${id.padEnd(13)} ${String(m.rps).padStart(6)} rps  p50 ${m.latencyMs.p50} ms  p99 ${m.latencyMs.p99} ms  ${m.requestsPerServerCpuSecond} req/CPU-s  RSS ${m.rssMiB} MiB`);
       }
-      const svcRate = Math.max(1, Math.round(max['svc-proxy']!.rps / 2));
-      const httpProxy3Rate = Math.max(1, Math.round(max['http-proxy-3']!.rps / 2));
-      const halfRuns: Array<[string, CaseId, number]> = [
-        ['direct@svc', 'direct', svcRate],
-        ['svc-proxy', 'svc-proxy', svcRate],
-        ['direct@http-proxy-3', 'direct', httpProxy3Rate],
-        ['http-proxy-3', 'http-proxy-3', httpProxy3Rate],
-      ];
-      const viaCannon: Record<string, Measured> = {};
-      for (const [name, id, rate] of halfRuns) {
-        const { target, pids } = targets[id]!;
-        viaCannon[name] = await measured(pids, echo.pids, () => cannon(target, { connections, seconds, overallRate: rate }));
-        log(`round ${round}/${options.rounds} half  ${name.padEnd(20)} @${rate}/s (autocannon)  p50 ${viaCannon[name]!.latencyMs.p50} ms  p99 ${viaCannon[name]!.latencyMs.p99} ms`);
+      let tail: Tail | null = null;
+      if (options.tail) {
+        const rate = options.tailRate;
+        const run = { connections, seconds: options.tailSeconds, rate };
+        const direct = await measured(echo.pids, echo.pids, () => paced(targets.direct!.target, run));
+        log(`round ${round}/${options.rounds} tail  direct        @${rate}/s paced ${options.tailSeconds} s  p50 ${direct.latencyMs.p50} ms  p99 ${direct.latencyMs.p99} ms  max ${direct.latencyMs.max} ms`);
+        const adminUrl = svc.adminUrl!;
+        const svcRun = await measured(svc.pids, echo.pids, () => paced(targets['svc-proxy']!.target, { ...run, ready: async () => void (await scrapeLoopDelay(adminUrl)) }));
+        const loopDelayReadingMs = await scrapeLoopDelay(adminUrl);
+        const loopDelayMs = lateness(loopDelayReadingMs, idleLoopDelayMs);
+        tail = {
+          rate,
+          direct,
+          svc: svcRun,
+          addedP50Ms: round3(svcRun.latencyMs.p50 - direct.latencyMs.p50),
+          addedP99Ms: round3(svcRun.latencyMs.p99 - direct.latencyMs.p99),
+          loopDelayMs,
+          loopDelayReadingMs,
+        };
+        log(`round ${round}/${options.rounds} tail  svc-proxy     @${rate}/s paced ${options.tailSeconds} s  p50 ${svcRun.latencyMs.p50} ms  p99 ${svcRun.latencyMs.p99} ms  max ${svcRun.latencyMs.max} ms; event-loop delay p99 ${loopDelayMs.p99} ms, max ${loopDelayMs.max} ms`);
       }
-      let viaPaced: Record<string, Measured> | null = null;
-      if (options.paced) {
-        viaPaced = {};
-        for (const [name, id, rate] of halfRuns) {
-          const { target, pids } = targets[id]!;
-          viaPaced[name] = await measured(pids, echo.pids, () => paced(target, { connections, seconds, rate }));
-          log(`round ${round}/${options.rounds} half  ${name.padEnd(20)} @${rate}/s (paced)       p50 ${viaPaced[name]!.latencyMs.p50} ms  p99 ${viaPaced[name]!.latencyMs.p99} ms`);
-        }
-      }
-      const d = max['svc-proxy']!;
-      const b = max['http-proxy-3']!;
-      const c = max.nginx;
-      const e = max.naive!;
-      const added = (runs: Record<string, Measured> | null, a: string, x: string) =>
-        runs === null ? null : round3(runs[x]!.latencyMs.p99 - runs[a]!.latencyMs.p99);
+      const ratio = (x: Measured | undefined, y: Measured | undefined): Ratio | null =>
+        x === undefined || y === undefined ? null : { rps: round3(x.rps / y.rps), cpu: round3(x.requestsPerServerCpuSecond / y.requestsPerServerCpuSecond) };
+      const d = max['svc-proxy'];
       rounds.push({
         round,
         max,
-        halfLoad: { svcRate, httpProxy3Rate, autocannon: viaCannon, paced: viaPaced },
         ratios: {
-          svcVsHttpProxy3: round3(d.rps / b.rps),
-          svcVsNginx: c === undefined ? null : round3(d.rps / c.rps),
-          svcVsNaive: round3(d.rps / e.rps),
-          cpuSvcVsHttpProxy3: round3(d.requestsPerServerCpuSecond / b.requestsPerServerCpuSecond),
-          cpuSvcVsNginx: c === undefined ? null : round3(d.requestsPerServerCpuSecond / c.requestsPerServerCpuSecond),
-          cpuSvcVsNaive: round3(d.requestsPerServerCpuSecond / e.requestsPerServerCpuSecond),
+          encryptVsNaive: ratio(d, max.naive)!,
+          encryptVsHttpProxy3: ratio(d, max['http-proxy-3'])!,
+          encryptVsUndici: ratio(d, max.undici)!,
+          encryptVsNginx: ratio(d, max.nginx),
+          decryptVsNaive: ratio(max['svc-decrypt'], max['naive-decrypt'])!,
         },
-        addedP99Ms: {
-          svcAutocannon: added(viaCannon, 'direct@svc', 'svc-proxy')!,
-          httpProxy3Autocannon: added(viaCannon, 'direct@http-proxy-3', 'http-proxy-3')!,
-          svcPaced: added(viaPaced, 'direct@svc', 'svc-proxy'),
-          httpProxy3Paced: added(viaPaced, 'direct@http-proxy-3', 'http-proxy-3'),
-        },
+        tail,
       });
     }
     machine.loadAverageAtEnd = loadAverage();
-    const summary = summarize(rounds, order);
+    const summary = summarize(rounds, order, idleRssMiB, options);
     console.log(`\n${formatTable(summary, options)}`);
 
     const dir = new URL('../results/', import.meta.url);
@@ -306,15 +457,24 @@ async function main(): Promise<void> {
       options,
       setup: {
         bodyBytes: body.length,
+        decryptBodyBytes: { svc: svcTokens.length, naive: naiveSealed.length },
         fields: FIELDS,
         serviceNodeFlags: [...SERVICE_NODE_FLAGS, ...options.svcNodeArgs],
-        serviceConfig: 'file store in a temp dir (logs written on the log thread), logging.level warn, defaults otherwise',
+        serviceConfig: 'file store in a temp dir (logs written on the log thread), logging.level warn, admin listener on a loopback port for /metrics, defaults otherwise',
         httpProxy3: 'createProxyServer({ target, agent: http.Agent({ keepAlive: true, maxSockets: 64 }) })',
+        undici: 'servers.ts undici-pass: node:http server, Pool(echo, { connections: 64 }).dispatch with the request stream as body, hop-by-hop headers dropped both ways, status, headers and chunks written to the client',
         naive: 'servers.ts naive-encrypt: whole body, JSON.parse, AES-256-GCM (random 96-bit nonce, no AAD) on the 5 fields, JSON.stringify, undici request (64 connections)',
+        naiveDecrypt: 'servers.ts naive-decrypt: the same, opening the 5 fields the bench sealed beforehand with the key it passed in BENCH_NAIVE_KEY',
+        svcDecrypt: 'POST /proxy/bench with x-svc-mode: decrypt and the same 5 fields; the body is the record as the service\'s own encrypt endpoint returned it before timing',
         nginx: nginx === null ? nginxNote : `worker_processes ${options.nginxWorkers}; upstream keepalive 64; proxy_http_version 1.1; proxy_set_header Connection ""`,
         loadGenerator: `autocannon ${connections} connections in the parent process; latencies are exact per-response times`,
+        tail: options.tail
+          ? `paced generator (load.ts) at ${options.tailRate} req/s for ${options.tailSeconds} s over a ${connections}-connection undici Pool, A then D each round; svc_event_loop_delay_seconds scraped once after the pool's connections opened (starting a new window) and once after the run; lateness = reading − the monitor's ${LOOP_MONITOR_INTERVAL_MS} ms interval (Node's monitorEventLoopDelay records whole intervals; an idle 2 s window after start read p50 ${idleLoopDelayMs.p50} ms), clamped at 0`
+          : 'not run (--no-tail)',
+        footprint: 'VmRSS/VmHWM from /proc/<pid>/status of the process under test after its run; idle: every server 2 s after the service listened (helpers started before it), before any request',
       },
       targets: TARGETS,
+      idleLoopDelayReadingMs: idleLoopDelayMs,
       summary,
       rounds,
     };
@@ -325,19 +485,61 @@ async function main(): Promise<void> {
   }
 }
 
+interface RatioSummary {
+  readonly median: number;
+  readonly min: number;
+  readonly max: number;
+  readonly samples: number[];
+  readonly cpuMedian: number;
+  readonly cpuMin: number;
+  readonly cpuMax: number;
+  readonly cpuSamples: number[];
+}
+
+interface Verdict {
+  readonly target: string;
+  /** The measured value as shown (median of per-round values, range). */
+  readonly value: string;
+  readonly verdict: string;
+}
+
 export interface Summary {
-  readonly cases: Array<{ id: CaseId; label: string; rps: number; p50: number; p99: number; rpsSamples: number[]; requestsPerServerCpuSecond: number; generatorCpuShare: number }>;
-  readonly halfLoad: Record<string, { autocannonP99: number; pacedP99: number | null; rate: number }>;
+  readonly cases: Array<{
+    id: CaseId;
+    label: string;
+    rps: number;
+    p50: number;
+    p99: number;
+    rpsSamples: number[];
+    requestsPerServerCpuSecond: number;
+    generatorCpuShare: number;
+    /** Median over rounds of the process's RSS at the end of its full-load run, and its largest peak. */
+    rssMiB: number;
+    hwmMiB: number;
+  }>;
+  /** RSS before any traffic, 2 s after each server listened (svc: the service). */
+  readonly idleRssMiB: Record<string, number>;
   readonly ratios: {
-    svcVsHttpProxy3: { median: number; samples: number[]; cpuMedian: number; target: number; verdict: string };
-    svcVsNginx: { median: number; samples: number[]; cpuMedian: number; target: number; verdict: string } | null;
-    /** No target: how the service compares with the hand-written reference. */
-    svcVsNaive: { median: number; samples: number[]; cpuMedian: number };
-    addedP99Autocannon: { median: number; samples: number[]; target: number; verdict: string };
-    addedP99Paced: { median: number; samples: number[]; target: number; verdict: string } | null;
-    httpProxy3AddedP99Autocannon: number;
-    httpProxy3AddedP99Paced: number | null;
+    readonly encryptVsNaive: RatioSummary;
+    readonly encryptVsHttpProxy3: RatioSummary;
+    readonly encryptVsUndici: RatioSummary;
+    readonly encryptVsNginx: RatioSummary | null;
+    readonly decryptVsNaive: RatioSummary;
   };
+  readonly tail: {
+    readonly rate: number;
+    readonly seconds: number;
+    readonly directP50: number;
+    readonly directP99: number;
+    readonly svcP50: number;
+    readonly svcP99: number;
+    readonly addedP50Ms: { median: number; samples: number[] };
+    readonly addedP99Ms: { median: number; samples: number[] };
+    /** Medians over rounds, except `max`: the largest of any round. */
+    readonly loopDelayMs: LoopDelay & { p99Samples: number[]; maxSamples: number[] };
+  } | null;
+  /** The five targets, each check PASS or MISS (a target passes when all its checks do). */
+  readonly verdicts: Verdict[];
 }
 
 function atLeast(value: number, target: number): string {
@@ -348,7 +550,7 @@ function atMost(value: number, target: number): string {
   return value <= target ? 'PASS' : `MISS by ${round3(value - target)} ms`;
 }
 
-function summarize(rounds: readonly Round[], order: readonly CaseId[]): Summary {
+function summarize(rounds: readonly Round[], order: readonly CaseId[], idleRssMiB: Record<string, number>, options: Options): Summary {
   const cases = order.map((id) => {
     const runs = rounds.map((r) => r.max[id]!);
     return {
@@ -360,97 +562,143 @@ function summarize(rounds: readonly Round[], order: readonly CaseId[]): Summary 
       rpsSamples: runs.map((r) => r.rps),
       requestsPerServerCpuSecond: Math.round(median(runs.map((r) => r.requestsPerServerCpuSecond))),
       generatorCpuShare: round3(median(runs.map((r) => r.generatorCpuSeconds / r.seconds))),
+      rssMiB: round3(median(runs.map((r) => r.rssMiB))),
+      hwmMiB: round3(Math.max(...runs.map((r) => r.hwmMiB))),
     };
   });
-  const halfLoad: Summary['halfLoad'] = {};
-  for (const name of ['direct@svc', 'svc-proxy', 'direct@http-proxy-3', 'http-proxy-3']) {
-    const pacedRuns = rounds.map((r) => r.halfLoad.paced?.[name]).filter((m) => m !== undefined);
-    halfLoad[name] = {
-      rate: Math.round(median(rounds.map((r) => r.halfLoad.autocannon[name]!.rate!))),
-      autocannonP99: round3(median(rounds.map((r) => r.halfLoad.autocannon[name]!.latencyMs.p99))),
-      pacedP99: pacedRuns.length === 0 ? null : round3(median(pacedRuns.map((m) => m.latencyMs.p99))),
+  const ratio = (pick: (r: Round) => Ratio | null): RatioSummary | null => {
+    const picked = rounds.map(pick).filter((v) => v !== null);
+    if (picked.length === 0) return null;
+    const samples = picked.map((p) => p.rps);
+    const cpuSamples = picked.map((p) => p.cpu);
+    return {
+      median: round3(median(samples)),
+      min: Math.min(...samples),
+      max: Math.max(...samples),
+      samples,
+      cpuMedian: round3(median(cpuSamples)),
+      cpuMin: Math.min(...cpuSamples),
+      cpuMax: Math.max(...cpuSamples),
+      cpuSamples,
     };
+  };
+  const ratios = {
+    encryptVsNaive: ratio((r) => r.ratios.encryptVsNaive)!,
+    encryptVsHttpProxy3: ratio((r) => r.ratios.encryptVsHttpProxy3)!,
+    encryptVsUndici: ratio((r) => r.ratios.encryptVsUndici)!,
+    encryptVsNginx: ratio((r) => r.ratios.encryptVsNginx),
+    decryptVsNaive: ratio((r) => r.ratios.decryptVsNaive)!,
+  };
+  const tails = rounds.map((r) => r.tail).filter((t) => t !== null);
+  const tail: Summary['tail'] =
+    tails.length === 0
+      ? null
+      : {
+          rate: options.tailRate,
+          seconds: options.tailSeconds,
+          directP50: round3(median(tails.map((t) => t.direct.latencyMs.p50))),
+          directP99: round3(median(tails.map((t) => t.direct.latencyMs.p99))),
+          svcP50: round3(median(tails.map((t) => t.svc.latencyMs.p50))),
+          svcP99: round3(median(tails.map((t) => t.svc.latencyMs.p99))),
+          addedP50Ms: { median: round3(median(tails.map((t) => t.addedP50Ms))), samples: tails.map((t) => t.addedP50Ms) },
+          addedP99Ms: { median: round3(median(tails.map((t) => t.addedP99Ms))), samples: tails.map((t) => t.addedP99Ms) },
+          loopDelayMs: {
+            p50: round3(median(tails.map((t) => t.loopDelayMs.p50))),
+            p90: round3(median(tails.map((t) => t.loopDelayMs.p90))),
+            p99: round3(median(tails.map((t) => t.loopDelayMs.p99))),
+            p999: round3(median(tails.map((t) => t.loopDelayMs.p999))),
+            max: Math.max(...tails.map((t) => t.loopDelayMs.max)),
+            p99Samples: tails.map((t) => t.loopDelayMs.p99),
+            maxSamples: tails.map((t) => t.loopDelayMs.max),
+          },
+        };
+  return { cases, idleRssMiB, ratios, tail, verdicts: verdicts(ratios, tail) };
+}
+
+const times = (x: number) => `${x.toFixed(2)}×`;
+const range = (r: RatioSummary, cpu = false) =>
+  r.samples.length === 1 ? '' : cpu ? ` (rounds ${times(r.cpuMin)}–${times(r.cpuMax)})` : ` (rounds ${times(r.min)}–${times(r.max)})`;
+const msRange = (samples: readonly number[]) => (samples.length === 1 ? '' : ` (rounds ${Math.min(...samples).toFixed(2)}–${Math.max(...samples).toFixed(2)})`);
+
+function verdicts(ratios: Summary['ratios'], tail: Summary['tail']): Verdict[] {
+  const out: Verdict[] = [];
+  const e = ratios.encryptVsNaive;
+  out.push({ target: `1. D ≥ ${TARGETS.encryptVsNaive.toFixed(1)}× E, req/s`, value: `${times(e.median)}${range(e)}`, verdict: atLeast(e.median, TARGETS.encryptVsNaive) });
+  out.push({ target: `1. D ≥ ${TARGETS.encryptVsNaive.toFixed(1)}× E, req/s per server CPU-s`, value: `${times(e.cpuMedian)}${range(e, true)}`, verdict: atLeast(e.cpuMedian, TARGETS.encryptVsNaive) });
+  const b = ratios.encryptVsHttpProxy3;
+  out.push({ target: `2. D ≥ ${TARGETS.cpuEncryptVsHttpProxy3}× B, req/s per server CPU-s`, value: `${times(b.cpuMedian)}${range(b, true)}`, verdict: atLeast(b.cpuMedian, TARGETS.cpuEncryptVsHttpProxy3) });
+  if (tail === null) {
+    for (const target of [`3. D − A p50 ≤ ${TARGETS.addedP50Ms} ms (paced)`, `3. D − A p99 ≤ ${TARGETS.addedP99Ms} ms (paced)`, `4. svc event-loop delay p99 ≤ ${TARGETS.loopDelayP99Ms} ms`, `4. svc event-loop delay max ≤ ${TARGETS.loopDelayMaxMs} ms`]) {
+      out.push({ target, value: '—', verdict: 'NOT RUN (--no-tail)' });
+    }
+  } else {
+    const at = `at ${tail.rate}/s × ${tail.seconds} s`;
+    out.push({ target: `3. D − A p50 ≤ ${TARGETS.addedP50Ms} ms ${at}`, value: `${tail.addedP50Ms.median.toFixed(2)} ms${msRange(tail.addedP50Ms.samples)}`, verdict: atMost(tail.addedP50Ms.median, TARGETS.addedP50Ms) });
+    out.push({ target: `3. D − A p99 ≤ ${TARGETS.addedP99Ms} ms ${at}`, value: `${tail.addedP99Ms.median.toFixed(2)} ms${msRange(tail.addedP99Ms.samples)}`, verdict: atMost(tail.addedP99Ms.median, TARGETS.addedP99Ms) });
+    const loop = tail.loopDelayMs;
+    out.push({ target: `4. svc event-loop delay p99 ≤ ${TARGETS.loopDelayP99Ms} ms (D's paced run)`, value: `${loop.p99.toFixed(2)} ms${msRange(loop.p99Samples)}`, verdict: atMost(loop.p99, TARGETS.loopDelayP99Ms) });
+    out.push({ target: `4. svc event-loop delay max ≤ ${TARGETS.loopDelayMaxMs} ms (worst round)`, value: `${loop.max.toFixed(2)} ms${msRange(loop.maxSamples)}`, verdict: atMost(loop.max, TARGETS.loopDelayMaxMs) });
   }
-  const ratio = (pick: (r: Round) => number | null, cpu: (r: Round) => number | null, target: number) => {
-    const samples = rounds.map(pick).filter((v) => v !== null);
-    if (samples.length === 0) return null;
-    const m = round3(median(samples));
-    return { median: m, samples, cpuMedian: round3(median(rounds.map(cpu).filter((v) => v !== null))), target, verdict: atLeast(m, target) };
-  };
-  const added = (pick: (r: Round) => number | null) => {
-    const samples = rounds.map(pick).filter((v) => v !== null);
-    if (samples.length === 0) return null;
-    const m = round3(median(samples));
-    return { median: m, samples, target: TARGETS.addedP99Ms, verdict: atMost(m, TARGETS.addedP99Ms) };
-  };
-  const hp3Paced = rounds.map((r) => r.addedP99Ms.httpProxy3Paced).filter((v) => v !== null);
-  return {
-    cases,
-    halfLoad,
-    ratios: {
-      svcVsHttpProxy3: ratio((r) => r.ratios.svcVsHttpProxy3, (r) => r.ratios.cpuSvcVsHttpProxy3, TARGETS.svcVsHttpProxy3)!,
-      svcVsNginx: ratio((r) => r.ratios.svcVsNginx, (r) => r.ratios.cpuSvcVsNginx, TARGETS.svcVsNginx),
-      svcVsNaive: {
-        median: round3(median(rounds.map((r) => r.ratios.svcVsNaive))),
-        samples: rounds.map((r) => r.ratios.svcVsNaive),
-        cpuMedian: round3(median(rounds.map((r) => r.ratios.cpuSvcVsNaive))),
-      },
-      addedP99Autocannon: added((r) => r.addedP99Ms.svcAutocannon)!,
-      addedP99Paced: added((r) => r.addedP99Ms.svcPaced),
-      httpProxy3AddedP99Autocannon: round3(median(rounds.map((r) => r.addedP99Ms.httpProxy3Autocannon))),
-      httpProxy3AddedP99Paced: hp3Paced.length === 0 ? null : round3(median(hp3Paced)),
-    },
-  };
+  const g = ratios.decryptVsNaive;
+  out.push({ target: `5. D-decrypt ≥ ${TARGETS.decryptVsNaive.toFixed(1)}× G, req/s`, value: `${times(g.median)}${range(g)}`, verdict: atLeast(g.median, TARGETS.decryptVsNaive) });
+  return out;
 }
 
 function formatTable(s: Summary, options: Options): string {
-  const rows: string[][] = [['case', 'req/s', 'p50 ms', 'p99 ms', 'req/s per server CPU-s', 'rounds (req/s)']];
+  const rows: string[][] = [['case', 'req/s', 'p50 ms', 'p99 ms', 'req/s per server CPU-s', 'RSS MiB end', 'peak', 'idle', 'rounds (req/s)']];
+  const idleKey = (id: CaseId) => (id === 'svc-proxy' || id === 'svc-decrypt' ? 'svc' : id);
   for (const c of s.cases) {
-    rows.push([c.label, String(c.rps), c.p50.toFixed(2), c.p99.toFixed(2), String(c.requestsPerServerCpuSecond), c.rpsSamples.join(' ')]);
+    const idle = s.idleRssMiB[idleKey(c.id)];
+    rows.push([c.label, String(c.rps), c.p50.toFixed(2), c.p99.toFixed(2), String(c.requestsPerServerCpuSecond), c.rssMiB.toFixed(1), c.hwmMiB.toFixed(1), idle === undefined ? '—' : idle.toFixed(1), c.rpsSamples.join(' ')]);
   }
+  const last = rows[0]!.length - 1;
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  const lines = [`== /proxy vs pass-through proxies: ${options.rounds} round(s) × ${options.seconds} s, ${options.connections} connections, medians`];
-  for (const r of rows) lines.push(r.map((cell, i) => (i === 0 || i === 5 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  '));
+  const lines = [`== /proxy vs proxies and references: ${options.rounds} round(s) × ${options.seconds} s, ${options.connections} connections, medians`];
+  for (const r of rows) lines.push(r.map((cell, i) => (i === 0 || i === last ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  '));
+  lines.push(`RSS: the process under test (A: the echo; C: master + workers) after its full-load run; peak is VmHWM; idle is before any request, 2 s after svc listened (svc idle: ${s.idleRssMiB['svc']} MiB).`);
+
   const r = s.ratios;
+  const record = (name: string, x: RatioSummary) => `${name}: ${times(x.median)} req/s${range(x)}, ${times(x.cpuMedian)} per server CPU-s${range(x, true)}`;
   lines.push('');
-  lines.push(`D ÷ B req/s: ${r.svcVsHttpProxy3.median.toFixed(2)}× (rounds ${r.svcVsHttpProxy3.samples.join(', ')}; per CPU-s ${r.svcVsHttpProxy3.cpuMedian.toFixed(2)}×)  target ≥ ${TARGETS.svcVsHttpProxy3}×  ${r.svcVsHttpProxy3.verdict}`);
-  if (r.svcVsNginx !== null) {
-    lines.push(`D ÷ C req/s: ${r.svcVsNginx.median.toFixed(2)}× (rounds ${r.svcVsNginx.samples.join(', ')}; per CPU-s ${r.svcVsNginx.cpuMedian.toFixed(2)}×)  target ≥ ${TARGETS.svcVsNginx}×  ${r.svcVsNginx.verdict}`);
+  lines.push('ratios, medians of per-round values (no target):');
+  lines.push(`  ${record('D ÷ E', r.encryptVsNaive)}`);
+  lines.push(`  ${record('D ÷ B', r.encryptVsHttpProxy3)}`);
+  lines.push(`  ${record('D ÷ F', r.encryptVsUndici)}`);
+  if (r.encryptVsNginx !== null) lines.push(`  ${record('D ÷ C', r.encryptVsNginx)}`);
+  lines.push(`  ${record('D-decrypt ÷ G', r.decryptVsNaive)}`);
+
+  if (s.tail !== null) {
+    const t = s.tail;
+    const l = t.loopDelayMs;
+    lines.push('');
+    lines.push(`tail: paced ${t.rate} req/s × ${t.seconds} s, medians: A p50 ${t.directP50.toFixed(2)} ms p99 ${t.directP99.toFixed(2)} ms; D p50 ${t.svcP50.toFixed(2)} ms p99 ${t.svcP99.toFixed(2)} ms`);
+    lines.push(`  svc event-loop lateness over D's run (ms; /metrics reading less the monitor's ${LOOP_MONITOR_INTERVAL_MS} ms interval): p50 ${l.p50.toFixed(2)}  p90 ${l.p90.toFixed(2)}  p99 ${l.p99.toFixed(2)}  p99.9 ${l.p999.toFixed(2)}  max ${l.max.toFixed(2)}`);
   }
-  lines.push(`D ÷ E req/s: ${r.svcVsNaive.median.toFixed(2)}× (rounds ${r.svcVsNaive.samples.join(', ')}; per CPU-s ${r.svcVsNaive.cpuMedian.toFixed(2)}×)  no target: E is the hand-written reference`);
-  const h = s.halfLoad;
+
   lines.push('');
-  lines.push(`half load (p99 ms)                 rate/s   autocannon overallRate   paced`);
-  for (const [name, label] of [
-    ['direct@svc', 'A direct at half of D'],
-    ['svc-proxy', 'D svc /proxy at half of D'],
-    ['direct@http-proxy-3', 'A direct at half of B'],
-    ['http-proxy-3', 'B http-proxy-3 at half of B'],
-  ] as const) {
-    const v = h[name]!;
-    lines.push(`${label.padEnd(34)} ${String(v.rate).padStart(7)}   ${v.autocannonP99.toFixed(2).padStart(22)}   ${v.pacedP99 === null ? '—' : v.pacedP99.toFixed(2).padStart(5)}`);
-  }
-  lines.push(`D added p99 (D − A, same rate): autocannon ${r.addedP99Autocannon.median.toFixed(2)} ms (${r.addedP99Autocannon.verdict})` +
-    (r.addedP99Paced === null ? '' : `, paced ${r.addedP99Paced.median.toFixed(2)} ms (${r.addedP99Paced.verdict})`) + `  target ≤ ${TARGETS.addedP99Ms} ms`);
-  lines.push(`B added p99 (B − A, same rate): autocannon ${r.httpProxy3AddedP99Autocannon.toFixed(2)} ms` + (r.httpProxy3AddedP99Paced === null ? '' : `, paced ${r.httpProxy3AddedP99Paced.toFixed(2)} ms`));
+  const vw = Math.max(...s.verdicts.map((v) => v.target.length));
+  const valw = Math.max(...s.verdicts.map((v) => v.value.length));
+  lines.push(`${'target'.padEnd(vw)}  ${'measured'.padEnd(valw)}  verdict`);
+  for (const v of s.verdicts) lines.push(`${v.target.padEnd(vw)}  ${v.value.padEnd(valw)}  ${v.verdict}`);
   return lines.join('\n');
 }
 
-/** D alone under full load with `--cpu-prof`; prints where the service spends its CPU. */
+/** D (or D-decrypt) alone under full load with `--cpu-prof`; prints where the service spends its CPU. */
 async function profile(options: Options, echo: Running): Promise<void> {
   const profDir = mkdtempSync(join(tmpdir(), 'svc-bench-prof-'));
   const svc = await startService({ destinations: [echo.url], nodeArgs: [...options.svcNodeArgs, '--cpu-prof', `--cpu-prof-dir=${profDir}`] });
   try {
+    const decrypt = options.profileCase === 'decrypt';
     const target: Target = {
       url: `${svc.url}/proxy/${BENCH_SLUG}`,
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-svc-authorization': BENCH_KEY, 'x-svc-destination': `${echo.url}/`, 'x-svc-fields': FIELDS.join(',') },
-      body: customerRecord(),
+      headers: svcHeaders(echo.url, options.profileCase),
+      body: decrypt ? await svcTokenRecord(svc.url) : customerRecord(),
     };
-    await check('svc-proxy', target);
+    await check(decrypt ? 'svc-decrypt' : 'svc-proxy', target);
     await cannon(target, { connections: options.connections, seconds: options.warmupSeconds });
     const r = await cannon(target, { connections: options.connections, seconds: options.seconds * 2 });
-    log(`profiled run: ${r.rps} rps, p50 ${r.latencyMs.p50} ms, p99 ${r.latencyMs.p99} ms`);
+    log(`profiled run (${options.profileCase}): ${r.rps} rps, p50 ${r.latencyMs.p50} ms, p99 ${r.latencyMs.p99} ms`);
   } finally {
     await svc.stop();
   }
