@@ -9,6 +9,7 @@ import { MetaRepository } from './meta.ts';
 import { migrate } from './migrations.ts';
 import { ReplicationRepository } from './replication.ts';
 import { ShippedLogsRepository } from './shipped-logs.ts';
+import { rememberConnection } from './sqlite/connection.ts';
 import { RolesRepository } from './roles.ts';
 import { TokenRevocationsRepository } from './token-revocations.ts';
 import { runInTransaction } from './transaction.ts';
@@ -19,8 +20,6 @@ export interface Store {
   readonly path: string;
   /** True when this open created the store (it had no schema yet): nothing can have been written to it before. */
   readonly created: boolean;
-  /** The connection itself, for store internals and tests; other modules use the repositories. */
-  readonly db: DatabaseSync;
   readonly roles: RolesRepository;
   readonly users: UsersRepository;
   readonly configurations: ConfigurationsRepository;
@@ -44,6 +43,14 @@ export interface Store {
    * next request.
    */
   changeStamp(): number;
+  /**
+   * Changes whenever another connection (another process, a log-writer thread) has committed
+   * to the store; this connection's own commits leave it as it is. Read afresh on every call,
+   * unlike changeStamp.
+   */
+  othersCommitStamp(): number;
+  /** Throws when the store cannot answer a query (closed, or the file gone bad): readiness. */
+  ping(): void;
   close(): void;
 }
 
@@ -105,10 +112,10 @@ export function openStore(path: string): Store {
   noteOwnChanges(db, () => {
     generation++;
   });
-  return {
+  const othersCommitStamp = (): number => (dataVersion.get() as { data_version: number }).data_version;
+  const store: Store = {
     path,
     created,
-    db,
     roles: new RolesRepository(db),
     users: new UsersRepository(db),
     configurations: new ConfigurationsRepository(db),
@@ -127,13 +134,17 @@ export function openStore(path: string): Store {
       const now = performance.now();
       if (now - othersCheckedAt >= OTHERS_CHECK_MS) {
         othersCheckedAt = now;
-        const version = (dataVersion.get() as { data_version: number }).data_version;
+        const version = othersCommitStamp();
         if (version !== others) {
           others = version;
           generation++;
         }
       }
       return generation;
+    },
+    othersCommitStamp,
+    ping() {
+      db.prepare('SELECT 1').get();
     },
     close() {
       if (!db.isOpen) return;
@@ -143,4 +154,6 @@ export function openStore(path: string): Store {
       db.close();
     },
   };
+  rememberConnection(store, db);
+  return store;
 }

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
 import { slugify } from '../../src/store/classifications.ts';
 import { openStore, type Store } from '../../src/store/db.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 function setup(t: TestContext): Store {
   const store = openStore(':memory:');
@@ -128,7 +129,7 @@ test('delete removes the classification and its links; deleting a member unlinks
   assert.equal(store.classifications.delete(c.id), true);
   assert.equal(store.classifications.delete(c.id), false);
   assert.equal(store.classifications.findById(c.id), undefined);
-  const links = store.db.prepare('SELECT count(*) AS n FROM classification_users').get();
+  const links = sqliteConnection(store).prepare('SELECT count(*) AS n FROM classification_users').get();
   assert.equal(links?.['n'], 0);
   assert.deepEqual(
     store.classifications.list().map((x) => x.name),

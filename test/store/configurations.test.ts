@@ -3,6 +3,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
 import { isUniqueViolation } from '../../src/store/sql.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 function setup(t: TestContext): Store {
   const store = openStore(':memory:');
@@ -156,7 +157,7 @@ test('a rotation records when the older versions stopped being current; destroyK
   assert.equal(configurations.destroyKey(a.id, 3, '2999-01-01T00:00:00.000Z'), 'current', 'the current version is refused first');
   assert.equal(configurations.destroyKey(a.id, 1, new Date(Date.parse(supersededAt) + 1).toISOString()), 'destroyed');
   // A version superseded at an unknown time (a row written without it) counts as too recent.
-  store.db.prepare('UPDATE data_keys SET superseded_at = NULL WHERE configuration_id = ? AND version = 2').run(a.id);
+  sqliteConnection(store).prepare('UPDATE data_keys SET superseded_at = NULL WHERE configuration_id = ? AND version = 2').run(a.id);
   assert.equal(configurations.destroyKey(a.id, 2, '2999-01-01T00:00:00.000Z'), 'too-recent');
   assert.equal(configurations.destroyKey(a.id, 2, null), 'destroyed', 'without a bound (forced) it goes');
 });

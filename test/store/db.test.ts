@@ -8,6 +8,7 @@ import { OTHERS_CHECK_MS, openStore } from '../../src/store/db.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { migrate, migrations, schemaVersion, type Migration } from '../../src/store/migrations.ts';
 import { runInTransaction } from '../../src/store/transaction.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 function tempDir(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'svc-store-'));
@@ -27,20 +28,20 @@ test('a file store creates its parent directory, uses WAL and the pragmas', (t) 
   const store = openStore(path);
   t.after(() => store.close());
   assert.ok(existsSync(path));
-  assert.equal(pragma(store.db, 'journal_mode'), 'wal');
-  assert.equal(pragma(store.db, 'synchronous'), 1); // NORMAL
-  assert.equal(pragma(store.db, 'foreign_keys'), 1);
-  assert.equal(pragma(store.db, 'busy_timeout'), 5000);
-  assert.equal(schemaVersion(store.db), latest);
+  assert.equal(pragma(sqliteConnection(store), 'journal_mode'), 'wal');
+  assert.equal(pragma(sqliteConnection(store), 'synchronous'), 1); // NORMAL
+  assert.equal(pragma(sqliteConnection(store), 'foreign_keys'), 1);
+  assert.equal(pragma(sqliteConnection(store), 'busy_timeout'), 5000);
+  assert.equal(schemaVersion(sqliteConnection(store)), latest);
 });
 
 test('an in-memory store is migrated and has foreign keys on', (t) => {
   const store = openStore(':memory:');
   t.after(() => store.close());
   assert.equal(store.path, ':memory:');
-  assert.equal(schemaVersion(store.db), latest);
-  assert.equal(pragma(store.db, 'foreign_keys'), 1);
-  assert.throws(() => store.db.prepare('INSERT INTO user_roles (user_id, role_id) VALUES (999, 999)').run(), /FOREIGN KEY/);
+  assert.equal(schemaVersion(sqliteConnection(store)), latest);
+  assert.equal(pragma(sqliteConnection(store), 'foreign_keys'), 1);
+  assert.throws(() => sqliteConnection(store).prepare('INSERT INTO user_roles (user_id, role_id) VALUES (999, 999)').run(), /FOREIGN KEY/);
 });
 
 test('reopening runs no migration again and keeps the data', (t) => {
@@ -52,11 +53,11 @@ test('reopening runs no migration again and keeps the data', (t) => {
 
   const second = openStore(path);
   t.after(() => second.close());
-  assert.equal(schemaVersion(second.db), latest);
+  assert.equal(schemaVersion(sqliteConnection(second)), latest);
   assert.equal(second.users.list().length, 1);
   // Migration 1 inserts the built-in roles; a second run would have failed on UNIQUE or doubled them.
   assert.equal(second.roles.list().length, 4);
-  assert.deepEqual(migrate(second.db), { from: latest, to: latest });
+  assert.deepEqual(migrate(sqliteConnection(second)), { from: latest, to: latest });
 });
 
 test('a later migration is applied on reopen, in order, once', (t) => {
@@ -126,7 +127,7 @@ test('transaction commits, and rolls back everything when the callback throws', 
   );
   assert.equal(store.users.findByEmail('b@example.com'), undefined);
   assert.equal(store.users.findById(id)?.name, 'A');
-  assert.equal(store.db.isTransaction, false);
+  assert.equal(sqliteConnection(store).isTransaction, false);
 });
 
 test('a nested transaction that throws rolls back only its own writes', (t) => {
@@ -161,13 +162,13 @@ test('an async transaction callback is refused and rolled back', async (t) => {
   t.after(() => store.close());
   assert.throws(
     () =>
-      runInTransaction(store.db, async () => {
+      runInTransaction(sqliteConnection(store), async () => {
         store.users.create({ name: 'Async', email: 'async@example.com', roleIds: [] });
       }),
     /must be synchronous/,
   );
   assert.equal(store.users.list().length, 0);
-  assert.equal(store.db.isTransaction, false);
+  assert.equal(sqliteConnection(store).isTransaction, false);
 });
 
 test('the change stamp moves at once on this connection’s writes, within OTHERS_CHECK_MS on another’s, and not for log entries', async (t) => {
@@ -184,13 +185,13 @@ test('the change stamp moves at once on this connection’s writes, within OTHER
   assert.equal(store.changeStamp(), first, 'nothing written: the stamp holds');
   // An own write is visible within the same synchronous run (a revoked key is never served
   // from a cache by the request right behind the revocation).
-  store.db.exec("INSERT INTO roles (name, description) VALUES ('stamp-own', '')");
+  sqliteConnection(store).exec("INSERT INTO roles (name, description) VALUES ('stamp-own', '')");
   const afterOwn = store.changeStamp();
   assert.notEqual(afterOwn, first);
-  store.db.exec("UPDATE roles SET description = 'x' WHERE name = 'stamp-own'");
+  sqliteConnection(store).exec("UPDATE roles SET description = 'x' WHERE name = 'stamp-own'");
   const afterUpdate = store.changeStamp();
   assert.notEqual(afterUpdate, afterOwn);
-  store.db.exec("DELETE FROM roles WHERE name = 'stamp-own'");
+  sqliteConnection(store).exec("DELETE FROM roles WHERE name = 'stamp-own'");
   const afterDelete = store.changeStamp();
   assert.notEqual(afterDelete, afterUpdate);
   // Log entries are not rows any cache holds.
@@ -241,7 +242,7 @@ test('migrating a version-8 store adds the end-user column to api_logs: old rows
 
   const store = openStore(path);
   t.after(() => store.close());
-  assert.equal(schemaVersion(store.db), latest);
+  assert.equal(schemaVersion(sqliteConnection(store)), latest);
   const [old] = store.logs.listApi({ limit: 10, offset: 0 });
   assert.deepEqual({ ...old, id: 0 }, {
     id: 0,
@@ -266,4 +267,28 @@ test('migrating a version-8 store adds the end-user column to api_logs: old rows
       ['old-1', null],
     ],
   );
+});
+
+test('othersCommitStamp moves with every commit of another connection and never with this one’s', (t) => {
+  const path = join(tempDir(t), 'svc.db');
+  const store = openStore(path);
+  t.after(() => store.close());
+  const other = new DatabaseSync(path);
+  t.after(() => other.close());
+  const start = store.othersCommitStamp();
+  store.users.create({ name: 'Own', email: 'own@example.com', roleIds: [] });
+  store.logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
+  assert.equal(store.othersCommitStamp(), start, 'own commits leave it alone');
+  other.exec("INSERT INTO roles (name, description) VALUES ('by-other', '')");
+  const afterOther = store.othersCommitStamp();
+  assert.notEqual(afterOther, start, 'read afresh: no wait for OTHERS_CHECK_MS');
+  other.exec("INSERT INTO activity_logs (action, description, ip, created_at) VALUES ('x.y', 'z', '', '2026-01-01T00:00:00.000Z')");
+  assert.notEqual(store.othersCommitStamp(), afterOther, 'a log row written elsewhere counts too');
+});
+
+test('ping answers while the store is open and throws once it is closed', () => {
+  const store = openStore(':memory:');
+  store.ping();
+  store.close();
+  assert.throws(() => store.ping());
 });

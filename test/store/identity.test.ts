@@ -13,6 +13,7 @@ import { test, type TestContext } from 'node:test';
 import { openStore } from '../../src/store/db.ts';
 import { normalizeEmail } from '../../src/store/identity-text.ts';
 import { migrate, migrations, schemaVersion } from '../../src/store/migrations.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const colors = { bgColor: '#aa0000', fgColor: '#ffffff' };
 
@@ -26,7 +27,7 @@ test('regression: the ids of deleted users, classifications, configurations and 
   const store = memoryStore(t);
   const keep = store.users.create({ name: 'Keep', email: 'keep@example.com', roleIds: [] });
   const gone = store.users.create({ name: 'Gone', email: 'gone@example.com', roleIds: [] });
-  store.db.prepare('DELETE FROM users WHERE id = ?').run(gone.id);
+  sqliteConnection(store).prepare('DELETE FROM users WHERE id = ?').run(gone.id);
   const next = store.users.create({ name: 'Next', email: 'next@example.com', roleIds: [] });
   assert.ok(next.id > gone.id, `a new user gets ${next.id}, not the deleted ${gone.id}`);
 
@@ -40,7 +41,7 @@ test('regression: the ids of deleted users, classifications, configurations and 
   assert.ok(store.configurations.delete(provider.id));
   assert.notEqual(store.configurations.create({ name: 'dir', type: 'provider', provider: 'google' }).id, provider.id);
   const key = store.apiKeys.create({ name: 'k', prefix: 'svc_abc', keyHash: randomBytes(32), userId: keep.id });
-  store.db.prepare('DELETE FROM api_keys WHERE id = ?').run(key.id);
+  sqliteConnection(store).prepare('DELETE FROM api_keys WHERE id = ?').run(key.id);
   assert.notEqual(store.apiKeys.create({ name: 'k', prefix: 'svc_abc', keyHash: randomBytes(32), userId: keep.id }).id, key.id);
 });
 
@@ -157,10 +158,10 @@ test('migration 8: tables rebuilt with AUTOINCREMENT keep every row, column, ind
   const store = openStore(path);
   t.after(() => store.close());
   // Foreign keys still bind the children to the rebuilt tables, cascades included.
-  assert.throws(() => store.db.prepare('INSERT INTO classification_users (classification_id, user_id) VALUES (1, 999)').run(), /FOREIGN KEY/);
-  assert.throws(() => store.db.prepare('DELETE FROM users WHERE id = 2').run(), /FOREIGN KEY/, 'an API key still holds user 2');
+  assert.throws(() => sqliteConnection(store).prepare('INSERT INTO classification_users (classification_id, user_id) VALUES (1, 999)').run(), /FOREIGN KEY/);
+  assert.throws(() => sqliteConnection(store).prepare('DELETE FROM users WHERE id = 2').run(), /FOREIGN KEY/, 'an API key still holds user 2');
   assert.ok(store.classifications.delete(1));
-  assert.equal(store.db.prepare('SELECT count(*) AS n FROM classification_users').get()!['n'], 0, 'deleting a classification cascades to its members');
+  assert.equal(sqliteConnection(store).prepare('SELECT count(*) AS n FROM classification_users').get()!['n'], 0, 'deleting a classification cascades to its members');
   // New ids start above every id the store still knew of, rows and logs.
   assert.equal(store.users.create({ name: 'New', email: 'new@example.com', roleIds: [] }).id, 10, 'above user 9, named by an API log');
   assert.equal(store.classifications.create({ name: 'New', ...colors }).id, 8, 'above classification 7, named by the activity log (not the 999999 its name spells)');

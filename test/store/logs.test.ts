@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
 import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../src/store/logs.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 function setup(t: TestContext): Store {
   const store = openStore(':memory:');
@@ -55,7 +56,7 @@ test('a batch is atomic: one bad row stores none of it', (t) => {
   const bad = { ...usage(2), mode: 'explode' } as unknown as NewUsageLog;
   assert.throws(() => store.logs.insertUsage([usage(1), bad, usage(3)]), /CHECK/);
   assert.equal(store.logs.count('usage'), 0);
-  assert.equal(store.db.isTransaction, false);
+  assert.equal(sqliteConnection(store).isTransaction, false);
 });
 
 test('rows read back with every field, newest first, filtered by user', (t) => {

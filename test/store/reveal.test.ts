@@ -13,6 +13,7 @@ import { test, type TestContext } from 'node:test';
 import { openStore } from '../../src/store/db.ts';
 import { migrate, migrations, schemaVersion } from '../../src/store/migrations.ts';
 import { parseDefault, parseGrants } from '../../src/store/reveal-rules.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const REVEAL = 9;
 const NOW = '2024-05-01T10:00:00.000Z';
@@ -49,9 +50,9 @@ test('migration 10: a store of version 9 keeps its classifications, which reveal
   })!;
   assert.deepEqual(updated.reveal, [{ to: { users: [], roles: [1], groups: ['g'] }, level: 'mask', mask: { keep_first: 0, keep_last: 4, char: '*' } }]);
   assert.deepEqual(store.classifications.findById(phi.id)!.revealDefault, { level: 'mask', mask: 'ssn' });
-  assert.throws(() => store.db.prepare("UPDATE classifications SET reveal_default = 'plain' WHERE id = ?").run(phi.id), /CHECK/);
-  assert.throws(() => store.db.prepare("UPDATE classifications SET reveal = '{' WHERE id = ?").run(phi.id), /CHECK/);
-  assert.throws(() => store.db.prepare("UPDATE classifications SET reveal = '{}' WHERE id = ?").run(phi.id), /CHECK/);
+  assert.throws(() => sqliteConnection(store).prepare("UPDATE classifications SET reveal_default = 'plain' WHERE id = ?").run(phi.id), /CHECK/);
+  assert.throws(() => sqliteConnection(store).prepare("UPDATE classifications SET reveal = '{' WHERE id = ?").run(phi.id), /CHECK/);
+  assert.throws(() => sqliteConnection(store).prepare("UPDATE classifications SET reveal = '{}' WHERE id = ?").run(phi.id), /CHECK/);
 });
 
 test('stored rules that are not what the store writes fail closed: no grants, a deny default', () => {

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
 import { applySeed, SeedError, type SeedDeps, type SeedInput } from '../../src/store/seed.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 
@@ -105,9 +106,9 @@ function setup(t: TestContext): Store {
 
 /** Every row of every table of ours (not SQLite's planner statistics), to compare whole databases. */
 function dump(store: Store): Record<string, unknown[]> {
-  const tables = store.db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all();
+  const tables = sqliteConnection(store).prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all();
   const out: Record<string, unknown[]> = {};
-  for (const { name } of tables) out[String(name)] = store.db.prepare(`SELECT * FROM "${String(name)}" ORDER BY 1, 2`).all();
+  for (const { name } of tables) out[String(name)] = sqliteConnection(store).prepare(`SELECT * FROM "${String(name)}" ORDER BY 1, 2`).all();
   return out;
 }
 
