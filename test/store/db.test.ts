@@ -4,10 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
-import { OTHERS_CHECK_MS, openStore } from '../../src/store/db.ts';
+import { openStore } from '../../src/store/db.ts';
+import { OTHERS_CHECK_MS } from '../../src/store/sqlite/open.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { migrate, migrations, schemaVersion, type Migration } from '../../src/store/migrations.ts';
-import { runInTransaction } from '../../src/store/transaction.ts';
+import { migrate, migrations, schemaVersion, type Migration } from '../../src/store/sqlite/migrations.ts';
+import { runInTransaction } from '../../src/store/sqlite/transaction.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 function tempDir(t: TestContext): string {

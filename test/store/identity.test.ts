@@ -12,7 +12,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
 import { openStore } from '../../src/store/db.ts';
 import { normalizeEmail } from '../../src/store/identity-text.ts';
-import { migrate, migrations, schemaVersion } from '../../src/store/migrations.ts';
+import { migrate, migrations, schemaVersion } from '../../src/store/sqlite/migrations.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const colors = { bgColor: '#aa0000', fgColor: '#ffffff' };

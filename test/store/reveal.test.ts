@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
 import { openStore } from '../../src/store/db.ts';
-import { migrate, migrations, schemaVersion } from '../../src/store/migrations.ts';
+import { migrate, migrations, schemaVersion } from '../../src/store/sqlite/migrations.ts';
 import { parseDefault, parseGrants } from '../../src/store/reveal-rules.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
-import { migrate, migrations, schemaVersion } from '../../src/store/migrations.ts';
+import { migrate, migrations, schemaVersion } from '../../src/store/sqlite/migrations.ts';
 import { LogShipper } from '../../src/sync/log-shipper.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
