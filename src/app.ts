@@ -147,7 +147,7 @@ function healthz(ctx: RequestContext): void {
 function readyz(ctx: RequestContext, services: Services): void {
   if (!services.health.ready) throw new NotReadyError();
   try {
-    services.store.db.prepare('SELECT 1').get();
+    services.store.ping();
   } catch {
     throw new NotReadyError();
   }

@@ -1,7 +1,7 @@
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { grantsText, maskText, parseDefault, parseGrants, DENY_DEFAULT, type RevealDefault, type RevealGrant } from './reveal-rules.ts';
 import { definedOnly, nowIso, parseJsonArray, type RowSource } from './sql.ts';
-import { runInTransaction } from './transaction.ts';
+import { runInTransaction } from './sqlite/transaction.ts';
 
 export interface GwsGroup {
   id: string;

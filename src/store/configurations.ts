@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { definedOnly, nowIso, parseJsonArray, parseJsonObject, toBuffer, toBufferOrNull, type RowSource } from './sql.ts';
-import { runInTransaction } from './transaction.ts';
+import { runInTransaction } from './sqlite/transaction.ts';
 
 export type ConfigurationType = 'encryption' | 'provider';
 

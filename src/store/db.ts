@@ -1,26 +1,26 @@
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
-import { ApiKeysRepository } from './api-keys.ts';
-import { ClassificationsRepository } from './classifications.ts';
-import { ConfigurationsRepository } from './configurations.ts';
-import { LogsRepository } from './logs.ts';
-import { MetaRepository } from './meta.ts';
-import { migrate } from './migrations.ts';
-import { ReplicationRepository } from './replication.ts';
-import { ShippedLogsRepository } from './shipped-logs.ts';
-import { RolesRepository } from './roles.ts';
-import { TokenRevocationsRepository } from './token-revocations.ts';
-import { runInTransaction } from './transaction.ts';
-import { UsersRepository } from './users.ts';
+import type { ApiKeysRepository } from './api-keys.ts';
+import type { ClassificationsRepository } from './classifications.ts';
+import type { ConfigurationsRepository } from './configurations.ts';
+import type { LogsRepository } from './logs.ts';
+import type { MetaRepository } from './meta.ts';
+import type { ReplicationRepository } from './replication.ts';
+import type { ShippedLogsRepository } from './shipped-logs.ts';
+import type { RolesRepository } from './roles.ts';
+import { openSqliteStore } from './sqlite/open.ts';
+import type { TokenRevocationsRepository } from './token-revocations.ts';
+import type { UsersRepository } from './users.ts';
 
+/**
+ * The store as the rest of the program sees it: the repositories and a few facts about the
+ * store itself. What the store is made of (today a SQLite file: opening, PRAGMAs, the
+ * change stamp's triggers, migrations, transactions, worker connections) lives under
+ * sqlite/; the repositories beside this file hold the queries.
+ */
 export interface Store {
   /** The file path, or `:memory:`. */
   readonly path: string;
   /** True when this open created the store (it had no schema yet): nothing can have been written to it before. */
   readonly created: boolean;
-  /** The connection itself, for store internals and tests; other modules use the repositories. */
-  readonly db: DatabaseSync;
   readonly roles: RolesRepository;
   readonly users: UsersRepository;
   readonly configurations: ConfigurationsRepository;
@@ -44,103 +44,21 @@ export interface Store {
    * next request.
    */
   changeStamp(): number;
+  /**
+   * Changes whenever another connection (another process, a log-writer thread) has committed
+   * to the store; this connection's own commits leave it as it is. Read afresh on every call,
+   * unlike changeStamp.
+   */
+  othersCommitStamp(): number;
+  /** Throws when the store cannot answer a query (closed, or the file gone bad): readiness. */
+  ping(): void;
   close(): void;
 }
 
-const MEMORY = ':memory:';
-
-/** How stale the view of other connections' commits may be (changeStamp). */
-export const OTHERS_CHECK_MS = 25;
-/** Written only by the log writers; no cache holds their rows. */
-const UNCACHED_TABLES = new Set(['activity_logs', 'api_logs', 'usage_logs', 'sync_log_cursors']);
-
 /**
- * Calls `onChange` for every row this connection inserts, updates or deletes outside the
- * log tables: TEMP triggers live only on this connection, so other connections (which do
- * not have the function) never run them.
- */
-function noteOwnChanges(db: DatabaseSync, onChange: () => void): void {
-  db.function('svc_note_change', { deterministic: false }, () => {
-    onChange();
-    return null;
-  });
-  const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").all() as Array<{ name: string }>;
-  for (const { name } of tables) {
-    if (UNCACHED_TABLES.has(name)) continue;
-    for (const event of ['INSERT', 'UPDATE', 'DELETE']) {
-      db.exec(`CREATE TEMP TRIGGER "svc_note_${name}_${event.toLowerCase()}" AFTER ${event} ON main."${name}" BEGIN SELECT svc_note_change(); END`);
-    }
-  }
-}
-
-/**
- * Opens (creating if needed) the store at `path` and migrates it to the newest schema.
- * Throws if the file was written by a newer build.
+ * Opens (creating if needed) the store at `path` (a file, or `:memory:`) and migrates it to
+ * the newest schema. Throws if the file was written by a newer build.
  */
 export function openStore(path: string): Store {
-  const inMemory = path === MEMORY;
-  if (!inMemory) mkdirSync(dirname(path), { recursive: true });
-  const db = new DatabaseSync(path);
-  let created: boolean;
-  try {
-    // busy_timeout first: switching to WAL needs a lock another process may hold.
-    db.exec('PRAGMA busy_timeout = 5000');
-    // WAL lets the log writer and request reads proceed without blocking each other; an
-    // in-memory database has no journal file to put in WAL mode.
-    if (!inMemory) db.exec('PRAGMA journal_mode = WAL');
-    // NORMAL is durable across process crashes in WAL mode; only an OS crash or power loss can
-    // drop the last commits, which is the usual trade for not fsyncing on every commit.
-    db.exec('PRAGMA synchronous = NORMAL');
-    db.exec('PRAGMA foreign_keys = ON');
-    created = migrate(db).from === 0;
-  } catch (error) {
-    db.close();
-    throw error;
-  }
-
-  const dataVersion = db.prepare('PRAGMA data_version');
-  let generation = 0;
-  let others = -1;
-  let othersCheckedAt = Number.NEGATIVE_INFINITY;
-  noteOwnChanges(db, () => {
-    generation++;
-  });
-  return {
-    path,
-    created,
-    db,
-    roles: new RolesRepository(db),
-    users: new UsersRepository(db),
-    configurations: new ConfigurationsRepository(db),
-    apiKeys: new ApiKeysRepository(db),
-    classifications: new ClassificationsRepository(db),
-    logs: new LogsRepository(db),
-    tokenRevocations: new TokenRevocationsRepository(db),
-    replication: new ReplicationRepository(db),
-    shippedLogs: new ShippedLogsRepository(db),
-    meta: new MetaRepository(db),
-    transaction: (fn) => runInTransaction(db, fn),
-    changeStamp() {
-      // Another connection's commit cannot be ordered against this process's requests
-      // anyway; reading its counter for every request would cost more than the lookups the
-      // caches save, so it is read at most every few milliseconds.
-      const now = performance.now();
-      if (now - othersCheckedAt >= OTHERS_CHECK_MS) {
-        othersCheckedAt = now;
-        const version = (dataVersion.get() as { data_version: number }).data_version;
-        if (version !== others) {
-          others = version;
-          generation++;
-        }
-      }
-      return generation;
-    },
-    close() {
-      if (!db.isOpen) return;
-      // Recommended by SQLite before closing a long-lived connection: refreshes planner
-      // statistics only for tables where that is worth it.
-      db.exec('PRAGMA optimize');
-      db.close();
-    },
-  };
+  return openSqliteStore(path);
 }

@@ -1,6 +1,6 @@
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
-import { runInTransaction } from './transaction.ts';
+import { runInTransaction } from './sqlite/transaction.ts';
 
 export type LogKind = 'activity' | 'api' | 'usage';
 export const LOG_KINDS: readonly LogKind[] = Object.freeze(['activity', 'api', 'usage']);

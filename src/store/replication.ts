@@ -9,7 +9,7 @@
  */
 import type { DatabaseSync, Session, StatementSync } from 'node:sqlite';
 import { toBuffer } from './sql.ts';
-import { runInTransaction } from './transaction.ts';
+import { runInTransaction } from './sqlite/transaction.ts';
 import type { Classification, ClassificationMembers } from './classifications.ts';
 
 // ---------------------------------------------------------------------------------------

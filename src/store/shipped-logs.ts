@@ -8,7 +8,7 @@ import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import type { RevealCounts } from '../fields/reveal.ts';
 import { parseRevealCounts, revealCountsText, type ApiLogRecord, type UsageLogRecord } from './logs.ts';
 import { nowIso } from './sql.ts';
-import { runInTransaction } from './transaction.ts';
+import { runInTransaction } from './sqlite/transaction.ts';
 
 /** Field names are the wire format's (snake_case). */
 export type ShippedKind = 'api' | 'usage';

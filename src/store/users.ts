@@ -2,7 +2,7 @@ import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { normalizeEmail } from './identity-text.ts';
 import { ROLE_COLUMNS, toRole, type Role, type RoleRecord } from './roles.ts';
 import { definedOnly, nowIso, type RowSource } from './sql.ts';
-import { runInTransaction } from './transaction.ts';
+import { runInTransaction } from './sqlite/transaction.ts';
 
 export interface User {
   /** Never reused: AUTOINCREMENT, so no new user takes the id of a deleted one. */

@@ -11,7 +11,6 @@
  * minted at most once a second (the change waits for it, a second at most), so the lead
  * stops growing.
  */
-import type { StatementSync } from 'node:sqlite';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { Store } from '../store/db.ts';
@@ -78,13 +77,12 @@ interface Base {
 export class SnapshotPublisher {
   readonly #store: Store;
   readonly #mac: SnapshotMac;
-  readonly #dataVersion: StatementSync;
   readonly #tracker: StateChangeTracker;
   readonly #foreignRecheck: number;
   readonly #lead: number;
   readonly #clock: NonNullable<PublisherOptions['clock']>;
   #base: Base | null = null;
-  #seenDataVersion = -1;
+  #seenOthersCommit = -1;
   #builtAt = 0;
   /** Monotonic time of the last version minted by this process. */
   #mintedAt = -Infinity;
@@ -97,7 +95,6 @@ export class SnapshotPublisher {
     this.#foreignRecheck = options.foreignRecheckMs ?? FOREIGN_RECHECK_MS;
     this.#lead = options.versionLeadSeconds ?? VERSION_LEAD_SECONDS;
     this.#clock = options.clock ?? { wallMs: Date.now, monotonicMs: () => performance.now() };
-    this.#dataVersion = store.db.prepare('PRAGMA data_version');
     this.#tracker = store.replication.trackChanges();
   }
 
@@ -116,14 +113,14 @@ export class SnapshotPublisher {
   }
 
   #refresh(): Base {
-    const dataVersion = (this.#dataVersion.get() as { data_version: number }).data_version;
+    const othersCommit = this.#store.othersCommitStamp();
     const now = this.#clock.monotonicMs();
-    const foreign = dataVersion !== this.#seenDataVersion && now - this.#builtAt >= this.#foreignRecheck;
+    const foreign = othersCommit !== this.#seenOthersCommit && now - this.#builtAt >= this.#foreignRecheck;
     const due = this.#heldUntil !== null && now >= this.#heldUntil;
     if (this.#base !== null && !foreign && !due && !this.#tracker.changed) return this.#base;
     // Before reading: a change made from here on is one the next call must see.
     this.#tracker.restart();
-    this.#seenDataVersion = dataVersion;
+    this.#seenOthersCommit = othersCommit;
     this.#builtAt = now;
     this.#heldUntil = null;
     const rows = this.#store.replication.readState();

@@ -9,7 +9,7 @@
  *
  * Each write takes at most `batchSize` entries of each kind and commits them in one
  * transaction. Where they are written:
- * - A file store: on a worker thread with its own connection (store/sql-thread.ts). A
+ * - A file store: on a worker thread with its own connection (store/sqlite/sql-thread.ts). A
  *   batch of 1,000 rows costs SQLite 5–50 ms (six index updates per request, and now and
  *   then a WAL checkpoint with its fsync); node:sqlite is synchronous, so on the main
  *   thread every request in flight would wait that long. Measured by bench/logging.ts:
@@ -28,7 +28,7 @@
 import type { Logger } from 'pino';
 import type { Store } from '../store/db.ts';
 import { activityParams, apiParams, LOG_SQL, usageParams, type LogBatch, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../store/logs.ts';
-import { SqlThread, type WriteRequest } from '../store/sql-thread.ts';
+import { SqlThread, type WriteRequest } from '../store/sqlite/sql-thread.ts';
 
 export interface LogWriterOptions {
   /** Milliseconds an entry may wait for a batch to fill before it is written anyway. */

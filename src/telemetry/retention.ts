@@ -14,7 +14,7 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Store } from '../store/db.ts';
 import { DELETE_CHUNK, LOG_KINDS, LOG_SQL, type LogKind } from '../store/logs.ts';
-import { SqlThread } from '../store/sql-thread.ts';
+import { SqlThread } from '../store/sqlite/sql-thread.ts';
 
 export interface RetentionOptions {
   /** Milliseconds a log row is kept. */

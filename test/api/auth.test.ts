@@ -5,6 +5,7 @@ import { ACCESS_TOKEN_ISSUER, ACCESS_TOKEN_SECRET_LABEL } from '../../src/auth/a
 import { LoginThrottle } from '../../src/auth/login-throttle.ts';
 import { TooManyRequestsError } from '../../src/errors.ts';
 import { call, KEYS, reseed, SEED, startApp, type Running } from '../support/app.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const LOGIN = '/api/v2/auth/login';
 const LOGOUT = '/api/v2/auth/logout';
@@ -52,7 +53,7 @@ const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
 function activity(running: Running): Array<{ action: string; description: string; user_id: number | null; causer_email: string | null }> {
   running.app.services.logs.flush();
-  const rows = running.app.services.store.db.prepare('SELECT action, description, user_id, causer_email FROM activity_logs ORDER BY id').all();
+  const rows = sqliteConnection(running.app.services.store).prepare('SELECT action, description, user_id, causer_email FROM activity_logs ORDER BY id').all();
   return rows.map((row) => ({ ...row })) as any;
 }
 
@@ -333,7 +334,7 @@ test('logout revokes the token it was sent with, and only that one', async (t) =
   const jti = decodeJwt(first).jti!;
   assert.equal(store.tokenRevocations.isRevoked(jti), true);
   assert.equal(store.tokenRevocations.isRevoked('stale-jti'), false, 'expired revocations are purged');
-  const row = store.db.prepare('SELECT expires_at FROM token_revocations WHERE jti = ?').get(jti) as { expires_at: string };
+  const row = sqliteConnection(store).prepare('SELECT expires_at FROM token_revocations WHERE jti = ?').get(jti) as { expires_at: string };
   assert.equal(row.expires_at, new Date(decodeJwt(first).exp! * 1000).toISOString());
   const logouts = activity(running).filter((e) => e.action === 'auth.logout');
   assert.deepEqual(logouts.map((e) => [e.description, e.causer_email]), [['Ada Admin (ada@example.com) logged out', 'ada@example.com']]);

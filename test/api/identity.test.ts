@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { call, KEYS, reseed, SEED, startApp } from '../support/app.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const USERS = '/api/v3/users';
 const LOGIN = '/api/v2/auth/login';
@@ -130,7 +131,7 @@ test('regression: a deleted user\'s id is never given again; its access token ac
   assert.equal((await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: asTemp })).json.email, 'temp@example.com');
 
   // Users leave the store when a control plane's snapshot drops them; here, directly.
-  store.db.prepare('DELETE FROM users WHERE id = ?').run(first.json.id);
+  sqliteConnection(store).prepare('DELETE FROM users WHERE id = ?').run(first.json.id);
   const second = await call(url, USERS, { body: json({ name: 'Next', email: 'next@example.com', password: PASSWORD, roles: ['owner'] }) });
   assert.equal(second.status, 201);
   assert.ok(second.json.id > first.json.id, `the new user got ${second.json.id}, the deleted one had ${first.json.id}`);

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import type { App } from '../../src/app.ts';
 import { TokenCodec } from '../../src/crypto/token.ts';
 import { call, KEYS, startApp, type Running } from '../support/app.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const LIST = '/api/v3/configurations';
 const ENC = '/api/v3/encryption/payments/encrypt';
@@ -224,7 +225,7 @@ test('destroying a key version: confirmation, current version refused, tokens of
   assert.equal(entry?.causerEmail, 'ada@example.com');
 
   // The wrapped key is gone from the row, not just flagged.
-  const row = app.services.store.db.prepare('SELECT wrapped, destroyed_at FROM data_keys WHERE configuration_id = ? AND version = 1').get(id) as { wrapped: Uint8Array; destroyed_at: string };
+  const row = sqliteConnection(app.services.store).prepare('SELECT wrapped, destroyed_at FROM data_keys WHERE configuration_id = ? AND version = 1').get(id) as { wrapped: Uint8Array; destroyed_at: string };
   assert.equal(row.wrapped.length, 0);
   assert.equal(row.destroyed_at, res.json.destroyed_at);
 
@@ -338,7 +339,7 @@ test('a version that was current less than keys.destroy_after (24h) ago is not d
 
   // A minute short of the grace period: still refused. Past it: destroyed without force.
   const supersede = (msAgo: number) =>
-    app.services.store.db.prepare('UPDATE data_keys SET superseded_at = ? WHERE configuration_id = ? AND version = 1').run(new Date(Date.now() - msAgo).toISOString(), id);
+    sqliteConnection(app.services.store).prepare('UPDATE data_keys SET superseded_at = ? WHERE configuration_id = ? AND version = 1').run(new Date(Date.now() - msAgo).toISOString(), id);
   supersede(24 * 3600 * 1000 - 60_000);
   assert.equal((await destroy({ confirm: 'payments/v1' })).status, 409);
   supersede(24 * 3600 * 1000 + 1000);

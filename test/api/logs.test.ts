@@ -13,6 +13,7 @@ import { openStore } from '../../src/store/db.ts';
 import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../src/store/logs.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call, KEYS, SEED, startApp, type Running } from '../support/app.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const ENDPOINTS = ['/api/v3/logs/unified', '/api/v3/logs/activity', '/api/v3/logs/api', '/api/v3/logs/usage'];
 const ENC = '/api/v3/encryption/payments/encrypt';
@@ -172,7 +173,7 @@ test('an encrypt request appears as an api entry and a usage entry, in every vie
 
 test('unauthenticated traffic writes nothing: 401s, 404s and unmatched paths leave no api entry, and are counted instead', async (t) => {
   const running = await startApp(t, MANUAL_FLUSH, undefined, { admin: true });
-  const before = running.app.services.store.db.prepare('SELECT count(*) AS n FROM api_logs').get() as { n: number };
+  const before = sqliteConnection(running.app.services.store).prepare('SELECT count(*) AS n FROM api_logs').get() as { n: number };
   for (let i = 0; i < 50; i++) {
     assert.equal((await call(running.url, ENC, { key: null, body: '{}', headers: { 'x-svc-request-id': `nokey-${i}` } })).status, 401);
     assert.equal((await call(running.url, ENC, { key: 'svc_Wrong000000000000000000000000000000000', body: '{}' })).status, 401);
@@ -180,7 +181,7 @@ test('unauthenticated traffic writes nothing: 401s, 404s and unmatched paths lea
     assert.equal((await call(running.url, `/proxy/${'y'.repeat(900)}/z`, { key: null, method: 'GET' })).status, 404);
   }
   running.app.services.logs.flush();
-  const after = running.app.services.store.db.prepare('SELECT count(*) AS n FROM api_logs').get() as { n: number };
+  const after = sqliteConnection(running.app.services.store).prepare('SELECT count(*) AS n FROM api_logs').get() as { n: number };
   assert.equal(after.n, before.n, 'not one row');
   const metrics = await (await fetch(`${running.adminUrl}/metrics`)).text();
   assert.match(metrics, /svc_http_requests_total\{route="\/api\/v3\/encryption\/:slug\/encrypt",method="POST",status="401"\} 100/);
@@ -466,15 +467,15 @@ ${SEED}`,
   const store = openStore(path);
   t.after(() => store.close());
   for (const table of ['usage_logs', 'api_logs']) {
-    const rows = store.db.prepare(`SELECT request_id FROM ${table} WHERE request_id LIKE 'bulk-%'`).all() as Array<{ request_id: string }>;
+    const rows = sqliteConnection(store).prepare(`SELECT request_id FROM ${table} WHERE request_id LIKE 'bulk-%'`).all() as Array<{ request_id: string }>;
     assert.equal(rows.length, total, `${table}: one row per request`);
     const ids = new Set(rows.map((r) => r.request_id));
     assert.equal(ids.size, total, `${table}: no request twice`);
     for (let i = 0; i < total; i++) if (!ids.has(`bulk-${i}`)) assert.fail(`${table}: bulk-${i} is missing`);
   }
-  const usage = store.db.prepare(`SELECT DISTINCT mode, field_count FROM usage_logs WHERE request_id LIKE 'bulk-%'`).all();
+  const usage = sqliteConnection(store).prepare(`SELECT DISTINCT mode, field_count FROM usage_logs WHERE request_id LIKE 'bulk-%'`).all();
   assert.deepEqual(usage.map((r) => ({ ...r })), [{ mode: 'encrypt', field_count: 1 }]);
-  const statuses = store.db.prepare(`SELECT DISTINCT status_code, path FROM api_logs WHERE request_id LIKE 'bulk-%'`).all();
+  const statuses = sqliteConnection(store).prepare(`SELECT DISTINCT status_code, path FROM api_logs WHERE request_id LIKE 'bulk-%'`).all();
   assert.deepEqual(statuses.map((r) => ({ ...r })), [{ status_code: 200, path: '/api/v3/encryption/payments/encrypt' }]);
   assert.ok(!output.join('').includes('"level":50'), 'nothing logged at error level');
 });

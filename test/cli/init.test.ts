@@ -9,6 +9,7 @@ import { createApp, type App } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
@@ -81,7 +82,7 @@ test('init creates an owner and an API key, prints them once, and they work agai
   }
 
   const { url, app } = await serveStore(t, path);
-  const created = app.services.store.db.prepare("SELECT description, causer_email FROM activity_logs WHERE action = 'user.created'").all();
+  const created = sqliteConnection(app.services.store).prepare("SELECT description, causer_email FROM activity_logs WHERE action = 'user.created'").all();
   assert.deepEqual(
     created.map((row) => ({ ...row })),
     [{ description: 'Root Owner (root@example.com) created as owner, with the API key "init root@example.com", by svc-sidecar init', causer_email: 'root@example.com' }],

@@ -12,6 +12,7 @@ import { loadConfig } from '../../src/config/load.ts';
 import { openStore } from '../../src/store/db.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 const KEY = `svc_${'Cli'.padEnd(40, '0')}`;
@@ -75,7 +76,7 @@ const decrypt = (f: Fixture, body: string) => call(f.url, '/api/v3/encryption/pa
 
 function activity(f: Fixture, action: string): string[] {
   f.app.services.logs.flush();
-  const rows = f.app.services.store.db.prepare('SELECT description FROM activity_logs WHERE action = ? ORDER BY id').all(action) as Array<{ description: string }>;
+  const rows = sqliteConnection(f.app.services.store).prepare('SELECT description FROM activity_logs WHERE action = ? ORDER BY id').all(action) as Array<{ description: string }>;
   return rows.map((r) => r.description);
 }
 
@@ -265,7 +266,7 @@ test('destroyKey leaves no copy of the wrapped key in the database file or its W
   assert.equal(store.configurations.destroyKey(configuration.id, 1), 'already-destroyed');
   assert.equal(store.configurations.destroyKey(configuration.id, 2), 'current');
   assert.equal(store.configurations.destroyKey(configuration.id, 3), 'not-found');
-  assert.equal((store.db.prepare('PRAGMA secure_delete').get() as { secure_delete: number }).secure_delete, 0, 'the connection setting is restored');
+  assert.equal((sqliteConnection(store).prepare('PRAGMA secure_delete').get() as { secure_delete: number }).secure_delete, 0, 'the connection setting is restored');
 });
 
 test('keys destroy follows keys.destroy_after from the configuration file: 0s lets a just-superseded version go without --force', async (t) => {

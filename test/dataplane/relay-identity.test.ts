@@ -11,6 +11,7 @@ import { call, KEYS, startApp, type Running } from '../support/app.ts';
 import { closedPort } from '../support/destinations.ts';
 import { asymmetric, AUDIENCE, hs256, ISSUER, jwks, sign, tempDir, unsigned, writeFile } from '../support/jwt.ts';
 import { startUpstream } from '../support/upstream.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const ROUTES = `
     - name: records
@@ -48,7 +49,7 @@ async function apiRows(running: Running, ids: readonly string[]): Promise<Map<st
   const deadline = Date.now() + 5000;
   for (;;) {
     running.app.services.logs.flush();
-    const rows = store.db.prepare(`SELECT * FROM api_logs WHERE request_id IN (SELECT value FROM json_each(?))`).all(JSON.stringify(ids)) as Array<Record<string, unknown>>;
+    const rows = sqliteConnection(store).prepare(`SELECT * FROM api_logs WHERE request_id IN (SELECT value FROM json_each(?))`).all(JSON.stringify(ids)) as Array<Record<string, unknown>>;
     if (rows.length >= ids.length || Date.now() > deadline) return new Map(rows.map((row) => [String(row['request_id']), { ...row }]));
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
@@ -56,7 +57,7 @@ async function apiRows(running: Running, ids: readonly string[]): Promise<Map<st
 
 /** Every row of every log table, as text. */
 function storedLogs(running: Running): string {
-  const db = running.app.services.store.db;
+  const db = sqliteConnection(running.app.services.store);
   return ['api_logs', 'usage_logs', 'activity_logs'].map((table) => JSON.stringify(db.prepare(`SELECT * FROM ${table}`).all())).join('\n');
 }
 

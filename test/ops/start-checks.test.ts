@@ -19,6 +19,7 @@ import { loadConfig } from '../../src/config/load.ts';
 import { MasterKeyMismatchError, MasterKeyMissingError } from '../../src/errors.ts';
 import { openStore } from '../../src/store/db.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 const SEED = `seed:
@@ -63,7 +64,7 @@ test('a store from before check values is checked against a key it holds, then r
   const a = { SVC_MASTER_KEY: randomBytes(32).toString('base64') };
   await startAndStop(dir, a);
   const store = openStore(join(dir, 'svc.db'));
-  store.db.exec("DELETE FROM store_meta WHERE name = 'master_key_check'");
+  sqliteConnection(store).exec("DELETE FROM store_meta WHERE name = 'master_key_check'");
   store.close();
   assert.throws(() => createApp(config(dir), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') }), MasterKeyMismatchError);
   await startAndStop(dir, a);

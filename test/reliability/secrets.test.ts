@@ -36,6 +36,7 @@ import { createLogger } from '../../src/telemetry/logger.ts';
 import { KEYS, SEED, startApp } from '../support/app.ts';
 import { startChild } from '../support/child.ts';
 import { closedPort, startEcho, type Echo } from '../support/destinations.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 // ---------------------------------------------------------------------------------------
 // Secrets and where to look for them
@@ -399,7 +400,7 @@ ${yamlFor(echo, closed)}`,
   secrets.bytes('access token signing secret', master.deriveSecret(ACCESS_TOKEN_SECRET_LABEL));
   const probe = await workload(call, echo, closed, secrets, 256 * 1024);
   app.services.logs.flush();
-  const db = app.services.store.db;
+  const db = sqliteConnection(app.services.store);
   assert.ok(addDataKeys(db, master, secrets) >= 4, 'every configuration\'s data keys are searched for');
 
   const logs = chunks.join('');

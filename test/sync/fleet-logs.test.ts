@@ -10,11 +10,12 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
-import { migrate, migrations, schemaVersion } from '../../src/store/migrations.ts';
+import { migrate, migrations, schemaVersion } from '../../src/store/sqlite/migrations.ts';
 import { LogShipper } from '../../src/sync/log-shipper.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
 import { FLEET_KEY, get, json, LOGS, SCOPED_FLEET_KEY, SNAPSHOT, startControlPlane, startReplica, tempDir, waitFor, waitReady, type Node } from './nodes.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const ENC = '/api/v3/encryption/payments/encrypt';
 const BODY = '{"card":{"number":"4111 1111 1111 1111"}}';
@@ -135,7 +136,7 @@ test('shipped rows are held to the log lists\' schemas and may not be dated ahea
   const accepted = await call(cp.url, LOGS, { body: json(batch(good, [usageRow()])), key: FLEET_KEY });
   assert.deepEqual(accepted.json, { stored: 5, duplicates: 0 });
   const received = () =>
-    (store.db.prepare('SELECT (SELECT count(*) FROM api_logs WHERE replica IS NOT NULL) + (SELECT count(*) FROM usage_logs WHERE replica IS NOT NULL) AS n').get() as { n: number }).n;
+    (sqliteConnection(store).prepare('SELECT (SELECT count(*) FROM api_logs WHERE replica IS NOT NULL) + (SELECT count(*) FROM usage_logs WHERE replica IS NOT NULL) AS n').get() as { n: number }).n;
 
   const apiCases: Array<[string, Record<string, unknown>, string]> = [
     ['status 99', { status_code: 99 }, 'status_code'],
@@ -216,7 +217,7 @@ test('sync.max_batch bounds a batch (413 beyond it), and a replica halves its ba
   assert.equal((await call(cp.url, LOGS, { body: json(batch(rows(100))), key: FLEET_KEY })).status, 200);
 
   // A replica's store with 300 api rows, shipped with the default batch (1,000 of each kind).
-  const local = replicaStore(t, join(dir, 'local.db'));
+  const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
   local.logs.insertApi(Array.from({ length: 300 }, (_, i) => newApiRow(`halve-${i}`)));
   const shipper = shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 300);
@@ -228,7 +229,7 @@ test('rows naming a configuration, key or user deleted while they waited are shi
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const payments = cp.app.services.store.configurations.findByName('payments')!.id;
-  const local = replicaStore(t, join(dir, 'local.db'));
+  const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
   local.logs.insertApi([
     { ...newApiRow('gone-1'), configurationId: 'deleted-configuration', userId: 424242, apiKeyId: 'deleted-key' },
     newApiRow('kept-1'),
@@ -244,7 +245,7 @@ test('rows naming a configuration, key or user deleted while they waited are shi
   assert.equal(gone.api[0]!['configuration'], null);
   assert.equal(gone.api[0]!['user'], null);
   assert.equal(gone.api[0]!['api_key'], null);
-  const stored = cp.app.services.store.db.prepare("SELECT configuration_id, user_id, api_key_id FROM api_logs WHERE request_id = 'gone-1'").get();
+  const stored = sqliteConnection(cp.app.services.store).prepare("SELECT configuration_id, user_id, api_key_id FROM api_logs WHERE request_id = 'gone-1'").get();
   assert.deepEqual({ ...stored }, { configuration_id: null, user_id: null, api_key_id: null }, 'stored without the ids');
   assert.equal(gone.usage.length, 0, 'a usage row needs its configuration: left out (the replica keeps it)');
   const kept = await onControlPlane(cp, 'kept-1');
@@ -259,14 +260,14 @@ test('rows naming a configuration, key or user deleted while they waited are shi
 test('a log table emptied by retention and numbered from 1 again still ships its new rows', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
-  const local = replicaStore(t, join(dir, 'local.db'));
+  const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
   local.logs.insertApi([newApiRow('before-1'), newApiRow('before-2'), newApiRow('before-3')]);
   const shipper = shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 3);
   // Retention deletes every row; SQLite then numbers new rows from 1 again.
-  local.db.exec('DELETE FROM api_logs');
+  sqliteConnection(local).exec('DELETE FROM api_logs');
   local.logs.insertApi([newApiRow('after-1'), newApiRow('after-2')]);
-  assert.equal((local.db.prepare('SELECT min(id) AS id FROM api_logs').get() as { id: number }).id, 1);
+  assert.equal((sqliteConnection(local).prepare('SELECT min(id) AS id FROM api_logs').get() as { id: number }).id, 1);
   assert.equal(await shipper.shipOnce(), 2);
   assert.equal(storedFor(cp, local), 5, 'the new rows are not taken for the old ones');
   for (const id of ['after-1', 'after-2']) assert.equal((await onControlPlane(cp, id)).api.length, 1, id);
@@ -287,13 +288,13 @@ test('a store of schema version 4 migrates: received rows kept, dedupe by (insta
 
   const store = openStore(path);
   t.after(() => store.close());
-  assert.equal(schemaVersion(store.db), migrations.length);
+  assert.equal(schemaVersion(sqliteConnection(store)), migrations.length);
   assert.deepEqual(store.shippedLogs.getCursor('api'), { lastId: 17, lastRequestId: 'req-17', idBase: 0 });
-  const old = store.db.prepare("SELECT replica, replica_instance, replica_log_id FROM api_logs WHERE request_id = 'old-1'").get();
+  const old = sqliteConnection(store).prepare("SELECT replica, replica_instance, replica_log_id FROM api_logs WHERE request_id = 'old-1'").get();
   assert.deepEqual({ ...old }, { replica: 'r1', replica_instance: null, replica_log_id: 1 });
-  const index = store.db.prepare("SELECT sql FROM sqlite_master WHERE name = 'api_logs_replica_row'").get() as { sql: string };
+  const index = sqliteConnection(store).prepare("SELECT sql FROM sqlite_master WHERE name = 'api_logs_replica_row'").get() as { sql: string };
   assert.match(index.sql, /\(replica_instance, replica_log_id\) WHERE replica_instance IS NOT NULL/);
-  assert.equal((store.db.prepare('SELECT count(*) AS n FROM sync_instance').get() as { n: number }).n, 0, 'made at a replica\'s first start, not by the migration');
+  assert.equal((sqliteConnection(store).prepare('SELECT count(*) AS n FROM sync_instance').get() as { n: number }).n, 0, 'made at a replica\'s first start, not by the migration');
 
   // The same row id from the same instance lands once; from another instance, again.
   const row = { id: 1, request_id: 'new-1', method: 'GET', path: '/x', status_code: 200, api_key_id: null, user_id: null, configuration_id: null, destination: null, duration_ms: 1, ip: '', created_at: now };
@@ -307,7 +308,7 @@ test('a store of schema version 4 migrates: received rows kept, dedupe by (insta
 test('the relay\'s end user travels with shipped api rows: sent only when set, stored and listed on the control plane; one the lists could not show is refused', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
-  const local = replicaStore(t, join(dir, 'local.db'));
+  const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
   local.logs.insertApi([{ ...newApiRow('eu-1'), endUser: 'auth0|kate' }, newApiRow('eu-2')]);
   const rows = local.shippedLogs.rowsAfter('api', 0, 10);
   assert.equal(rows[0]!.end_user, 'auth0|kate');
@@ -359,7 +360,7 @@ function shipperFor(store: Store, cp: Node): LogShipper {
 /** Rows the control plane holds from `store`'s instance. */
 function storedFor(cp: Node, store: Store): number {
   const instance = store.shippedLogs.instanceId();
-  const api = cp.app.services.store.db.prepare('SELECT count(*) AS n FROM api_logs WHERE replica_instance = ?').get(instance) as { n: number };
-  const usage = cp.app.services.store.db.prepare('SELECT count(*) AS n FROM usage_logs WHERE replica_instance = ?').get(instance) as { n: number };
+  const api = sqliteConnection(cp.app.services.store).prepare('SELECT count(*) AS n FROM api_logs WHERE replica_instance = ?').get(instance) as { n: number };
+  const usage = sqliteConnection(cp.app.services.store).prepare('SELECT count(*) AS n FROM usage_logs WHERE replica_instance = ?').get(instance) as { n: number };
   return api.n + usage.n;
 }

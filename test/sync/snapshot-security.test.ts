@@ -34,6 +34,7 @@ import {
   waitReady,
   type Node,
 } from './nodes.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const ENC = (slug: string) => `/api/v3/encryption/${slug}/encrypt`;
 const DEC = '/api/v3/encryption/payments/decrypt';
@@ -126,12 +127,12 @@ state:
 `,
   });
   await waitReady(seeded);
-  const hashes = (node: Node) => (node.app.services.store.db.prepare('SELECT count(*) AS n FROM users WHERE password_hash IS NOT NULL').get() as { n: number }).n;
+  const hashes = (node: Node) => (sqliteConnection(node.app.services.store).prepare('SELECT count(*) AS n FROM users WHERE password_hash IS NOT NULL').get() as { n: number }).n;
   assert.equal(hashes(seeded), 0, 'no password hash left on the replica');
 
   // A store that still holds a hash for a replicated user (as an older snapshot format put
   // there) loses it with the next apply, even one that finds the user unchanged.
-  seeded.app.services.store.db.prepare("UPDATE users SET password_hash = 'scrypt$left-over' WHERE email = 'ada@example.com'").run();
+  sqliteConnection(seeded.app.services.store).prepare("UPDATE users SET password_hash = 'scrypt$left-over' WHERE email = 'ada@example.com'").run();
   await seeded.close();
   const restarted = await startReplica(t, join(dir, 'r2.db'), cp.url, 'r2');
   assert.equal(await ready(restarted), true, 'ready from its persisted snapshot');

@@ -18,6 +18,7 @@ import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../src/store/log
 import { LogWriter, type LogWriterOptions } from '../../src/telemetry/log-writer.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { KEYS, SEED } from '../support/app.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const activity = (i: number): NewActivityLog => ({ action: 'user.created', description: `event ${i}`, ip: '10.0.0.1', createdAt: new Date(i).toISOString() });
 const api = (i: number): NewApiLog => ({
@@ -45,12 +46,12 @@ async function waitFor(check: () => boolean, what: string, timeoutMs = 5_000): P
  * called.
  */
 function refuseInserts(store: Store, table: 'api_logs' | 'usage_logs'): () => void {
-  store.db.exec(`
+  sqliteConnection(store).exec(`
     CREATE TABLE refuse_${table} (on_ INTEGER);
     INSERT INTO refuse_${table} VALUES (1);
     CREATE TRIGGER refuse_${table} BEFORE INSERT ON ${table} WHEN (SELECT count(*) FROM refuse_${table}) > 0
     BEGIN SELECT RAISE(ABORT, 'disk says no'); END;`);
-  return () => store.db.exec(`DELETE FROM refuse_${table}`);
+  return () => sqliteConnection(store).exec(`DELETE FROM refuse_${table}`);
 }
 
 interface Setup {
@@ -136,7 +137,7 @@ test('one batch of all three kinds is one transaction: a row the store refuses s
   assert.equal(store.logs.count('usage'), 0);
   assert.equal(writer.depth, 9, 'the batch is back in the queue');
   assert.equal(writer.failedBatches, 1);
-  assert.equal(store.db.isTransaction, false);
+  assert.equal(sqliteConnection(store).isTransaction, false);
 
   // Still failing: retried on the timer, logged once for the whole streak.
   await waitFor(() => writer.failedBatches >= 3, 'retries');
@@ -167,7 +168,7 @@ test('a database locked by another connection: the write fails at once instead o
   assert.equal(writer.failedBatches, 1);
   assert.equal(writer.depth, 5);
   assert.ok(stalled < 1_000, `the store's 5 s busy timeout was not waited out (${stalled.toFixed(0)} ms)`);
-  const { timeout } = store.db.prepare('PRAGMA busy_timeout').get() as { timeout: number };
+  const { timeout } = sqliteConnection(store).prepare('PRAGMA busy_timeout').get() as { timeout: number };
   assert.equal(timeout, 5_000, 'the busy timeout of other writes is restored');
   other.exec('COMMIT');
   await waitFor(() => writer.depth === 0, 'the retry');
@@ -234,7 +235,7 @@ test('close writes everything still queued; entries recorded after close are cou
 
 test('close with a store that still refuses counts what it could not write', async (t) => {
   const { store, writer, logged } = setup(t);
-  store.db.exec(`CREATE TRIGGER refuse_api BEFORE INSERT ON api_logs BEGIN SELECT RAISE(ABORT, 'no'); END;`);
+  sqliteConnection(store).exec(`CREATE TRIGGER refuse_api BEFORE INSERT ON api_logs BEGIN SELECT RAISE(ABORT, 'no'); END;`);
   writer.api(api(1));
   writer.api(api(2));
   await writer.close();

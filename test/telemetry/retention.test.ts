@@ -11,6 +11,7 @@ import { openStore, type Store } from '../../src/store/db.ts';
 import { DELETE_CHUNK, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../../src/store/logs.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { RetentionJob } from '../../src/telemetry/retention.ts';
+import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 
 const DAY = 86_400_000;
 const NOW = Date.UTC(2025, 5, 1, 12);
@@ -123,7 +124,7 @@ logging: { level: silent }`,
   await nextTurn();
   assert.equal(store.logs.count('api'), 1);
   await app.close();
-  assert.equal(store.db.isOpen, false);
+  assert.equal(sqliteConnection(store).isOpen, false);
 });
 
 function fileStore(t: TestContext): Store {

@@ -21,7 +21,7 @@ const { path, statements } = workerData;
 const db = new DatabaseSync(path);
 // Waiting for another connection's lock is harmless here: nothing else runs on this thread.
 db.exec('PRAGMA busy_timeout = 5000');
-// The same durability as the main connection (db.ts); the file is already in WAL mode.
+// The same durability as the main connection (open.ts); the file is already in WAL mode.
 db.exec('PRAGMA synchronous = NORMAL');
 const prepared = new Map(Object.entries(statements).map(([name, sql]) => [name, db.prepare(sql)]));
 

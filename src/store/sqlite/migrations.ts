@@ -1,5 +1,5 @@
 import type { DatabaseSync } from 'node:sqlite';
-import { normalizeEmail } from './identity-text.ts';
+import { normalizeEmail } from '../identity-text.ts';
 import { runInTransaction } from './transaction.ts';
 
 /**
