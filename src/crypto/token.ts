@@ -278,6 +278,9 @@ class RandomPrefix {
   }
 }
 
+/** Encryptors a codec keeps, one per classification. */
+const MAX_ENCRYPTORS = 256;
+
 class Encryptor implements FieldEncryptor {
   readonly #material: KeyMaterial;
   readonly #subkeys: SubkeyCache | null;
@@ -342,6 +345,8 @@ export class TokenCodec {
   readonly #subkeys = new Map<number, SubkeyCache>();
   /** Randomized mode's shared prefix for the current version (the codec is per keyring). */
   readonly #prefix: RandomPrefix | null;
+  /** The encryptor of each classification asked for. */
+  readonly #encryptors = new Map<number, Encryptor>();
 
   constructor(keyring: Keyring, opts: { deterministic: boolean }) {
     this.keyring = keyring;
@@ -353,14 +358,22 @@ export class TokenCodec {
     this.#prefix = opts.deterministic ? null : new RandomPrefix(keyring.forEncrypt().xaes);
   }
 
-  /** A per-request encryptor writing tokens with the current key version and this classification (0 = none). */
+  /** The encryptor writing tokens with the current key version and this classification (0 = none). */
   encryptor(classificationId: number): FieldEncryptor {
     if (!Number.isSafeInteger(classificationId) || classificationId < 0) {
       throw new RangeError('classification id must be an integer from 0 to 2^53 - 1');
     }
-    const material = this.keyring.forEncrypt();
-    const subkeys = this.deterministic ? this.#cacheFor(material) : null;
-    return new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, subkeys, this.#prefix);
+    // An encryptor holds nothing of a request (its AAD buffer is rewritten whole by each
+    // synchronous encrypt), so one per classification serves every request.
+    let encryptor = this.#encryptors.get(classificationId);
+    if (encryptor === undefined) {
+      const material = this.keyring.forEncrypt();
+      const subkeys = this.deterministic ? this.#cacheFor(material) : null;
+      encryptor = new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, subkeys, this.#prefix);
+      if (this.#encryptors.size >= MAX_ENCRYPTORS) this.#encryptors.clear();
+      this.#encryptors.set(classificationId, encryptor);
+    }
+    return encryptor;
   }
 
   /**

@@ -94,10 +94,12 @@ export class XaesKey {
   }
 }
 
+const GCM_OPTIONS = Object.freeze({ authTagLength: XAES_TAG_SIZE });
+
 /** Returns ciphertext || 16-byte tag. `nonce` is the full 24-byte nonce; its last 12 bytes are the GCM IV. */
 export function xaesSealWithSubkey(subkey: KeyObject, nonce: Buffer, plaintext: Buffer, aad: Buffer): Buffer {
   if (nonce.length !== XAES_NONCE_SIZE) throw new RangeError('XAES-256-GCM nonce must be 24 bytes');
-  const cipher = createCipheriv('aes-256-gcm', subkey, nonce.subarray(XAES_NONCE_PREFIX_SIZE), { authTagLength: XAES_TAG_SIZE });
+  const cipher = createCipheriv('aes-256-gcm', subkey, nonce.subarray(XAES_NONCE_PREFIX_SIZE), GCM_OPTIONS);
   if (aad.length > 0) cipher.setAAD(aad);
   const out = Buffer.allocUnsafe(plaintext.length + XAES_TAG_SIZE);
   const ct = cipher.update(plaintext);
@@ -113,7 +115,7 @@ export function xaesOpenWithSubkey(subkey: KeyObject, nonce: Buffer, sealed: Buf
   if (nonce.length !== XAES_NONCE_SIZE) throw new RangeError('XAES-256-GCM nonce must be 24 bytes');
   if (sealed.length < XAES_TAG_SIZE) throw new Error('XAES-256-GCM: message authentication failed');
   const ctLength = sealed.length - XAES_TAG_SIZE;
-  const decipher = createDecipheriv('aes-256-gcm', subkey, nonce.subarray(XAES_NONCE_PREFIX_SIZE), { authTagLength: XAES_TAG_SIZE });
+  const decipher = createDecipheriv('aes-256-gcm', subkey, nonce.subarray(XAES_NONCE_PREFIX_SIZE), GCM_OPTIONS);
   decipher.setAuthTag(sealed.subarray(ctLength));
   if (aad.length > 0) decipher.setAAD(aad);
   const plaintext = decipher.update(sealed.subarray(0, ctLength));
