@@ -19,7 +19,7 @@ export function controlPlaneUrl(base: string, path: string): string {
   return new URL(path.replace(/^\//, ''), base.endsWith('/') ? base : `${base}/`).href;
 }
 
-/** A base URL as logs may show it: no user name, password, query or fragment. */
+/** A URL as logs and error messages may show it: no user name, password, query or fragment. */
 export function shownUrl(base: string): string {
   const url = new URL(base);
   url.username = '';

@@ -21,7 +21,7 @@
  * of one control plane share its store, so a batch sent again to another instance after
  * an answer was lost is still stored once.
  */
-import { ControlPlaneUrls } from './control-plane-urls.ts';
+import { ControlPlaneUrls, shownUrl } from './control-plane-urls.ts';
 import { Repeater } from './repeater.ts';
 import type { Logger } from 'pino';
 import { Agent, request } from 'undici';
@@ -201,7 +201,7 @@ export class LogShipper {
       if (this.#urls.succeeded()) this.#options.logger.info({ controlPlane: this.#urls.shown, index: this.#urls.index, of: this.#urls.count }, 'now shipping logs to this control-plane URL');
       return;
     }
-    const message = `POST ${url} answered ${response.statusCode}: ${text.slice(0, 200)}`;
+    const message = `POST ${shownUrl(url)} answered ${response.statusCode}: ${text.slice(0, 200)}`;
     if (response.statusCode === 400 || response.statusCode === 413 || response.statusCode === 422) {
       throw new ShipRefusedError(message, response.statusCode, validationErrorsOf(text));
     }

@@ -12,7 +12,7 @@
  * instances of one control plane serve one state and one digest, so the next instance
  * answers the same If-None-Match with a 304.
  */
-import { ControlPlaneUrls } from './control-plane-urls.ts';
+import { ControlPlaneUrls, shownUrl } from './control-plane-urls.ts';
 import { Repeater } from './repeater.ts';
 import { hostname } from 'node:os';
 import { promisify } from 'node:util';
@@ -211,7 +211,7 @@ export class Replica {
     try {
       response = await request(url, { method: 'GET', headers, dispatcher: this.#agent, signal: this.#abort.signal });
     } catch (err) {
-      throw new PollFailedError(`GET ${url} failed: ${(err as Error).message}`, { cause: err });
+      throw new PollFailedError(`GET ${shownUrl(url)} failed: ${(err as Error).message}`, { cause: err });
     }
     if (response.statusCode === 304) {
       await response.body.dump();
@@ -219,7 +219,7 @@ export class Replica {
     }
     if (response.statusCode !== 200) {
       await response.body.dump();
-      throw new PollFailedError(`GET ${url} answered ${response.statusCode}`);
+      throw new PollFailedError(`GET ${shownUrl(url)} answered ${response.statusCode}`);
     }
     const raw = await readLimited(response.body, MAX_SNAPSHOT_BYTES).catch((err: unknown) => {
       throw new PollFailedError(`reading the snapshot failed: ${(err as Error).message}`, { cause: err });

@@ -8,8 +8,13 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
+import { openStore } from '../../src/store/db.ts';
+import { LogShipper } from '../../src/sync/log-shipper.ts';
+import { createLogger } from '../../src/telemetry/logger.ts';
 import { startChild, type Child } from '../support/child.ts';
 import { call, KEYS } from '../support/app.ts';
 import { counter, FLEET_KEY, get, json, MASTER_KEY, ready, startControlPlane, startReplica, SYNC_SEED, tempDir, waitFor, waitReady, type Node } from './nodes.ts';
@@ -138,7 +143,8 @@ test('a failed poll goes to the next URL at once, not after the backoff', async 
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   // The first URL refuses connections from the start; the poll interval (and so any
   // backoff) is an hour: only an immediate retry on the second makes the replica ready.
-  const replica = await startReplica(t, join(dir, 'r1.db'), ['http://127.0.0.1:1', cp.url], 'r1', { pollMs: HOUR_MS, captureLogs: true });
+  // Its credentials (which undici would not even send) must not reach the log.
+  const replica = await startReplica(t, join(dir, 'r1.db'), ['http://svc:s3cret@127.0.0.1:1/?token=t0k3n', cp.url], 'r1', { pollMs: HOUR_MS, captureLogs: true });
   await waitReady(replica);
   assert.equal(replication(replica).replica.servingIndex, 1);
   assert.equal(await counter(replica, 'reloadFailures'), 1, 'one failed poll, on the first URL');
@@ -147,6 +153,8 @@ test('a failed poll goes to the next URL at once, not after the backoff', async 
     failed.map((line) => [line['controlPlane'], line['next']]),
     [['http://127.0.0.1:1/', `${cp.url}/`]],
   );
+  assert.match(failed[0]!['err'].message, /^GET http:\/\/127\.0\.0\.1:1\/api\/v3\/sync\/snapshot failed/);
+  assert.ok(!replica.logs().includes('s3cret') && !replica.logs().includes('t0k3n'), 'no credentials or query in the log');
 });
 
 test('every URL down: the replica keeps serving and backs off after each round; it resumes, polling and shipping, when one comes back', async (t) => {
@@ -214,4 +222,40 @@ test('one URL, as before lists: every failed poll is a round, so each one backs 
   );
   assert.equal(await ready(replica), true);
   assert.equal((await get(replica, '/api/v3/classifications', KEYS.owner)).status, 200);
+});
+
+test('a log shipment answered 503 moves to the next URL; the error names the URL without its credentials', async (t) => {
+  const dir = tempDir(t);
+  const cp = await startControlPlane(t, join(dir, 'cp.db'));
+  const unavailable = createServer((req, res) => {
+    req.resume();
+    res.writeHead(503).end('unavailable');
+  });
+  unavailable.listen(0, '127.0.0.1');
+  await once(unavailable, 'listening');
+  t.after(() => unavailable.close());
+  const port = (unavailable.address() as AddressInfo).port;
+  const store = openStore(join(dir, 'r1.db'));
+  t.after(() => store.close());
+  store.logs.insertApi(['ship-1', 'ship-2'].map((requestId) => ({ requestId, method: 'POST', path: ENC, statusCode: 200, durationMs: 2, ip: '127.0.0.1', createdAt: new Date().toISOString() })));
+  const shipper = new LogShipper({
+    store,
+    logger: createLogger('silent'),
+    urls: [`http://svc:s3cret@127.0.0.1:${port}`, cp.url],
+    apiKey: FLEET_KEY,
+    replica: 'r1',
+    instance: store.shippedLogs.instanceId(),
+    interval: HOUR_MS,
+  });
+  t.after(() => shipper.stop());
+
+  await assert.rejects(shipper.shipOnce(), (err: Error) => {
+    assert.equal(err.message, `POST http://127.0.0.1:${port}/api/v3/sync/logs answered 503: unavailable`);
+    return true;
+  });
+  assert.equal(shipper.servingIndex, null);
+  assert.equal(await shipper.shipOnce(), 2, 'the next round goes to the second URL');
+  assert.equal(shipper.servingIndex, 1);
+  for (const id of ['ship-1', 'ship-2']) assert.equal((await get(cp, `/api/v3/logs/api?request_id=${id}`)).json.data.length, 1);
+  assert.equal(await shipper.shipOnce(), 0, 'nothing is sent twice');
 });
