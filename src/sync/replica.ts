@@ -312,7 +312,6 @@ export function createReplication(config: Config, store: Store, master: MasterKe
     resume() {
       // Until a snapshot is applied there is no state version to report.
       metrics.stateVersion.set(0);
-      metrics.controlPlaneUrl.set(-1);
       replica.loadPersisted();
     },
     start() {
