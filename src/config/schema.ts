@@ -170,6 +170,46 @@ function emptyAsAbsent<T extends z.ZodType>(schema: T) {
   return z.preprocess((value) => (value === '' ? undefined : value), schema.optional());
 }
 
+/** URLs a replica may fail over between: a handful of instances, not a fleet. */
+export const MAX_CONTROL_PLANE_URLS = 16;
+
+/**
+ * `state.control_plane.url`: one URL or a list of them (DESIGN §16), always a list once
+ * parsed. Anything but a list goes through the single URL's schema, so its messages are
+ * the ones a single URL has always had; a list is checked item by item with the same
+ * rule. Two items naming one endpoint would make the failover rule try a dead instance
+ * twice per round, so that is refused; the message never repeats a URL (it may hold
+ * credentials).
+ */
+function controlPlaneUrls() {
+  const one = httpUrl.transform((url) => [url]);
+  const list = z
+    .array(httpUrl)
+    .min(1, 'list at least one URL')
+    .max(MAX_CONTROL_PLANE_URLS, `list at most ${MAX_CONTROL_PLANE_URLS} URLs`)
+    .superRefine((urls, ctx) => {
+      const seen = new Map<string, number>();
+      urls.forEach((url, index) => {
+        const key = sameEndpointKey(url);
+        if (key === null) return;
+        const first = seen.get(key);
+        if (first === undefined) seen.set(key, index);
+        else ctx.addIssue({ code: 'custom', path: [index], message: `duplicate URL (also at state.control_plane.url.${first})` });
+      });
+    });
+  return z.unknown().transform((input, ctx) => {
+    const parsed = (Array.isArray(input) ? list : one).safeParse(input);
+    if (parsed.success) return parsed.data as string[];
+    for (const issue of parsed.error.issues) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
+    return z.NEVER;
+  });
+}
+
+/** What makes two base URLs one endpoint: the parsed URL, with or without a final slash; null for an item already refused. */
+function sameEndpointKey(url: string): string | null {
+  return URL.parse(url)?.href.replace(/\/+$/, '') ?? null;
+}
+
 // ---------------------------------------------------------------------------------------
 // Sections
 
@@ -193,7 +233,7 @@ const stateSchema = z.strictObject({
   // so a file can keep the block around while running locally.
   control_plane: z
     .strictObject({
-      url: emptyAsAbsent(httpUrl),
+      url: emptyAsAbsent(controlPlaneUrls()),
       api_key: emptyAsAbsent(apiKey),
       poll_interval: duration('5s', { positive: true }),
       /** This replica's name in the control plane's logs; absent means the host name. */

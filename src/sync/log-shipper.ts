@@ -15,8 +15,13 @@
  * names ids the control plane does not know (a key or configuration deleted while the
  * rows waited) sends the rows again without those ids, or, for a usage row whose
  * configuration is gone, without the row; this replica's own log keeps it as it was.
+ *
+ * With several control-plane URLs, a failed round moves to the next at once and the
+ * backoff applies only after every one failed in a row (control-plane-urls.ts). Instances
+ * of one control plane share its store, so a batch sent again to another instance after
+ * an answer was lost is still stored once.
  */
-import { controlPlaneUrl } from './control-plane-url.ts';
+import { ControlPlaneUrls, shownUrl } from './control-plane-urls.ts';
 import { Repeater } from './repeater.ts';
 import type { Logger } from 'pino';
 import { Agent, request } from 'undici';
@@ -39,7 +44,8 @@ const REFERENCE_FIELDS = new Set(['api_key_id', 'user_id', 'configuration_id']);
 export interface LogShipperOptions {
   readonly store: Store;
   readonly logger: Logger;
-  readonly url: string;
+  /** The control plane's base URLs, one or more instances, in the order to try them. */
+  readonly urls: readonly string[];
   readonly apiKey: string;
   /** This replica's name in the control plane's logs. */
   readonly replica: string;
@@ -55,7 +61,9 @@ export class LogShipper {
   readonly #options: LogShipperOptions;
   readonly #backoff: Backoff;
   readonly #agent: Agent;
-  readonly #logsUrl: string;
+  readonly #urls: ControlPlaneUrls;
+  /** The last round failed but not on every instance yet: try the next one at once. */
+  #retryAtOnce = false;
   #batchSize: number;
   readonly #repeater: Repeater<number>;
   #abort: AbortController | null = null;
@@ -67,12 +75,16 @@ export class LogShipper {
     this.#backoff = new Backoff(options.interval);
     const timeout = options.timeout ?? 30_000;
     this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
-    this.#logsUrl = controlPlaneUrl(options.url, LOGS_PATH);
+    this.#urls = new ControlPlaneUrls(options.urls, LOGS_PATH);
     this.#batchSize = Math.max(1, Math.min(options.batchSize ?? SHIP_BATCH, SHIP_BATCH));
     this.#repeater = new Repeater(
-      () => this.#shipAll(),
+      () => this.#round(),
       (outcome) => {
         if (outcome.ok) return this.#backoff.succeeded();
+        if (this.#retryAtOnce) {
+          this.#options.logger.warn({ err: outcome.error, next: this.#urls.shown }, 'shipping logs to the control plane failed; trying the next control-plane URL');
+          return 0;
+        }
         const wait = this.#backoff.failed();
         const details = { err: outcome.error, failures: this.#backoff.failures, retryInMs: wait };
         // A refusal of the batch itself will not go away by waiting: say so louder.
@@ -98,6 +110,21 @@ export class LogShipper {
   /** Ships everything written so far, batch after batch. Resolves to the rows shipped; rejects when a batch failed. */
   shipOnce(): Promise<number> {
     return this.#repeater.runOnce();
+  }
+
+  /** The position in `state.control_plane.url` of the instance that took the last batch; null before one. */
+  get servingIndex(): number | null {
+    return this.#urls.lastGood;
+  }
+
+  /** One round; a failure moves to the next instance (a refusal too: the next may be a newer build). */
+  async #round(): Promise<number> {
+    try {
+      return await this.#shipAll();
+    } catch (err) {
+      this.#retryAtOnce = !this.#repeater.stopped && !this.#urls.failed();
+      throw err;
+    }
   }
 
   async #shipAll(): Promise<number> {
@@ -160,7 +187,8 @@ export class LogShipper {
 
   async #send(logs: ShippedLogs): Promise<void> {
     this.#abort = new AbortController();
-    const response = await request(this.#logsUrl, {
+    const url = this.#urls.url;
+    const response = await request(url, {
       method: 'POST',
       headers: { 'x-svc-authorization': this.#options.apiKey, 'content-type': 'application/json' },
       body: JSON.stringify({ replica: this.#options.replica, instance: this.#options.instance, api: logs.api, usage: logs.usage }),
@@ -168,8 +196,12 @@ export class LogShipper {
       signal: this.#abort.signal,
     });
     const text = await response.body.text();
-    if (response.statusCode >= 200 && response.statusCode < 300) return;
-    const message = `POST ${this.#logsUrl} answered ${response.statusCode}: ${text.slice(0, 200)}`;
+    if (response.statusCode >= 200 && response.statusCode < 300) {
+      this.#retryAtOnce = false;
+      if (this.#urls.succeeded()) this.#options.logger.info({ controlPlane: this.#urls.shown, index: this.#urls.index, of: this.#urls.count }, 'now shipping logs to this control-plane URL');
+      return;
+    }
+    const message = `POST ${shownUrl(url)} answered ${response.statusCode}: ${text.slice(0, 200)}`;
     if (response.statusCode === 400 || response.statusCode === 413 || response.statusCode === 422) {
       throw new ShipRefusedError(message, response.statusCode, validationErrorsOf(text));
     }

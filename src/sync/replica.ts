@@ -6,8 +6,13 @@
  *
  * Each poll sends the applied digest as If-None-Match: an unchanged state costs the
  * control plane a 304 and the replica nothing.
+ *
+ * With several control-plane URLs, a failed poll moves to the next at once, and the
+ * backoff applies only after a round in which every one failed (control-plane-urls.ts):
+ * instances of one control plane serve one state and one digest, so the next instance
+ * answers the same If-None-Match with a 304.
  */
-import { controlPlaneUrl } from './control-plane-url.ts';
+import { ControlPlaneUrls, shownUrl } from './control-plane-urls.ts';
 import { Repeater } from './repeater.ts';
 import { hostname } from 'node:os';
 import { promisify } from 'node:util';
@@ -37,8 +42,8 @@ export interface ReplicaOptions {
   readonly metrics: Metrics;
   /** Checks the MAC of every snapshot, fetched or persisted. */
   readonly mac: SnapshotMac;
-  /** The control plane's base URL (no `/api`). */
-  readonly url: string;
+  /** The control plane's base URLs (no `/api`), one or more instances, in the order to try them. */
+  readonly urls: readonly string[];
   readonly apiKey: string;
   /** Milliseconds. */
   readonly pollInterval: number;
@@ -57,7 +62,9 @@ export class Replica {
   readonly #options: ReplicaOptions;
   readonly #backoff: Backoff;
   readonly #agent: Agent;
-  readonly #snapshotUrl: string;
+  readonly #urls: ControlPlaneUrls;
+  /** The last poll failed but the round is not over: poll the next instance at once. */
+  #retryAtOnce = false;
   #applied: { version: number; digest: string } | null = null;
   readonly #repeater: Repeater<PollOutcome>;
   #abort: AbortController | null = null;
@@ -70,10 +77,13 @@ export class Replica {
     this.#backoff = new Backoff(options.pollInterval);
     const timeout = options.timeout ?? 30_000;
     this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
-    this.#snapshotUrl = controlPlaneUrl(options.url, SNAPSHOT_PATH);
+    this.#urls = new ControlPlaneUrls(options.urls, SNAPSHOT_PATH);
     this.#repeater = new Repeater(
       () => this.#poll(),
-      (outcome) => (outcome.ok && outcome.value !== 'failed' ? this.#backoff.succeeded() : this.#backoff.failed()),
+      (outcome) => {
+        if (outcome.ok && outcome.value !== 'failed') return this.#backoff.succeeded();
+        return this.#retryAtOnce ? 0 : this.#backoff.failed();
+      },
     );
   }
 
@@ -84,6 +94,11 @@ export class Replica {
 
   get appliedVersion(): number | null {
     return this.#applied?.version ?? null;
+  }
+
+  /** The position in `state.control_plane.url` of the instance that answered the last good poll; null before one. */
+  get servingIndex(): number | null {
+    return this.#urls.lastGood;
   }
 
   /**
@@ -141,28 +156,44 @@ export class Replica {
     const { store, logger, metrics } = this.#options;
     try {
       const fetched = await this.#fetch();
-      if (fetched === null) return 'unchanged';
+      if (fetched === null) {
+        this.#answered();
+        return 'unchanged';
+      }
       const snapshot = verifySnapshot(fetched.body, this.#options.mac, { maxVersion: versionBound() });
       const gzipped = fetched.gzipped ?? (await gzipAsync(fetched.body));
       if (this.#repeater.stopped) return 'unchanged';
       const outcome = applySnapshot(store, snapshot, gzipped);
       this.#accepted(snapshot);
+      this.#answered();
       if (outcome.kind === 'unchanged') return 'unchanged';
       logger.info({ version: snapshot.version, rows: outcome.changed }, 'applied a control-plane snapshot');
       return 'applied';
     } catch (err) {
       if (this.#repeater.stopped) return 'failed';
+      // Any failure moves on, a refused snapshot too: another instance may serve a good one.
+      const failedAt = this.#urls.shown;
+      this.#retryAtOnce = !this.#urls.failed();
+      const next = this.#retryAtOnce ? this.#urls.shown : null;
       metrics.reloadFailures.inc();
       if (err instanceof SnapshotRejectedError) {
         // Nothing of a refused snapshot is kept (not its version either), so the next good
         // one applies as if this one had never come.
         metrics.countSnapshotRefused(err.reason);
-        logger.error({ reason: refusalDetails(err), keeping: this.#applied?.version ?? null }, 'rejected a control-plane snapshot; keeping the last good state');
+        logger.error({ reason: refusalDetails(err), keeping: this.#applied?.version ?? null, controlPlane: failedAt, next }, 'rejected a control-plane snapshot; keeping the last good state');
       } else {
-        logger.warn({ err, failures: this.#backoff.failures + 1, keeping: this.#applied?.version ?? null }, 'could not reach the control plane; keeping the last good state');
+        logger.warn({ err, failures: this.#backoff.failures + 1, keeping: this.#applied?.version ?? null, controlPlane: failedAt, next }, 'could not reach the control plane; keeping the last good state');
       }
       return 'failed';
     }
+  }
+
+  /** The instance in use answered with a good snapshot, or a 304: keep it, and say so when it is not the one that answered before. */
+  #answered(): void {
+    this.#retryAtOnce = false;
+    if (!this.#urls.succeeded()) return;
+    this.#options.metrics.controlPlaneUrl.set(this.#urls.index);
+    this.#options.logger.info({ controlPlane: this.#urls.shown, index: this.#urls.index, of: this.#urls.count }, 'now polling this control-plane URL');
   }
 
   #accepted(snapshot: VerifiedSnapshot): void {
@@ -175,11 +206,12 @@ export class Replica {
     const headers: Record<string, string> = { 'x-svc-authorization': this.#options.apiKey, 'accept-encoding': 'gzip' };
     if (this.#applied !== null) headers['if-none-match'] = `"${this.#applied.digest}"`;
     this.#abort = new AbortController();
+    const url = this.#urls.url;
     let response;
     try {
-      response = await request(this.#snapshotUrl, { method: 'GET', headers, dispatcher: this.#agent, signal: this.#abort.signal });
+      response = await request(url, { method: 'GET', headers, dispatcher: this.#agent, signal: this.#abort.signal });
     } catch (err) {
-      throw new PollFailedError(`GET ${this.#snapshotUrl} failed: ${(err as Error).message}`, { cause: err });
+      throw new PollFailedError(`GET ${shownUrl(url)} failed: ${(err as Error).message}`, { cause: err });
     }
     if (response.statusCode === 304) {
       await response.body.dump();
@@ -187,7 +219,7 @@ export class Replica {
     }
     if (response.statusCode !== 200) {
       await response.body.dump();
-      throw new PollFailedError(`GET ${this.#snapshotUrl} answered ${response.statusCode}`);
+      throw new PollFailedError(`GET ${shownUrl(url)} answered ${response.statusCode}`);
     }
     const raw = await readLimited(response.body, MAX_SNAPSHOT_BYTES).catch((err: unknown) => {
       throw new PollFailedError(`reading the snapshot failed: ${(err as Error).message}`, { cause: err });
@@ -249,14 +281,14 @@ export function createReplication(config: Config, store: Store, master: MasterKe
     logger,
     metrics,
     mac: new SnapshotMac(master),
-    url: controlPlane.url,
+    urls: controlPlane.url,
     apiKey: controlPlane.api_key,
     pollInterval: controlPlane.poll_interval,
   });
   const shipper = new LogShipper({
     store,
     logger,
-    url: controlPlane.url,
+    urls: controlPlane.url,
     apiKey: controlPlane.api_key,
     replica: controlPlane.replica_name ?? hostname(),
     // Made here, at the replica's first start, and kept in its store from then on.

@@ -31,6 +31,7 @@ export class Metrics {
   private readonly forwardErrors: Counter<'destination' | 'kind'>;
   readonly stateVersion: Gauge;
   readonly reloadFailures: Counter;
+  readonly controlPlaneUrl: Gauge;
   private readonly relayGuard: Counter<'outcome'>;
   private readonly relayPassthrough: Counter;
   private readonly egressProxy: Counter<'host_rule' | 'status'>;
@@ -69,6 +70,12 @@ export class Metrics {
     });
     this.stateVersion = new Gauge({ name: 'svc_state_version', help: 'Version of the applied state (seed or control-plane snapshot).', registers });
     this.reloadFailures = new Counter({ name: 'svc_state_reload_failures_total', help: 'State reloads that failed and kept the last good state.', registers });
+    this.controlPlaneUrl = new Gauge({
+      name: 'svc_sync_control_plane_url',
+      help: 'On a replica, the position (from 0) in state.control_plane.url of the instance that answered the last good poll; -1 before one, and elsewhere.',
+      registers,
+    });
+    this.controlPlaneUrl.set(-1);
     this.snapshotsRefused = new Counter({
       name: 'svc_sync_snapshots_refused_total',
       help: 'Control-plane snapshots a replica refused, by reason (invalid, mac, digest, version, older, store).',

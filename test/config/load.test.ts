@@ -303,9 +303,66 @@ describe('cross-field rules', () => {
       text: 'state: { source: control-plane, control_plane: { url: "https://cp:8080", api_key: "${CP_KEY}" } }',
       env: { CP_KEY: KEY },
     });
-    assert.deepEqual(config.state.control_plane, { url: 'https://cp:8080', api_key: KEY, poll_interval: 5_000, ship_interval: 5_000 });
+    assert.deepEqual(config.state.control_plane, { url: ['https://cp:8080'], api_key: KEY, poll_interval: 5_000, ship_interval: 5_000 });
     // Without control-plane, the block may stay incomplete.
     assert.equal(loadConfig({ text: 'state: { control_plane: { url: "https://cp:8080" } }', env: {} }).state.source, 'local');
+  });
+
+  it('state.control_plane.url takes one URL or a list, and is a list once loaded', () => {
+    const urlsOf = (url: string) => loadConfig({ text: `state: { source: control-plane, control_plane: { url: ${url}, api_key: "${KEY}" } }`, env: {} }).state.control_plane?.url;
+    assert.deepEqual(urlsOf('"https://cp:8080"'), ['https://cp:8080']);
+    assert.deepEqual(urlsOf('["https://cp-a:8080", "https://cp-b:8080/svc/"]'), ['https://cp-a:8080', 'https://cp-b:8080/svc/']);
+    const block = loadConfig({
+      text: `state:\n  source: control-plane\n  control_plane:\n    url:\n      - https://cp-a:8080\n      - http://10.0.0.2:8080\n    api_key: "${KEY}"\n`,
+      env: {},
+    });
+    assert.deepEqual(block.state.control_plane?.url, ['https://cp-a:8080', 'http://10.0.0.2:8080']);
+    // Each item goes through ${VAR} like any other string.
+    const fromEnv = loadConfig({ text: `state: { source: control-plane, control_plane: { url: ["\${CP_A}", "\${CP_B}"], api_key: "${KEY}" } }`, env: { CP_A: 'http://a:1', CP_B: 'http://b:1' } });
+    assert.deepEqual(fromEnv.state.control_plane?.url, ['http://a:1', 'http://b:1']);
+    // Sixteen is the most a list may hold.
+    const sixteen = Array.from({ length: 16 }, (_, i) => `"http://cp-${i}:8080"`).join(', ');
+    assert.equal(urlsOf(`[${sixteen}]`)?.length, 16);
+  });
+
+  it('a single control-plane URL is refused with the messages it always had', () => {
+    const cp = (url: string) => `state: { source: control-plane, control_plane: { url: ${url}, api_key: "${KEY}" } }`;
+    for (const [url, problem] of [
+      ['"ftp://cp:8080"', 'state.control_plane.url: expected an absolute http(s) URL'],
+      ['"http://"', 'state.control_plane.url: expected an absolute http(s) URL'],
+      ['"cp:8080"', 'state.control_plane.url: expected an absolute http(s) URL'],
+      ['5', 'state.control_plane.url: Invalid input: expected string, received number'],
+      ['{ a: 1 }', 'state.control_plane.url: Invalid input: expected string, received object'],
+      ['""', 'state.control_plane.url: required when state.source is control-plane'],
+    ] as const) {
+      assert.deepEqual(problemsOf(cp(url)), [problem], url);
+    }
+  });
+
+  it('a list of control-plane URLs: each item checked as a single URL, no duplicates, between 1 and 16', () => {
+    const cp = (url: string) => `state: { source: control-plane, control_plane: { url: ${url}, api_key: "${KEY}" } }`;
+    for (const [url, problems] of [
+      ['[]', ['state.control_plane.url: list at least one URL']],
+      ['["http://a:1", "ftp://b:1"]', ['state.control_plane.url.1: expected an absolute http(s) URL']],
+      ['["http://a:1", 5, ""]', ['state.control_plane.url.1: Invalid input: expected string, received number', 'state.control_plane.url.2: expected an absolute http(s) URL']],
+      ['[[ "http://a:1" ]]', ['state.control_plane.url.0: Invalid input: expected string, received array']],
+      // One endpoint written twice: same text, another case of host, a final slash, a default port.
+      ['["http://a:1", "http://a:1"]', ['state.control_plane.url.1: duplicate URL (also at state.control_plane.url.0)']],
+      ['["http://cp.example:1/svc", "http://b:1", "HTTP://CP.EXAMPLE:1/svc/"]', ['state.control_plane.url.2: duplicate URL (also at state.control_plane.url.0)']],
+      ['["https://a", "https://a:443/"]', ['state.control_plane.url.1: duplicate URL (also at state.control_plane.url.0)']],
+      [`[${Array.from({ length: 17 }, (_, i) => `"http://cp-${i}:8080"`).join(', ')}]`, ['state.control_plane.url: list at most 16 URLs']],
+    ] as const) {
+      assert.deepEqual(problemsOf(cp(url)), problems, url);
+    }
+    // Near misses that are not duplicates: another path, port or scheme is another endpoint.
+    for (const url of ['["http://a:1/x", "http://a:1/y"]', '["http://a:1", "http://a:2"]', '["http://a", "https://a"]']) {
+      assert.equal(loadConfig({ text: cp(url), env: {} }).state.control_plane?.url?.length, 2, url);
+    }
+  });
+
+  it('a duplicate control-plane URL is not echoed (it may hold credentials)', () => {
+    const problems = problemsOf(`state: { source: control-plane, control_plane: { url: ["http://u:s3cret@a:1", "http://u:s3cret@a:1"], api_key: "${KEY}" } }`);
+    assert.deepEqual(problems, ['state.control_plane.url.1: duplicate URL (also at state.control_plane.url.0)']);
   });
 
   it('runs even when other fields fail, and reports alongside them', () => {

@@ -15,6 +15,7 @@ const shape: [
   Equal<Config['state']['source'], 'local' | 'file' | 'control-plane'>,
   Equal<NonNullable<Config['state']['control_plane']>['poll_interval'], number>,
   Equal<NonNullable<Config['state']['control_plane']>['api_key'], string | undefined>,
+  Equal<NonNullable<Config['state']['control_plane']>['url'], readonly string[] | undefined>,
   Equal<Config['logging']['level'], 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'>,
   Equal<SeedUser['roles'], readonly Role[]>,
   Equal<SeedUser['disabled'], boolean | undefined>,
@@ -25,7 +26,7 @@ const shape: [
   Equal<RelayRoute['match']['method'], string | undefined>,
   Equal<EgressRoute['destination'], string>,
   Equal<Config['relay'] extends undefined ? never : 'may be absent', 'may be absent'>,
-] = [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true];
+] = [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true];
 
 it('Config has the documented shape (checked by tsc)', () => {
   assert.ok(shape.every((check) => check));

@@ -508,7 +508,7 @@ test('backoff: about one interval after a success; doubling with jitter, capped 
 });
 
 test('control-plane URLs keep the base path prefix', async () => {
-  const { controlPlaneUrl } = await import('../../src/sync/control-plane-url.ts');
+  const { controlPlaneUrl } = await import('../../src/sync/control-plane-urls.ts');
   assert.equal(controlPlaneUrl('https://cp.example/svc', '/api/v3/sync/snapshot'), 'https://cp.example/svc/api/v3/sync/snapshot');
   assert.equal(controlPlaneUrl('https://cp.example/svc/', '/api/v3/sync/logs'), 'https://cp.example/svc/api/v3/sync/logs');
   assert.equal(controlPlaneUrl('http://127.0.0.1:8080', '/api/v3/sync/logs'), 'http://127.0.0.1:8080/api/v3/sync/logs');

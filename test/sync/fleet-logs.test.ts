@@ -354,7 +354,7 @@ function newApiRow(requestId: string) {
 }
 
 function shipperFor(store: Store, cp: Node): LogShipper {
-  return new LogShipper({ store, logger: createLogger('silent'), url: cp.url, apiKey: FLEET_KEY, replica: 'local', instance: store.shippedLogs.instanceId(), interval: 60_000 });
+  return new LogShipper({ store, logger: createLogger('silent'), urls: [cp.url], apiKey: FLEET_KEY, replica: 'local', instance: store.shippedLogs.instanceId(), interval: 60_000 });
 }
 
 /** Rows the control plane holds from `store`'s instance. */

@@ -113,19 +113,21 @@ export function startControlPlane(t: TestContext, storePath: string, port?: numb
 
 export interface ReplicaOptions {
   readonly pollMs?: number;
+  readonly shipMs?: number;
   readonly key?: string;
   readonly captureLogs?: boolean;
 }
 
-export function replicaYaml(controlPlaneUrl: string, name: string, options: ReplicaOptions = {}): string {
+/** `controlPlaneUrl`: one URL, or a list of instances to fail over between. */
+export function replicaYaml(controlPlaneUrl: string | readonly string[], name: string, options: ReplicaOptions = {}): string {
   return `
 state:
   source: control-plane
-  control_plane: { url: "${controlPlaneUrl}", api_key: "${options.key ?? FLEET_KEY}", poll_interval: ${options.pollMs ?? 200}ms, ship_interval: 100ms, replica_name: ${name} }
+  control_plane: { url: ${JSON.stringify(controlPlaneUrl)}, api_key: "${options.key ?? FLEET_KEY}", poll_interval: ${options.pollMs ?? 200}ms, ship_interval: ${options.shipMs ?? 100}ms, replica_name: ${name} }
 `;
 }
 
-export function startReplica(t: TestContext, storePath: string, controlPlaneUrl: string, name: string, options: ReplicaOptions = {}): Promise<Node> {
+export function startReplica(t: TestContext, storePath: string, controlPlaneUrl: string | readonly string[], name: string, options: ReplicaOptions = {}): Promise<Node> {
   return startNode(t, { storePath, yaml: replicaYaml(controlPlaneUrl, name, options), captureLogs: options.captureLogs });
 }
 
