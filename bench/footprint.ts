@@ -1,7 +1,7 @@
 /**
  * The service's memory footprint and start time, as `npm start` runs it:
  *
- *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick]
+ *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--svc-env K=V,...] [--svc-node-args="--flag ..."]
  *   node bench/footprint.ts --modules [--quick]
  *
  * Service mode. For each log writer (`logs.writer: thread` and `inline`) the service runs
@@ -17,7 +17,9 @@
  * and the last of them serves `--requests` POST /proxy/payments (a 1 KB record, five
  * fields encrypted, forwarded to the echo server; autocannon, `--connections`), after
  * which VmRSS and VmHWM are read again 2 s later. A bare Node http server started the same
- * way is the floor. Writes bench/results/footprint.json (footprint-quick.json with --quick).
+ * way is the floor. Writes bench/results/footprint.json (footprint-quick.json with --quick);
+ * `--svc-env` (environment over npm start's) or `--svc-node-args` (flags after npm start's)
+ * make it an experiment, written to footprint-experiment.json.
  *
  * Module mode. What importing each dependency and each of our top-level modules costs:
  * VmRSS of `node -e "await import(X)"` (same flags, warm compile cache) 500 ms after the
@@ -52,8 +54,12 @@ type Writer = (typeof WRITERS)[number];
 const log = (m: string) => process.stderr.write(`${m}\n`);
 const mib = (bytes: number) => Math.round((bytes / MIB) * 10) / 10;
 
+/** Experiments: environment over SERVICE_ENV and node flags after SERVICE_NODE_FLAGS. */
+let extraEnv: Record<string, string> = {};
+let extraNodeArgs: string[] = [];
+
 function serviceEnv(): NodeJS.ProcessEnv {
-  return { PATH: process.env['PATH'] ?? '', NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV };
+  return { PATH: process.env['PATH'] ?? '', NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...extraEnv };
 }
 
 /** config/svc.yaml with free ports, the echo server as the payments destination, and `writer`. */
@@ -91,7 +97,7 @@ async function stop(child: ChildProcess): Promise<void> {
 /** Spawns `node <flags> src/main.ts serve --config <config>` in `dir`; resolves at the first 200 from /readyz. */
 async function startOnce(dir: string, config: string): Promise<Started> {
   const t0 = performance.now();
-  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, MAIN, 'serve', '--config', config], { cwd: dir, env: serviceEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...extraNodeArgs, MAIN, 'serve', '--config', config], { cwd: dir, env: serviceEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   let port: number | null = null;
   child.stdout!.on('data', (d: Buffer) => {
@@ -284,10 +290,15 @@ async function main(): Promise<void> {
       starts: { type: 'string' },
       requests: { type: 'string' },
       connections: { type: 'string', default: '16' },
+      'svc-env': { type: 'string', default: '' },
+      'svc-node-args': { type: 'string', default: '' },
     },
     strict: true,
   });
   const quick = values.quick;
+  extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
+  extraEnv = Object.fromEntries(values['svc-env'].split(',').filter((kv) => kv !== '').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0;
   if (values.modules) return modules(quick);
   const int = (v: string | undefined, fallback: number, name: string) => {
     const n = v === undefined ? fallback : Number(v);
@@ -317,12 +328,12 @@ async function main(): Promise<void> {
     );
   }
   console.log(`bare node http server: ${bare.rssMiB} MiB`);
-  write(quick ? 'footprint-quick.json' : 'footprint.json', {
+  write(experiment ? 'footprint-experiment.json' : quick ? 'footprint-quick.json' : 'footprint.json', {
     suite: 'footprint',
     description: 'start to /readyz 200 and VmRSS of the service on config/svc.yaml as npm start runs it, idle and after proxied requests, per log writer',
     command: `node bench/footprint.ts${process.argv.slice(2).length > 0 ? ` ${process.argv.slice(2).join(' ')}` : ''}`,
     machine,
-    inputs: { starts, requests, connections, nodeFlags: SERVICE_NODE_FLAGS, env: SERVICE_ENV, body: 'bench/http/body.ts customerRecord, x-svc-fields name,email,phone,card.number,ssn' },
+    inputs: { starts, requests, connections, nodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs], env: { ...SERVICE_ENV, ...extraEnv }, body: 'bench/http/body.ts customerRecord, x-svc-fields name,email,phone,card.number,ssn' },
     bareNodeHttpServer: bare,
     writers: results,
   });
