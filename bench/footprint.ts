@@ -55,6 +55,13 @@ const WRITERS = ['thread', 'inline'] as const;
 type Writer = (typeof WRITERS)[number];
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
+
+/** RssAnon and RssFile of a process in MiB: what is its own, and what is mapped files (the node binary, shared). */
+function rssParts(pid: number): { anonMiB: number; fileMiB: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
+  return { anonMiB: Math.round(kib('RssAnon') / 102.4) / 10, fileMiB: Math.round(kib('RssFile') / 102.4) / 10 };
+}
 const mib = (bytes: number) => Math.round((bytes / MIB) * 10) / 10;
 
 /** Experiments: environment over SERVICE_ENV and node flags after SERVICE_NODE_FLAGS. */
@@ -146,8 +153,8 @@ async function proxyLoad(url: string, echo: string, requests: number, connection
 interface WriterResult {
   readonly writer: Writer;
   readonly readyMs: { median: number; min: number; max: number; all: number[] };
-  readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[] };
-  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number };
+  readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[]; last: { anonMiB: number; fileMiB: number } };
+  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number; anonMiB: number; fileMiB: number };
 }
 
 async function measureWriter(writer: Writer, echo: string, starts: number, requests: number, connections: number): Promise<WriterResult> {
@@ -160,13 +167,15 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
     const ready: number[] = [];
     const idleRss: number[] = [];
     const idleHwm: number[] = [];
-    let afterLoad = { requests: 0, rssMiB: 0, hwmMiB: 0 };
+    let afterLoad = { requests: 0, rssMiB: 0, hwmMiB: 0, anonMiB: 0, fileMiB: 0 };
+    let idleParts = { anonMiB: 0, fileMiB: 0 };
     for (let i = 0; i < starts; i++) {
       const started = await startOnce(dir, config);
       try {
         ready.push(started.readyMs);
         await sleep(2000);
         const idle = memory(started.child.pid!);
+        idleParts = rssParts(started.child.pid!);
         idleRss.push(mib(idle.rss));
         idleHwm.push(mib(idle.hwm));
         log(`  ${writer} start ${i + 1}/${starts}: ready ${started.readyMs} ms, idle RSS ${mib(idle.rss)} MiB (HWM ${mib(idle.hwm)})`);
@@ -174,7 +183,7 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
           const ok = await proxyLoad(started.url, echo, requests, connections);
           await sleep(2000);
           const after = memory(started.child.pid!);
-          afterLoad = { requests: ok, rssMiB: mib(after.rss), hwmMiB: mib(after.hwm) };
+          afterLoad = { requests: ok, rssMiB: mib(after.rss), hwmMiB: mib(after.hwm), ...rssParts(started.child.pid!) };
           log(`  ${writer} after ${ok} requests: RSS ${afterLoad.rssMiB} MiB (HWM ${afterLoad.hwmMiB})`);
         }
       } finally {
@@ -184,7 +193,7 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
     return {
       writer,
       readyMs: { median: Math.round(median(ready) * 10) / 10, min: Math.min(...ready), max: Math.max(...ready), all: ready },
-      idle: { rssMiB: Math.round(median(idleRss) * 10) / 10, hwmMiB: Math.round(median(idleHwm) * 10) / 10, rssAllMiB: idleRss },
+      idle: { rssMiB: Math.round(median(idleRss) * 10) / 10, hwmMiB: Math.round(median(idleHwm) * 10) / 10, rssAllMiB: idleRss, last: idleParts },
       afterLoad,
     };
   } finally {
@@ -280,7 +289,8 @@ async function modules(quick: boolean): Promise<void> {
     const rss = measure([spec]);
     const withCore = CORE.includes(spec) ? core : measure([...CORE, spec]);
     const row = { module: spec, rssMiB: rss, overBareMiB: round(rss - bare), overCoreMiB: round(withCore - core) };
-    log(`${spec.padEnd(36)} ${String(rss).padStart(7)} ${`+${row.overBareMiB}`.padStart(10)} ${`+${row.overCoreMiB}`.padStart(10)}`);
+    const signed = (n: number) => (n < 0 ? `${n}` : `+${n}`);
+    log(`${spec.padEnd(36)} ${String(rss).padStart(7)} ${signed(row.overBareMiB).padStart(10)} ${signed(row.overCoreMiB).padStart(10)}`);
     return row;
   });
   machine.loadAverageAtEnd = loadAverage();
