@@ -215,7 +215,15 @@ interface EntryParts {
   endUser?: string | null;
 }
 
-const NUMBER = new Intl.NumberFormat('en-US');
+/**
+ * Made on first use: building a number format loads the locale data of ICU, about 6 MB that
+ * a service whose logs nobody lists would carry for nothing.
+ */
+let numberFormat: Intl.NumberFormat | undefined;
+function formatNumber(n: number): string {
+  numberFormat ??= new Intl.NumberFormat('en-US');
+  return numberFormat.format(n);
+}
 
 /**
  * Builds the views of one page. Users, configurations and keys repeat across the rows of
@@ -395,8 +403,8 @@ class LogPresenter {
 
 function usageDescription(row: UsageLog, configuration: ConfigurationView | null): string {
   const verb = row.mode === 'encrypt' ? 'Encrypted' : 'Decrypted';
-  const fields = `${NUMBER.format(row.fieldCount)} ${row.fieldCount === 1 ? 'field' : 'fields'}`;
-  const bytes = `${NUMBER.format(row.bytes)} ${row.bytes === 1 ? 'byte' : 'bytes'}`;
+  const fields = `${formatNumber(row.fieldCount)} ${row.fieldCount === 1 ? 'field' : 'fields'}`;
+  const bytes = `${formatNumber(row.bytes)} ${row.bytes === 1 ? 'byte' : 'bytes'}`;
   const name = configuration === null ? 'a deleted configuration' : `configuration "${configuration.name}"`;
   return `${verb} ${fields} (${bytes}) with ${name}.`;
 }

@@ -1,0 +1,374 @@
+/**
+ * The service's memory footprint and start time, as `npm start` runs it:
+ *
+ *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--svc-env K=V,...] [--svc-node-args="--flag ..."]
+ *   node bench/footprint.ts --modules [--quick]
+ *
+ * Service mode. For each log writer (`logs.writer: thread` and `inline`) the service runs
+ * on a temporary copy of config/svc.yaml (the default configuration: SQLite and the master
+ * key file under ./data of a temporary directory, both listeners, `logging.level: info`),
+ * with only the ports (0), the payments destination (the echo server) and `logs.writer`
+ * changed. It is started with the node flags and environment of `npm start`
+ * (bench/http/processes.ts: --max-semi-space-size=2, MALLOC_ARENA_MAX=1, the compile cache,
+ * warm). One start creates the store and is not measured; then `--starts` starts each give
+ * - the time from spawn to the first 200 from GET /readyz (polled every 5 ms once the
+ *   service logs its port),
+ * - VmRSS and VmHWM 2 s after that, idle;
+ * and the last of them serves `--requests` POST /proxy/payments (a 1 KB record, five
+ * fields encrypted, forwarded to the echo server; autocannon, `--connections`), after
+ * which VmRSS and VmHWM are read again 2 s later. A bare Node http server started the same
+ * way is the floor. Writes bench/results/footprint.json (footprint-quick.json with --quick);
+ * `--svc-env` (environment over npm start's) or `--svc-node-args` (flags after npm start's)
+ * make it an experiment, written to footprint-experiment.json.
+ *
+ * Module mode. What importing each dependency and each of our top-level modules costs:
+ * VmRSS of `node -e "await import(X)"` (same flags, warm compile cache) after the import
+ * and two full collections 500 ms apart, less that of a Node that imports nothing ("over bare"), and what X adds on top of
+ * the modules the data plane cannot start without (CORE, "over core": what loading X
+ * lazily could save at most; modules share much, so "over bare" overstates it); the lowest
+ * of three processes (identical ones land about 6 MiB apart now and then). Writes
+ * bench/results/footprint-modules.json (footprint-modules-quick.json with --quick).
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { median } from './lib/measure.ts';
+import { loadAverage, machineInfo } from './lib/report.ts';
+import { customerRecord, FIELDS } from './http/body.ts';
+import { memory, SERVICE_ENV, SERVICE_NODE_FLAGS, startHelper } from './http/processes.ts';
+
+const MIB = 1024 * 1024;
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const MAIN = join(ROOT, 'src/main.ts');
+const DEFAULT_CONFIG = join(ROOT, 'config/svc.yaml');
+/** Where `npm start` keeps its compile cache (package.json). */
+const COMPILE_CACHE = join(ROOT, 'node_modules/.cache/node');
+/** The fallback API key of config/svc.yaml (SVC_API_KEY unset). */
+const DEV_KEY = 'svc_devLocalKeyDoNotUseInProduction000000000';
+const WRITERS = ['thread', 'inline'] as const;
+type Writer = (typeof WRITERS)[number];
+
+const log = (m: string) => process.stderr.write(`${m}\n`);
+
+/** RssAnon and RssFile of a process in MiB: what is its own, and what is mapped files (the node binary, shared). */
+function rssParts(pid: number): { anonMiB: number; fileMiB: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
+  return { anonMiB: Math.round(kib('RssAnon') / 102.4) / 10, fileMiB: Math.round(kib('RssFile') / 102.4) / 10 };
+}
+const mib = (bytes: number) => Math.round((bytes / MIB) * 10) / 10;
+
+/** Experiments: environment over SERVICE_ENV and node flags after SERVICE_NODE_FLAGS. */
+let extraEnv: Record<string, string> = {};
+let extraNodeArgs: string[] = [];
+
+function serviceEnv(): NodeJS.ProcessEnv {
+  return { PATH: process.env['PATH'] ?? '', NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...extraEnv };
+}
+
+/** config/svc.yaml with free ports, the echo server as the payments destination, and `writer`. */
+function benchConfig(echo: string, writer: Writer): string {
+  let text = readFileSync(DEFAULT_CONFIG, 'utf8');
+  const replace = (from: string, to: string) => {
+    if (!text.includes(from)) throw new Error(`config/svc.yaml no longer contains ${JSON.stringify(from)}: update bench/footprint.ts`);
+    text = text.replace(from, to);
+  };
+  replace('listen: 127.0.0.1:8080', 'listen: 127.0.0.1:0');
+  replace('admin_listen: 127.0.0.1:9090', 'admin_listen: 127.0.0.1:0');
+  replace('destinations: ["http://127.0.0.1:9999/"]', `destinations: [${JSON.stringify(`${echo}/`)}]`);
+  if (/^logs:/m.test(text)) throw new Error('config/svc.yaml now has a logs: section: update bench/footprint.ts');
+  return `${text}\nlogs:\n  writer: ${writer}\n`;
+}
+
+interface Started {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly readyMs: number;
+}
+
+function exited(child: ChildProcess): Promise<unknown> {
+  return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : once(child, 'exit');
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+  await exited(child);
+  clearTimeout(timer);
+}
+
+/** Spawns `node <flags> src/main.ts serve --config <config>` in `dir`; resolves at the first 200 from /readyz. */
+async function startOnce(dir: string, config: string): Promise<Started> {
+  const t0 = performance.now();
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...extraNodeArgs, MAIN, 'serve', '--config', config], { cwd: dir, env: serviceEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  let port: number | null = null;
+  child.stdout!.on('data', (d: Buffer) => {
+    output += d.toString();
+    port ??= Number(/"listen":"[^"]*:(\d+)"/.exec(output)?.[1] ?? 0) || null;
+  });
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  const deadline = t0 + 30_000;
+  while (performance.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`the service exited with ${child.exitCode}:\n${output}`);
+    if (port !== null) {
+      const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+        async (r) => (await r.arrayBuffer(), r.status === 200),
+        () => false,
+      );
+      if (ok) return { child, url: `http://127.0.0.1:${port}`, readyMs: Math.round((performance.now() - t0) * 10) / 10 };
+    }
+    await sleep(5);
+  }
+  child.kill('SIGKILL');
+  throw new Error(`the service was not ready within 30 s:\n${output}`);
+}
+
+// autocannon ships no types; this is the part of its API used here.
+type Autocannon = (opts: Record<string, unknown>) => { on(event: 'done', cb: (r: { non2xx: number; errors: number; timeouts: number; '2xx': number }) => void): void };
+const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon;
+
+async function proxyLoad(url: string, echo: string, requests: number, connections: number): Promise<number> {
+  const done = await new Promise<{ non2xx: number; errors: number; timeouts: number; '2xx': number }>((resolve) => {
+    autocannon({
+      url: `${url}/proxy/payments`,
+      method: 'POST',
+      connections,
+      amount: requests,
+      headers: { 'content-type': 'application/json', 'x-svc-authorization': DEV_KEY, 'x-svc-destination': `${echo}/`, 'x-svc-fields': FIELDS.join(',') },
+      body: customerRecord(),
+    }).on('done', resolve);
+  });
+  if (done.non2xx + done.errors + done.timeouts > 0) throw new Error(`load: ${done.non2xx} non-2xx, ${done.errors} errors, ${done.timeouts} timeouts`);
+  return done['2xx'];
+}
+
+interface WriterResult {
+  readonly writer: Writer;
+  readonly readyMs: { median: number; min: number; max: number; all: number[] };
+  readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[]; last: { anonMiB: number; fileMiB: number } };
+  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number; anonMiB: number; fileMiB: number };
+}
+
+async function measureWriter(writer: Writer, echo: string, starts: number, requests: number, connections: number): Promise<WriterResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-footprint-'));
+  try {
+    const config = join(dir, 'svc.yaml');
+    writeFileSync(config, benchConfig(echo, writer));
+    // The first start creates ./data (store, master key) and fills the compile cache.
+    await stop((await startOnce(dir, config)).child);
+    const ready: number[] = [];
+    const idleRss: number[] = [];
+    const idleHwm: number[] = [];
+    let afterLoad = { requests: 0, rssMiB: 0, hwmMiB: 0, anonMiB: 0, fileMiB: 0 };
+    let idleParts = { anonMiB: 0, fileMiB: 0 };
+    for (let i = 0; i < starts; i++) {
+      const started = await startOnce(dir, config);
+      try {
+        ready.push(started.readyMs);
+        await sleep(2000);
+        const idle = memory(started.child.pid!);
+        idleParts = rssParts(started.child.pid!);
+        idleRss.push(mib(idle.rss));
+        idleHwm.push(mib(idle.hwm));
+        log(`  ${writer} start ${i + 1}/${starts}: ready ${started.readyMs} ms, idle RSS ${mib(idle.rss)} MiB (HWM ${mib(idle.hwm)})`);
+        if (i === starts - 1 && requests > 0) {
+          const ok = await proxyLoad(started.url, echo, requests, connections);
+          await sleep(2000);
+          const after = memory(started.child.pid!);
+          afterLoad = { requests: ok, rssMiB: mib(after.rss), hwmMiB: mib(after.hwm), ...rssParts(started.child.pid!) };
+          log(`  ${writer} after ${ok} requests: RSS ${afterLoad.rssMiB} MiB (HWM ${afterLoad.hwmMiB})`);
+        }
+      } finally {
+        await stop(started.child);
+      }
+    }
+    return {
+      writer,
+      readyMs: { median: Math.round(median(ready) * 10) / 10, min: Math.min(...ready), max: Math.max(...ready), all: ready },
+      idle: { rssMiB: Math.round(median(idleRss) * 10) / 10, hwmMiB: Math.round(median(idleHwm) * 10) / 10, rssAllMiB: idleRss, last: idleParts },
+      afterLoad,
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** A Node http server that does nothing, started with the same flags and environment: the floor. */
+async function bareServer(): Promise<{ rssMiB: number }> {
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, '--input-type=module', '-e', "import { createServer } from 'node:http'; createServer((q, s) => s.end()).listen(0, '127.0.0.1', () => console.log('up'));"], {
+    env: serviceEnv(),
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await once(child.stdout!, 'data');
+  await sleep(2000);
+  const rss = mib(memory(child.pid!).rss);
+  await stop(child);
+  return { rssMiB: rss };
+}
+
+/** The dependencies, then our modules from the leaves of the data plane up to the command line. */
+const MODULES = [
+  'node:http',
+  'node:sqlite',
+  'zod',
+  'yaml',
+  'undici',
+  'prom-client',
+  'pino',
+  'jose',
+  '@peculiar/x509',
+  'http-proxy-3',
+  'lru-cache',
+  'src/config/load.ts',
+  'src/store/db.ts',
+  'src/telemetry/logger.ts',
+  'src/telemetry/metrics.ts',
+  'src/telemetry/log-writer.ts',
+  'src/auth/caller.ts',
+  'src/auth/passwords.ts',
+  'src/auth/access-tokens.ts',
+  'src/crypto/certificates.ts',
+  'src/dataplane/forwarder.ts',
+  'src/dataplane/encryption-routes.ts',
+  'src/dataplane/relay.ts',
+  'src/dataplane/egress.ts',
+  'src/dataplane/egress-proxy.ts',
+  'src/sync/replica.ts',
+  'src/api/routes.ts',
+  'src/api/index.ts',
+  'src/api/openapi.ts',
+  'src/app.ts',
+  'src/cli/run.ts',
+];
+
+/**
+ * What the data plane cannot start without: the configuration (yaml, zod), the store, the
+ * process log, metrics, forwarding (undici) and the encrypt/decrypt routes. The cost of a
+ * module on top of these is what loading it lazily could save at most.
+ */
+const CORE = ['src/config/load.ts', 'src/store/db.ts', 'src/telemetry/logger.ts', 'src/telemetry/metrics.ts', 'src/dataplane/forwarder.ts', 'src/dataplane/encryption-routes.ts'];
+
+function importRss(specs: readonly string[]): number {
+  const imports = specs.map((spec) => `await import(${JSON.stringify(spec.startsWith('src/') ? pathToFileURL(join(ROOT, spec)).href : spec)});`).join('\n');
+  // Two full collections around the wait: what compiling left behind is not counted, and
+  // the figure does not depend on when V8 happened to collect.
+  const script = `${imports}
+globalThis.gc();
+await new Promise((r) => setTimeout(r, 500));
+globalThis.gc();
+const { readFileSync } = await import('node:fs');
+console.log(/VmRSS:\\s+(\\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))[1]);`;
+  const result = spawnSync(process.execPath, [...SERVICE_NODE_FLAGS, '--expose-gc', '--input-type=module', '-e', script], { cwd: ROOT, env: serviceEnv(), encoding: 'utf8' });
+  if (result.status !== 0) throw new Error(`importing ${specs.join(', ')}: ${result.stderr}`);
+  return Number(result.stdout.trim()) * 1024;
+}
+
+async function modules(quick: boolean): Promise<void> {
+  const runs = quick ? 1 : 3;
+  // The lowest of the runs: identical processes land about 6 MiB apart now and then
+  // (bimodal, not spread), and the median of three takes the upper mode at random.
+  const measure = (specs: readonly string[]) => {
+    importRss(specs); // fills the compile cache
+    return mib(Math.min(...Array.from({ length: runs }, () => importRss(specs))));
+  };
+  const round = (n: number) => Math.round(n * 10) / 10;
+  const machine = machineInfo();
+  const bare = measure([]);
+  const core = measure(CORE);
+  log(`node importing nothing: ${bare} MiB; the data-plane core (${CORE.join(', ')}): ${core} MiB`);
+  log(`${'module'.padEnd(36)} ${'alone'.padStart(7)} ${'over bare'.padStart(10)} ${'over core'.padStart(10)}`);
+  const rows = MODULES.map((spec) => {
+    const rss = measure([spec]);
+    const withCore = CORE.includes(spec) ? core : measure([...CORE, spec]);
+    const row = { module: spec, rssMiB: rss, overBareMiB: round(rss - bare), overCoreMiB: round(withCore - core) };
+    const signed = (n: number) => (n < 0 ? `${n}` : `+${n}`);
+    log(`${spec.padEnd(36)} ${String(rss).padStart(7)} ${signed(row.overBareMiB).padStart(10)} ${signed(row.overCoreMiB).padStart(10)}`);
+    return row;
+  });
+  machine.loadAverageAtEnd = loadAverage();
+  write(quick ? 'footprint-modules-quick.json' : 'footprint-modules.json', {
+    suite: 'footprint-modules',
+    description: 'VmRSS of a node process that imports one module (same flags as npm start, warm compile cache) after the import and two full collections 500 ms apart, alone and on top of the data-plane core; the lowest of the runs',
+    command: `node bench/footprint.ts --modules${quick ? ' --quick' : ''}`,
+    runs,
+    machine,
+    bareNodeMiB: bare,
+    core: { modules: CORE, rssMiB: core },
+    modules: rows,
+  });
+}
+
+function write(name: string, result: unknown): void {
+  const dir = new URL('./results/', import.meta.url);
+  mkdirSync(dir, { recursive: true });
+  const path = new URL(name, dir);
+  writeFileSync(path, `${JSON.stringify(result, null, 2)}\n`);
+  log(`wrote ${fileURLToPath(path)}`);
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false },
+      modules: { type: 'boolean', default: false },
+      starts: { type: 'string' },
+      requests: { type: 'string' },
+      connections: { type: 'string', default: '16' },
+      'svc-env': { type: 'string', default: '' },
+      'svc-node-args': { type: 'string', default: '' },
+    },
+    strict: true,
+  });
+  const quick = values.quick;
+  extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
+  extraEnv = Object.fromEntries(values['svc-env'].split(',').filter((kv) => kv !== '').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0;
+  if (values.modules) return modules(quick);
+  const int = (v: string | undefined, fallback: number, name: string) => {
+    const n = v === undefined ? fallback : Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`--${name} must be a non-negative integer`);
+    return n;
+  };
+  const starts = Math.max(1, int(values.starts, quick ? 3 : 7, 'starts'));
+  const requests = int(values.requests, quick ? 10_000 : 100_000, 'requests');
+  const connections = Math.max(1, int(values.connections, 16, 'connections'));
+  const machine = machineInfo();
+  const echo = await startHelper('echo');
+  const results: WriterResult[] = [];
+  let bare;
+  try {
+    bare = await bareServer();
+    log(`bare node http server: idle RSS ${bare.rssMiB} MiB`);
+    for (const writer of WRITERS) results.push(await measureWriter(writer, echo.url, starts, requests, connections));
+  } finally {
+    await echo.stop();
+  }
+  machine.loadAverageAtEnd = loadAverage();
+  console.log(`\nfootprint: config/svc.yaml as npm start runs it; ${starts} starts per writer, ${requests} proxied requests on the last`);
+  console.log('writer   ready ms (median, min–max)   idle RSS MiB (HWM)   after load RSS MiB (HWM)');
+  for (const r of results) {
+    console.log(
+      `${r.writer.padEnd(8)} ${`${r.readyMs.median} (${r.readyMs.min}–${r.readyMs.max})`.padEnd(28)} ${`${r.idle.rssMiB} (${r.idle.hwmMiB})`.padEnd(20)} ${r.afterLoad.rssMiB} (${r.afterLoad.hwmMiB})`,
+    );
+  }
+  console.log(`bare node http server: ${bare.rssMiB} MiB`);
+  write(experiment ? 'footprint-experiment.json' : quick ? 'footprint-quick.json' : 'footprint.json', {
+    suite: 'footprint',
+    description: 'start to /readyz 200 and VmRSS of the service on config/svc.yaml as npm start runs it, idle and after proxied requests, per log writer',
+    command: `node bench/footprint.ts${process.argv.slice(2).length > 0 ? ` ${process.argv.slice(2).join(' ')}` : ''}`,
+    machine,
+    inputs: { starts, requests, connections, nodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs], env: { ...SERVICE_ENV, ...extraEnv }, body: 'bench/http/body.ts customerRecord, x-svc-fields name,email,phone,card.number,ssn' },
+    bareNodeHttpServer: bare,
+    writers: results,
+  });
+}
+
+await main();
