@@ -10,7 +10,6 @@ import { ForbiddenError, InvalidTokenError, KeyDestroyedDuringRequestError, Vali
 import { emptyCounts, type Mask, type RevealCounts } from '../fields/reveal.ts';
 import type { FieldValue, ValueHandler } from '../fields/value.ts';
 import type { Store } from '../store/db.ts';
-import { perStore } from '../store/stamped-cache.ts';
 import { DecryptedPaths } from './echo-guard.ts';
 
 abstract class CollectingHandler implements ValueHandler {
@@ -67,8 +66,18 @@ export function recordFailure(errors: ValidationErrors | null, value: FieldValue
   return into;
 }
 
-/** Whether a configuration's key version is alive, per store, until the next write. */
-const liveKeys = perStore<boolean>();
+/**
+ * Whether each key version asked about is alive, per store, as last read: valid while
+ * neither this connection has written (its change stamp) nor another connection has
+ * committed (`othersCommitStamp`, read afresh each time).
+ */
+interface LiveKeys {
+  stamp: number;
+  others: number;
+  readonly alive: Map<string, boolean>;
+}
+const liveKeys = new WeakMap<Store, LiveKeys>();
+const MAX_LIVE_KEYS = 1024;
 
 /**
  * The key version a request writes tokens with, and whether it still exists (DESIGN §13:
@@ -78,10 +87,12 @@ const liveKeys = perStore<boolean>();
  * and before the answer or the forward completes (and, when streaming, after each chunk,
  * before that chunk leaves), which asks this.
  *
- * The answer is read from the key's row and kept, for every request, until the store's
- * change stamp moves (a write through this process at once, another process's commit
- * within OTHERS_CHECK_MS): a destroy through the API is seen by the very next check, and
- * neither a request nor a streamed body's chunks cost a lookup while nothing is written.
+ * The answer is the key's row as last read, for every request, while nothing has been
+ * written since: a write through this process moves the store's change stamp at once,
+ * and a commit by any other connection (the CLI, another instance on the same file, the
+ * log writer) moves `othersCommitStamp`, which is read on every question. So a destroy
+ * committed anywhere before the question is always seen, and while nothing is written no
+ * request or streamed chunk costs a lookup.
  */
 export class KeyInUse {
   readonly version: number;
@@ -96,7 +107,27 @@ export class KeyInUse {
 
   destroyed(): boolean {
     const { store, configurationId, version } = this;
-    return !liveKeys(store).get(`${version}:${configurationId}`, () => store.configurations.keyAlive(configurationId, version));
+    const stamp = store.changeStamp();
+    const others = store.othersCommitStamp();
+    let known = liveKeys.get(store);
+    if (known === undefined) {
+      known = { stamp, others, alive: new Map() };
+      liveKeys.set(store, known);
+    } else if (known.stamp !== stamp || known.others !== others) {
+      known.stamp = stamp;
+      known.others = others;
+      known.alive.clear();
+    }
+    const key = `${version}:${configurationId}`;
+    let alive = known.alive.get(key);
+    if (alive === undefined) {
+      // Read after the stamps: a commit between the two is either in this read or moves
+      // `others` for the next question.
+      alive = store.configurations.keyAlive(configurationId, version);
+      if (known.alive.size >= MAX_LIVE_KEYS) known.alive.clear();
+      known.alive.set(key, alive);
+    }
+    return !alive;
   }
 
   /** The 409 for a handler that wrote `count` tokens with this version, if it is gone. */

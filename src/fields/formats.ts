@@ -122,7 +122,9 @@ export function isIdentity(encoding: string | string[] | undefined): boolean {
 export function parseContentType(type: string | string[] | undefined): ContentType | null {
   const value = Array.isArray(type) ? type[0] : type;
   if (value === undefined) return null;
-  // A service sees a handful of distinct content types: each is parsed once.
+  // A service sees a handful of distinct content types: each is parsed once. Longer
+  // values (no real content type) are parsed every time rather than kept.
+  if (value.length > MAX_PARSED_LENGTH) return parseOne(value);
   let parsed = parsedTypes.get(value);
   if (parsed === undefined) {
     parsed = Object.freeze(parseOne(value));
@@ -138,6 +140,7 @@ export interface ContentType {
 }
 
 const MAX_PARSED_TYPES = 64;
+const MAX_PARSED_LENGTH = 256;
 const parsedTypes = new Map<string, ContentType>();
 
 function parseOne(value: string): ContentType {

@@ -11,6 +11,15 @@ import { once } from 'node:events';
 import { createServer, request, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Keyring } from '../../src/crypto/keyring.ts';
+import { TokenCodec } from '../../src/crypto/token.ts';
+import { KeyInUse } from '../../src/dataplane/field-handlers.ts';
+import { KeyDestroyedDuringRequestError } from '../../src/errors.ts';
+import { openStore } from '../../src/store/db.ts';
 import { call, KEYS, SEED, startApp, type Running } from '../support/app.ts';
 
 const DESTROYED = { message: 'The key version was destroyed during the request.' };
@@ -179,4 +188,26 @@ egress:
   assert.equal(destination.seen.completed, false, 'the vendor got a complete body of tokens nobody can decrypt');
   assert.equal(res.status, 409, res.body);
   assert.deepEqual(JSON.parse(res.body), DESTROYED);
+});
+
+test('regression: a version destroyed by another connection (the CLI, another instance) fails the very next check, whatever earlier requests were told', (t) => {
+  const path = join(mkdtempSync(join(tmpdir(), 'svc-key-in-use-')), 'svc.db');
+  const service = openStore(path);
+  const cli = openStore(path);
+  t.after(() => {
+    service.close();
+    cli.close();
+  });
+  const keyringId = randomBytes(16);
+  const configuration = service.configurations.create({ name: 'payments', type: 'encryption', proxySlug: 'payments', keyringId, firstWrappedKey: randomBytes(60), fields: ['card'], destinations: ['https://vendor.example/'] });
+  // The codec a request took before the rotation: version 1 is its current one.
+  const codec = new TokenCodec(new Keyring(keyringId, [{ version: 1, key: randomBytes(32) }]), { deterministic: false });
+  assert.equal(new KeyInUse(service, configuration.id, codec).failure(5), null, 'an earlier request: version 1 is alive');
+  // The service has just looked at other connections' commits, so its change stamp alone
+  // would not see the CLI's for a while.
+  service.changeStamp();
+  cli.configurations.addKey(configuration.id, 2, randomBytes(60));
+  assert.equal(cli.configurations.destroyKey(configuration.id, 1), 'destroyed');
+  assert.ok(new KeyInUse(service, configuration.id, codec).failure(5) instanceof KeyDestroyedDuringRequestError, 'the next request that wrote version 1 tokens fails');
+  assert.equal(new KeyInUse(service, configuration.id, codec).failure(0), null, 'no token written, nothing lost');
 });
