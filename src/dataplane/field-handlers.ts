@@ -67,19 +67,6 @@ export function recordFailure(errors: ValidationErrors | null, value: FieldValue
 }
 
 /**
- * Whether each key version asked about is alive, per store, as last read: valid while
- * neither this connection has written (its change stamp) nor another connection has
- * committed (`othersCommitStamp`, read afresh each time).
- */
-interface LiveKeys {
-  stamp: number;
-  others: number;
-  readonly alive: Map<string, boolean>;
-}
-const liveKeys = new WeakMap<Store, LiveKeys>();
-const MAX_LIVE_KEYS = 1024;
-
-/**
  * The key version a request writes tokens with, and whether it still exists (DESIGN §13:
  * key destruction is never a data-loss race). A version can be destroyed while a request
  * that took it as current is still encrypting: its tokens could never be decrypted, so
@@ -87,17 +74,16 @@ const MAX_LIVE_KEYS = 1024;
  * and before the answer or the forward completes (and, when streaming, after each chunk,
  * before that chunk leaves), which asks this.
  *
- * The answer is the key's row as last read, for every request, while nothing has been
- * written since: a write through this process moves the store's change stamp at once,
- * and a commit by any other connection (the CLI, another instance on the same file, the
- * log writer) moves `othersCommitStamp`, which is read on every question. So a destroy
- * committed anywhere before the question is always seen, and while nothing is written no
- * request or streamed chunk costs a lookup.
+ * The first question reads the key's row; later ones read it again only when the store's
+ * change stamp has moved (a write through this process at once, another process's commit
+ * within OTHERS_CHECK_MS), so a streamed body costs one lookup, not one per chunk.
  */
 export class KeyInUse {
   readonly version: number;
   private readonly store: Store;
   private readonly configurationId: string;
+  /** The change stamp at which the key was last seen alive. */
+  private checked = Number.NaN;
 
   constructor(store: Store, configurationId: string, codec: TokenCodec) {
     this.store = store;
@@ -106,28 +92,11 @@ export class KeyInUse {
   }
 
   destroyed(): boolean {
-    const { store, configurationId, version } = this;
-    const stamp = store.changeStamp();
-    const others = store.othersCommitStamp();
-    let known = liveKeys.get(store);
-    if (known === undefined) {
-      known = { stamp, others, alive: new Map() };
-      liveKeys.set(store, known);
-    } else if (known.stamp !== stamp || known.others !== others) {
-      known.stamp = stamp;
-      known.others = others;
-      known.alive.clear();
-    }
-    const key = `${version}:${configurationId}`;
-    let alive = known.alive.get(key);
-    if (alive === undefined) {
-      // Read after the stamps: a commit between the two is either in this read or moves
-      // `others` for the next question.
-      alive = store.configurations.keyAlive(configurationId, version);
-      if (known.alive.size >= MAX_LIVE_KEYS) known.alive.clear();
-      known.alive.set(key, alive);
-    }
-    return !alive;
+    const stamp = this.store.changeStamp();
+    if (stamp === this.checked) return false;
+    if (!this.store.configurations.keyAlive(this.configurationId, this.version)) return true;
+    this.checked = stamp;
+    return false;
   }
 
   /** The 409 for a handler that wrote `count` tokens with this version, if it is gone. */

@@ -297,10 +297,9 @@ export class ConfigurationsRepository {
   }
 
   /**
-   * Whether the version exists and is not destroyed, read now (one primary-key lookup): the
-   * data plane asks it when an encryption ends, so that no token of a version destroyed
-   * meanwhile is handed out, and keeps the answer only until the next commit anywhere
-   * (KeyInUse).
+   * Whether the version exists and is not destroyed, read now rather than from any cache:
+   * the data plane asks it when an encryption ends, so that no token of a version destroyed
+   * meanwhile is handed out (one primary-key lookup).
    */
   keyAlive(configurationId: string, version: number): boolean {
     return this.#keyAlive.get(configurationId, version) !== undefined;
