@@ -5,10 +5,12 @@
  *   node bench/http/ab.ts --base <checkout> [--candidate <checkout>] [--label name]
  *                         [--rounds 6] [--seconds 5] [--connections 50]
  *                         [--base-node-args "..."] [--candidate-node-args "..."]
+ *                         [--base-yaml "..."] [--candidate-yaml "..."]
  *
  * `--base` and `--candidate` are checkout roots (directories holding `src/main.ts` and
  * their own `node_modules`); the candidate defaults to this checkout. Flag experiments pass
- * the same checkout twice with different node arguments. Both services run for the whole
+ * the same checkout twice with different node arguments, configuration experiments with
+ * different top-level YAML (e.g. `logs: { writer: inline }`). Both services run for the whole
  * run; one is loaded at a time, in alternating order (base first in even rounds), each
  * sample preceded by a 1 s warm-up, so drift on the shared machine hits both alike.
  *
@@ -34,6 +36,8 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '50' },
     'base-node-args': { type: 'string', default: '' },
     'candidate-node-args': { type: 'string', default: '' },
+    'base-yaml': { type: 'string', default: '' },
+    'candidate-yaml': { type: 'string', default: '' },
   },
   strict: true,
 });
@@ -80,12 +84,12 @@ async function main(): Promise<void> {
     const echo = await startHelper('echo');
     started.push(echo);
     const sides = [
-      { name: 'base', root: resolve(values.base!), nodeArgs: split(values['base-node-args']) },
-      { name: 'candidate', root: resolve(values.candidate), nodeArgs: split(values['candidate-node-args']) },
+      { name: 'base', root: resolve(values.base!), nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'] },
+      { name: 'candidate', root: resolve(values.candidate), nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'] },
     ] as const;
     const services: Running[] = [];
     for (const side of sides) {
-      const svc = await startService({ destinations: [echo.url], main: join(side.root, 'src/main.ts'), nodeArgs: side.nodeArgs });
+      const svc = await startService({ destinations: [echo.url], main: join(side.root, 'src/main.ts'), nodeArgs: side.nodeArgs, yaml: side.yaml });
       started.push(svc);
       services.push({ ...svc, name: side.name });
     }

@@ -97,7 +97,7 @@ export interface ServiceOptions {
 
 /**
  * `node --max-semi-space-size=2 src/main.ts serve --config <temp yaml>` with a temp-dir
- * store (WAL file, logs written on the log thread, as in production), `logging.level:
+ * store (WAL file, logs written by the default writer, as in production), `logging.level:
  * warn` and the master key from SVC_MASTER_KEY.
  */
 export async function startService(options: ServiceOptions): Promise<Running & { dir: string; adminUrl: string | null; output(): string }> {

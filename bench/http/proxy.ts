@@ -460,7 +460,7 @@ async function main(): Promise<void> {
         decryptBodyBytes: { svc: svcTokens.length, naive: naiveSealed.length },
         fields: FIELDS,
         serviceNodeFlags: [...SERVICE_NODE_FLAGS, ...options.svcNodeArgs],
-        serviceConfig: 'file store in a temp dir (logs written on the log thread), logging.level warn, admin listener on a loopback port for /metrics, defaults otherwise',
+        serviceConfig: 'file store in a temp dir (logs written by the default logs.writer), logging.level warn, admin listener on a loopback port for /metrics, defaults otherwise',
         httpProxy3: 'createProxyServer({ target, agent: http.Agent({ keepAlive: true, maxSockets: 64 }) })',
         undici: 'servers.ts undici-pass: node:http server, Pool(echo, { connections: 64 }).dispatch with the request stream as body, hop-by-hop headers dropped both ways, status, headers and chunks written to the client',
         naive: 'servers.ts naive-encrypt: whole body, JSON.parse, AES-256-GCM (random 96-bit nonce, no AAD) on the 5 fields, JSON.stringify, undici request (64 connections)',

@@ -97,7 +97,7 @@ async function main(): Promise<void> {
     });
     started.push(svc);
     const pid = svc.pids[0]!;
-    // The baseline: after one small request (codec, connection pool, log thread all
+    // The baseline: after one small request (codec, connection pool, log writer all
     // started) and a pause, so the peak below is what the upload itself adds.
     await settle(svc.url, sink.url);
     const idle = memory(pid);

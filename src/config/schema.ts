@@ -597,11 +597,13 @@ export const configSchema = z
         batch_size: wholeNumber(1).default(500),
         queue_limit: wholeNumber(1).default(100_000),
         /**
-         * Where batches are written to a file store: `thread` (a worker thread with its own
-         * connection; the event loop never waits on SQLite) or `inline` (the main thread,
-         * one batch per turn of the loop; no second V8 isolate, about 12 MB less RSS).
+         * Where batches are written to a file store: `inline` (the main thread, one batch
+         * per turn of the loop; no second V8 isolate) or `thread` (a worker thread with its
+         * own connection; the event loop never waits on SQLite). Inline is the default: in
+         * side-by-side runs it used less memory and less CPU per request, and its batches
+         * kept the loop's delay within the latency budget (bench/README.md, Footprint).
          */
-        writer: z.enum(['thread', 'inline']).default('thread'),
+        writer: z.enum(['thread', 'inline']).default('inline'),
       })
       .prefault({}),
     logging: z.strictObject({ level: z.enum(LOG_LEVELS).default('info') }).prefault({}),
