@@ -397,9 +397,9 @@ test('pagination: envelope fields and links at 0, 1, 10, 11 and 25 entries', asy
 /**
  * The must-show of issue 3: nothing is lost between the request path and the store, even
  * across a graceful stop. A file store, since the rows are counted after the service has
- * closed it; the log settings are the defaults.
+ * closed it; the log settings are the defaults, with each writer.
  */
-test('10,000 encrypt requests leave exactly 10,000 usage rows and 10,000 api rows after a graceful stop', async (t) => {
+for (const writerKind of ['inline', 'thread'] as const) test(`10,000 encrypt requests leave exactly 10,000 usage rows and 10,000 api rows after a graceful stop (logs.writer: ${writerKind})`, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'svc-logs-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const path = join(dir, 'svc.db');
@@ -408,6 +408,7 @@ test('10,000 encrypt requests leave exactly 10,000 usage rows and 10,000 api row
 server: { listen: 127.0.0.1:0, admin_listen: "off" }
 store: { path: ${JSON.stringify(path)} }
 logging: { level: warn }
+logs: { writer: ${writerKind} }
 ${SEED}`,
     env: {},
   });
@@ -455,7 +456,7 @@ ${SEED}`,
   assert.equal(failures, 0);
 
   const writer = app.services.logs;
-  assert.equal(writer.threaded, true, 'a file store is written from the writer thread');
+  assert.equal(writer.threaded, writerKind === 'thread', `a file store is written ${writerKind === 'thread' ? 'from the writer thread' : 'on the main thread'}`);
   const queuedAtStop = writer.depth;
   await app.close();
   closed = true;
