@@ -469,7 +469,7 @@ async function main(): Promise<void> {
         nginx: nginx === null ? nginxNote : `worker_processes ${options.nginxWorkers}; upstream keepalive 64; proxy_http_version 1.1; proxy_set_header Connection ""`,
         loadGenerator: `autocannon ${connections} connections in the parent process; latencies are exact per-response times`,
         tail: options.tail
-          ? `paced generator (load.ts) at ${options.tailRate} req/s for ${options.tailSeconds} s over a ${connections}-connection undici Pool, A then D each round; svc_event_loop_delay_seconds scraped once after the pool's connections opened (starting a new window) and once after the run; lateness = reading − the monitor's ${LOOP_MONITOR_INTERVAL_MS} ms interval (Node's monitorEventLoopDelay records whole intervals; an idle 2 s window after start read p50 ${idleLoopDelayMs.p50} ms), clamped at 0`
+          ? `paced generator (load.ts) at ${options.tailRate} req/s for ${options.tailSeconds} s over a ${connections}-connection undici Pool, A then D each round; svc_event_loop_delay_seconds scraped once after the pool's connections opened (starting a new window) and once after the run; lateness = the reading, less the monitor's ${LOOP_MONITOR_INTERVAL_MS} ms interval only when an idle 2 s window after start shows the reading includes it (builds before the gauge was corrected; this one read p50 ${idleLoopDelayMs.p50} ms idle), clamped at 0`
           : 'not run (--no-tail)',
         footprint: 'VmRSS/VmHWM from /proc/<pid>/status of the process under test after its run; idle: every server 2 s after the service listened (helpers started before it), before any request',
       },
@@ -672,7 +672,7 @@ function formatTable(s: Summary, options: Options): string {
     const l = t.loopDelayMs;
     lines.push('');
     lines.push(`tail: paced ${t.rate} req/s × ${t.seconds} s, medians: A p50 ${t.directP50.toFixed(2)} ms p99 ${t.directP99.toFixed(2)} ms; D p50 ${t.svcP50.toFixed(2)} ms p99 ${t.svcP99.toFixed(2)} ms`);
-    lines.push(`  svc event-loop lateness over D's run (ms; /metrics reading less the monitor's ${LOOP_MONITOR_INTERVAL_MS} ms interval): p50 ${l.p50.toFixed(2)}  p90 ${l.p90.toFixed(2)}  p99 ${l.p99.toFixed(2)}  p99.9 ${l.p999.toFixed(2)}  max ${l.max.toFixed(2)}`);
+    lines.push(`  svc event-loop lateness over D's run (ms; svc_event_loop_delay_seconds over that run): p50 ${l.p50.toFixed(2)}  p90 ${l.p90.toFixed(2)}  p99 ${l.p99.toFixed(2)}  p99.9 ${l.p999.toFixed(2)}  max ${l.max.toFixed(2)}`);
   }
 
   lines.push('');
