@@ -601,7 +601,7 @@ export const configSchema = z
          * per turn of the loop; no second V8 isolate) or `thread` (a worker thread with its
          * own connection; the event loop never waits on SQLite). Inline is the default: in
          * side-by-side runs it used less memory and less CPU per request, and its batches
-         * kept the loop's delay within the latency budget (bench/README.md, Footprint).
+         * kept the loop's delay under 20 ms at 1,000 requests a second (bench/README.md).
          */
         writer: z.enum(['thread', 'inline']).default('inline'),
       })
