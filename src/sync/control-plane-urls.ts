@@ -29,6 +29,26 @@ export function shownUrl(base: string): string {
   return url.href;
 }
 
+/** The shortest wait for a control plane, whatever the interval: a slow network still gets a second. */
+export const MIN_REQUEST_TIMEOUT_MS = 1_000;
+/** The longest wait for an answer's headers, or a pause in its body. */
+export const MAX_REQUEST_TIMEOUT_MS = 30_000;
+/** The longest wait for a connection. */
+export const MAX_CONNECT_TIMEOUT_MS = 10_000;
+
+/**
+ * The undici Agent timeouts of a loop that asks the control plane every `intervalMs`: an
+ * instance that accepts and never answers (a hung process, a pod IP gone dark) holds a
+ * request no longer than one interval, so the loop moves to the next instance within it
+ * (DESIGN §16). Each is at least MIN_REQUEST_TIMEOUT_MS, at most the ceilings above and at
+ * most `timeout` when given. The body timeout stays a pause between chunks, so a large
+ * snapshot that keeps flowing still arrives, however long it takes in all.
+ */
+export function requestTimeouts(intervalMs: number, timeout?: number): { connectTimeout: number; headersTimeout: number; bodyTimeout: number } {
+  const bounded = Math.max(MIN_REQUEST_TIMEOUT_MS, Math.min(timeout ?? MAX_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS, intervalMs));
+  return { connectTimeout: Math.min(bounded, MAX_CONNECT_TIMEOUT_MS), headersTimeout: bounded, bodyTimeout: bounded };
+}
+
 export class ControlPlaneUrls {
   readonly #bases: readonly string[];
   readonly #endpoints: readonly string[];

@@ -21,7 +21,7 @@
  * of one control plane share its store, so a batch sent again to another instance after
  * an answer was lost is still stored once.
  */
-import { ControlPlaneUrls, shownUrl } from './control-plane-urls.ts';
+import { ControlPlaneUrls, shownUrl, requestTimeouts } from './control-plane-urls.ts';
 import { Repeater } from './repeater.ts';
 import type { Logger } from 'pino';
 import { Agent, request } from 'undici';
@@ -73,8 +73,7 @@ export class LogShipper {
   constructor(options: LogShipperOptions) {
     this.#options = options;
     this.#backoff = new Backoff(options.interval);
-    const timeout = options.timeout ?? 30_000;
-    this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
+    this.#agent = new Agent(requestTimeouts(options.interval, options.timeout));
     this.#urls = new ControlPlaneUrls(options.urls, LOGS_PATH);
     this.#batchSize = Math.max(1, Math.min(options.batchSize ?? SHIP_BATCH, SHIP_BATCH));
     this.#repeater = new Repeater(

@@ -12,7 +12,7 @@
  * instances of one control plane serve one state and one digest, so the next instance
  * answers the same If-None-Match with a 304.
  */
-import { ControlPlaneUrls, shownUrl } from './control-plane-urls.ts';
+import { ControlPlaneUrls, shownUrl, requestTimeouts } from './control-plane-urls.ts';
 import { Repeater } from './repeater.ts';
 import { hostname } from 'node:os';
 import { promisify } from 'node:util';
@@ -47,7 +47,7 @@ export interface ReplicaOptions {
   readonly apiKey: string;
   /** Milliseconds. */
   readonly pollInterval: number;
-  /** Milliseconds for the answer's headers and for each pause in its body. */
+  /** Milliseconds for the answer's headers and for each pause in its body; bounded by pollInterval (requestTimeouts). */
   readonly timeout?: number;
 }
 
@@ -75,8 +75,7 @@ export class Replica {
   constructor(options: ReplicaOptions) {
     this.#options = options;
     this.#backoff = new Backoff(options.pollInterval);
-    const timeout = options.timeout ?? 30_000;
-    this.#agent = new Agent({ headersTimeout: timeout, bodyTimeout: timeout, connectTimeout: Math.min(timeout, 10_000) });
+    this.#agent = new Agent(requestTimeouts(options.pollInterval, options.timeout));
     this.#urls = new ControlPlaneUrls(options.urls, SNAPSHOT_PATH);
     this.#repeater = new Repeater(
       () => this.#poll(),

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ControlPlaneUrls, shownUrl } from '../../src/sync/control-plane-urls.ts';
+import { ControlPlaneUrls, requestTimeouts, shownUrl } from '../../src/sync/control-plane-urls.ts';
 
 const PATH = '/api/v3/sync/snapshot';
 
@@ -72,4 +72,12 @@ test('the URL logs show has no credentials, query or fragment', () => {
   urls.failed();
   assert.equal(urls.shown, 'http://b:1/');
   assert.ok(!urls.shown.includes('p4ss'));
+});
+
+test('request timeouts: an interval bounds them, with a floor of a second and the former ceilings', () => {
+  assert.deepEqual(requestTimeouts(5_000), { connectTimeout: 5_000, headersTimeout: 5_000, bodyTimeout: 5_000 });
+  assert.deepEqual(requestTimeouts(100), { connectTimeout: 1_000, headersTimeout: 1_000, bodyTimeout: 1_000 });
+  assert.deepEqual(requestTimeouts(3_600_000), { connectTimeout: 10_000, headersTimeout: 30_000, bodyTimeout: 30_000 });
+  assert.deepEqual(requestTimeouts(20_000, 15_000), { connectTimeout: 10_000, headersTimeout: 15_000, bodyTimeout: 15_000 });
+  assert.deepEqual(requestTimeouts(2_000, 60_000), { connectTimeout: 2_000, headersTimeout: 2_000, bodyTimeout: 2_000 });
 });

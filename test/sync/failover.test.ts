@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { openStore } from '../../src/store/db.ts';
@@ -90,6 +90,33 @@ async function classificationNames(node: Node): Promise<string[]> {
 async function createClassification(cp: Node, name: string): Promise<void> {
   const created = await call(cp.url, '/api/v3/classifications', { body: json({ name, bg_color: '#111111', fg_color: '#eeeeee' }) });
   assert.equal(created.status, 201);
+}
+
+/**
+ * A control plane that is there and never answers: it accepts connections and reads them,
+ * then writes nothing (`stall: 'headers'`), or writes the headers of a large 200 answer and
+ * never its body (`stall: 'body'`). Returns its base URL and how many connections it took.
+ */
+async function startHung(t: TestContext, stall: 'headers' | 'body'): Promise<{ url: string; connections: () => number }> {
+  const sockets = new Set<Socket>();
+  let connections = 0;
+  const server = createNetServer((socket) => {
+    connections += 1;
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => {});
+    socket.once('data', () => {
+      if (stall === 'body') socket.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{"version":');
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(async () => {
+    for (const socket of sockets) socket.destroy();
+    server.close();
+    await once(server, 'close');
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, connections: () => connections };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -258,4 +285,38 @@ test('a log shipment answered 503 moves to the next URL; the error names the URL
   assert.equal(shipper.servingIndex, 1);
   for (const id of ['ship-1', 'ship-2']) assert.equal((await get(cp, `/api/v3/logs/api?request_id=${id}`)).json.data.length, 1);
   assert.equal(await shipper.shipOnce(), 0, 'nothing is sent twice');
+});
+
+test('instances that accept and never answer (no headers; headers, then a stalled body) are left within a poll interval each: the replica is ready from the third, polls and ships there', async (t) => {
+  const dir = tempDir(t);
+  const cp = await startControlPlane(t, join(dir, 'cp.db'));
+  const silent = await startHung(t, 'headers');
+  const stalled = await startHung(t, 'body');
+  // Poll every second, ship every 100 ms (so each request's timeouts are one second). With
+  // the former fixed timeouts (30 s for the headers, 30 s for a pause in the body) the
+  // replica would need a minute to get past the two; the deadlines below allow ten seconds.
+  const replica = await startReplica(t, join(dir, 'r1.db'), [silent.url, stalled.url, cp.url], 'r1', { pollMs: 1_000, captureLogs: true });
+  await waitFor('the replica ready from the third URL', async () => ((await ready(replica)) ? true : undefined), 10_000, 20);
+  const { replica: poller, shipper } = replication(replica);
+  assert.equal(poller.servingIndex, 2);
+  assert.ok(silent.connections() > 0 && stalled.connections() > 0, 'both hung instances were asked');
+
+  // The log says why each was left: the timeout of the kind that applied.
+  const failed = logLines(replica, 'could not reach the control plane; keeping the last good state');
+  const first = failed.find((line) => line['controlPlane'] === `${silent.url}/`);
+  const second = failed.find((line) => line['controlPlane'] === `${stalled.url}/`);
+  assert.ok(first !== undefined && second !== undefined, 'a failed poll logged for each hung instance');
+  assert.equal(first['next'], `${stalled.url}/`);
+  assert.match(first['err'].message, /^GET http:\/\/127\.0\.0\.1:\d+\/api\/v3\/sync\/snapshot failed: .*Headers Timeout Error/);
+  assert.equal(second['next'], `${cp.url}/`);
+  assert.match(second['err'].message, /^reading the snapshot failed: .*Body Timeout Error/);
+
+  // New state reaches the replica from the instance that answers, and logs reach it too
+  // (the shipper started on the silent instance as well).
+  await createClassification(cp, 'Past the hung ones');
+  await waitFor('the new classification on the replica', async () => ((await classificationNames(replica)).includes('Past the hung ones') ? true : undefined), 10_000, 20);
+  const ids = await traffic(replica, 'hung', 2);
+  await waitFor('the rows shipped to the third URL', async () => (shipper.servingIndex === 2 ? true : undefined), 10_000, 20);
+  await assertShippedOnce(cp, ids);
+  assert.ok(!replica.logs().includes(FLEET_KEY), 'the key is never logged');
 });
