@@ -21,6 +21,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { median } from '../lib/measure.ts';
 import { machineInfo } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
 import { cannon, round3, type Target } from './load.ts';
@@ -54,11 +55,6 @@ const connections = positive('connections', values.connections);
 const split = (args: string) => args.split(' ').filter((a) => a !== '');
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
-const median = (xs: readonly number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]! ) / 2;
-};
 
 interface Sample {
   rps: number;

@@ -85,6 +85,15 @@ export class ControlPlaneUrls {
     return shownUrl(this.#bases[this.#index]!);
   }
 
+  /**
+   * The last request failed and an instance of this round is still untried: the caller
+   * tries it now, without its backoff. False after a success and after a round that failed
+   * on every instance.
+   */
+  get retryAtOnce(): boolean {
+    return this.#failedInRound > 0;
+  }
+
   /** The position of the instance that answered last; null before the first answer. */
   get lastGood(): number | null {
     return this.#lastGood;

@@ -62,8 +62,6 @@ export class LogShipper {
   readonly #backoff: Backoff;
   readonly #agent: Agent;
   readonly #urls: ControlPlaneUrls;
-  /** The last round failed but not on every instance yet: try the next one at once. */
-  #retryAtOnce = false;
   #batchSize: number;
   readonly #repeater: Repeater<number>;
   #abort: AbortController | null = null;
@@ -80,7 +78,7 @@ export class LogShipper {
       () => this.#round(),
       (outcome) => {
         if (outcome.ok) return this.#backoff.succeeded();
-        if (this.#retryAtOnce) {
+        if (this.#urls.retryAtOnce) {
           this.#options.logger.warn({ err: outcome.error, next: this.#urls.shown }, 'shipping logs to the control plane failed; trying the next control-plane URL');
           return 0;
         }
@@ -121,7 +119,7 @@ export class LogShipper {
     try {
       return await this.#shipAll();
     } catch (err) {
-      this.#retryAtOnce = !this.#repeater.stopped && !this.#urls.failed();
+      if (!this.#repeater.stopped) this.#urls.failed();
       throw err;
     }
   }
@@ -196,7 +194,6 @@ export class LogShipper {
     });
     const text = await response.body.text();
     if (response.statusCode >= 200 && response.statusCode < 300) {
-      this.#retryAtOnce = false;
       if (this.#urls.succeeded()) this.#options.logger.info({ controlPlane: this.#urls.shown, index: this.#urls.index, of: this.#urls.count }, 'now shipping logs to this control-plane URL');
       return;
     }

@@ -63,8 +63,6 @@ export class Replica {
   readonly #backoff: Backoff;
   readonly #agent: Agent;
   readonly #urls: ControlPlaneUrls;
-  /** The last poll failed but the round is not over: poll the next instance at once. */
-  #retryAtOnce = false;
   #applied: { version: number; digest: string } | null = null;
   readonly #repeater: Repeater<PollOutcome>;
   #abort: AbortController | null = null;
@@ -81,7 +79,7 @@ export class Replica {
       () => this.#poll(),
       (outcome) => {
         if (outcome.ok && outcome.value !== 'failed') return this.#backoff.succeeded();
-        return this.#retryAtOnce ? 0 : this.#backoff.failed();
+        return this.#urls.retryAtOnce ? 0 : this.#backoff.failed();
       },
     );
   }
@@ -172,8 +170,8 @@ export class Replica {
       if (this.#repeater.stopped) return 'failed';
       // Any failure moves on, a refused snapshot too: another instance may serve a good one.
       const failedAt = this.#urls.shown;
-      this.#retryAtOnce = !this.#urls.failed();
-      const next = this.#retryAtOnce ? this.#urls.shown : null;
+      this.#urls.failed();
+      const next = this.#urls.retryAtOnce ? this.#urls.shown : null;
       metrics.reloadFailures.inc();
       if (err instanceof SnapshotRejectedError) {
         // Nothing of a refused snapshot is kept (not its version either), so the next good
@@ -189,7 +187,6 @@ export class Replica {
 
   /** The instance in use answered with a good snapshot, or a 304: keep it, and say so when it is not the one that answered before. */
   #answered(): void {
-    this.#retryAtOnce = false;
     if (!this.#urls.succeeded()) return;
     this.#options.metrics.controlPlaneUrl.set(this.#urls.index);
     this.#options.logger.info({ controlPlane: this.#urls.shown, index: this.#urls.index, of: this.#urls.count }, 'now polling this control-plane URL');
