@@ -96,12 +96,19 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
         this.mode = this.nameMatched() ? IN_MATCHED_VALUE : IN_VALUE;
         this.cut = null;
       } else {
-        if (this.mode === IN_NAME) this.cut = delimiter === SEMI ? (this.cut === null ? this.name : `${this.cut};${this.name}`) : null;
+        if (this.mode === IN_NAME) this.cut = delimiter === SEMI ? this.joinCut() : null;
         this.mode = IN_NAME;
         this.afterSemicolon = delimiter === SEMI;
       }
       start = stop + 1;
     }
+  }
+
+  /** The names a `;` has ended so far, this one added; held like one name, within the capture limit. */
+  private joinCut(): string {
+    const cut = this.cut === null ? this.name : `${this.cut};${this.name}`;
+    if (cut.length > this.limits.capture) throw new ValueTooLargeError(this.limits.value);
+    return cut;
   }
 
   end(out: Buffer[]): void {

@@ -64,6 +64,17 @@ test('tokens are recognised whether or not the form encoder escaped their ":" an
   assert.deepEqual(seen, ['svc:1:AQ:Zg:$', 'svc:1:AQ:Zg:$', null, null]);
 });
 
+test('regression: names that `;` ends before any `=` are held together within the capture limit, not without end', () => {
+  const names = Array.from({ length: 40 }, (_, i) => `n${i}`).join(';');
+  const t = new FormTransformer(compileFieldPaths('ssn')!, labeller, { value: 50, capture: 50 }, { semicolons: true });
+  assert.throws(() => t.push(Buffer.from(`${names}=1`), []), ValueTooLargeError);
+  const short = new FormTransformer(compileFieldPaths('ssn')!, labeller, { value: 50, capture: 50 }, { semicolons: true });
+  const out: Buffer[] = [];
+  short.push(Buffer.from('a;b;ssn=1'), out);
+  short.end(out);
+  assert.match(Buffer.concat(out).toString(), /^a;b;ssn=(?!1$)/, 'a few names still pass, and the value they lead to is still read');
+});
+
 test('a name or matched value past the capture limit is a 413; an unmatched value streams whatever its size', () => {
   const big = 'x'.repeat(100);
   assert.throws(() => run([Buffer.from(`ssn=${big}`)], compileFieldPaths('ssn')!, labeller, 50), ValueTooLargeError);
