@@ -191,23 +191,8 @@ function decide(rule: Rule, who: Identity, email: string | null): Reveal {
 }
 
 function emailOf(who: Identity): string | null {
-  const email = who.email;
-  if (email === null) return null;
-  if (email.length > MAX_MEMO_EMAIL) return normalizeEmail(email);
-  // Readers are few and come back on every request: each address is normalised once.
-  let normal = normalEmails.get(email);
-  if (normal === undefined) {
-    normal = normalizeEmail(email);
-    if (normalEmails.size >= MAX_NORMAL_EMAILS) normalEmails.clear();
-    normalEmails.set(email, normal);
-  }
-  return normal;
+  return who.email === null ? null : normalizeEmail(who.email);
 }
-
-/** Addresses remembered in their normal form; longer ones (no real address) are not kept. */
-const MAX_NORMAL_EMAILS = 1024;
-const MAX_MEMO_EMAIL = 320;
-const normalEmails = new Map<string, string>();
 
 /**
  * Whether a classification with `members` and `grants` would show `who` its plaintext (one

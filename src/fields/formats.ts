@@ -91,7 +91,10 @@ export type Detected = BodyFormat | 'other' | 'unreadable';
  * compressed or in another charset than UTF-8.
  */
 export function detectFormat(type: string | string[] | undefined, encoding: string | string[] | undefined, formats: readonly BodyFormat[] = ALL_FORMATS): Detected {
-  const parsed = parseContentType(type);
+  return detectParsed(parseContentType(type), encoding, formats);
+}
+
+function detectParsed(parsed: ContentType | null, encoding: string | string[] | undefined, formats: readonly BodyFormat[]): Detected {
   if (parsed === null) return 'other';
   const format = formats.find((f) => f.matches(parsed.media));
   if (format === undefined) return 'other';
@@ -104,14 +107,20 @@ export function detectFormat(type: string | string[] | undefined, encoding: stri
  * `unreadable` whatever its type, since its bytes are not what a reader would see.
  */
 export function detectRequestFormat(type: string | string[] | undefined, encoding: string | string[] | undefined, formats: readonly BodyFormat[] = ALL_FORMATS): Detected {
-  if (!isIdentity(encoding) || parseContentType(type)?.charset === 'other') return 'unreadable';
-  return detectFormat(type, undefined, formats);
+  const parsed = parseContentType(type);
+  if (!isIdentity(encoding) || parsed?.charset === 'other') return 'unreadable';
+  return detectParsed(parsed, undefined, formats);
 }
 
 /** No `content-encoding`, or only `identity`. */
 export function isIdentity(encoding: string | string[] | undefined): boolean {
   const coding = (Array.isArray(encoding) ? encoding.join(',') : encoding)?.trim().toLowerCase();
   return coding === undefined || coding === '' || coding === 'identity';
+}
+
+export interface ContentType {
+  readonly media: string;
+  readonly charset: 'absent' | 'utf-8' | 'other';
 }
 
 /**
@@ -122,28 +131,6 @@ export function isIdentity(encoding: string | string[] | undefined): boolean {
 export function parseContentType(type: string | string[] | undefined): ContentType | null {
   const value = Array.isArray(type) ? type[0] : type;
   if (value === undefined) return null;
-  // A service sees a handful of distinct content types: each is parsed once. Longer
-  // values (no real content type) are parsed every time rather than kept.
-  if (value.length > MAX_PARSED_LENGTH) return parseOne(value);
-  let parsed = parsedTypes.get(value);
-  if (parsed === undefined) {
-    parsed = Object.freeze(parseOne(value));
-    if (parsedTypes.size >= MAX_PARSED_TYPES) parsedTypes.clear();
-    parsedTypes.set(value, parsed);
-  }
-  return parsed;
-}
-
-export interface ContentType {
-  readonly media: string;
-  readonly charset: 'absent' | 'utf-8' | 'other';
-}
-
-const MAX_PARSED_TYPES = 64;
-const MAX_PARSED_LENGTH = 256;
-const parsedTypes = new Map<string, ContentType>();
-
-function parseOne(value: string): ContentType {
   const parts = splitParameters(value);
   const media = parts[0]!.trim().toLowerCase();
   let charset: 'absent' | 'utf-8' | 'other' = 'absent';
