@@ -74,7 +74,8 @@ export class EgressPathRefusedError extends SvcError {
 /** The egress proxy (DESIGN §15) lists no rule for the host, and `unknown_hosts` is `deny`. */
 export class EgressHostNotAllowedError extends SvcError {
   constructor(host: string) {
-    super('SVC_ERR_EGRESS_HOST', 403, `The egress proxy does not serve the host ${host}.`);
+    // The host as the client named it, no longer than a DNS name can be.
+    super('SVC_ERR_EGRESS_HOST', 403, `The egress proxy does not serve the host ${host.slice(0, 253)}.`);
   }
 }
 
