@@ -74,7 +74,7 @@ export class RelayGuard {
     const { handler, configuration } = this.handler(services, settings, route, minted);
     let out: string;
     try {
-      out = transformQuery(query, this.matcher, handler, services.limits.token, { semicolons: true });
+      out = transformQuery(query, this.matcher, handler, services.limits.token);
     } catch (err) {
       services.metrics.countGuard('refused');
       throw err;
@@ -110,6 +110,7 @@ export class RelayGuard {
 
 /** Decides each protected value: kept (a token of ours), encrypted, or refused. */
 export class GuardHandler implements CollectingHandler {
+  readonly protects = true;
   /** Values encrypted. */
   count = 0;
   private readonly settings: ProtectConfig;
@@ -244,8 +245,10 @@ export class GuardPass implements ChunkTransformer {
     if (detected === 'unreadable') this.uninspectable('it is compressed or not UTF-8');
     this.inner = new SniffingTransformer(
       declared,
-      // A form is read as every server might split it: at `;` too.
-      (format) => (format === FORM_FORMAT ? new FormTransformer(matcher, handler, services.limits.token, { semicolons: true }) : format.create(matcher, handler, services.limits.token)),
+      // A form is read as every server might split it, at `;` too (the handler protects);
+      // without FORM_FORMAT's NotJson wrapper, since the callback below decides a "form"
+      // that reads as JSON.
+      (format) => (format === FORM_FORMAT ? new FormTransformer(matcher, handler, services.limits.token, { semicolons: handler.protects }) : format.create(matcher, handler, services.limits.token)),
       (format, first) => {
         if (format === null) this.uninspectable('it is not JSON, NDJSON or a form');
         // A "form" that reads as JSON: the application may take it as either; the guard

@@ -41,7 +41,7 @@ export function transformRouteQuery(
   reveal?: RevealPolicy,
 ): RouteQuery {
   const { handler, codec, matcher, limits } = routeHandler(services, configuration, spec, record, reveal);
-  const out = transformQuery(query, matcher, handler, limits, { semicolons: spec.mode === 'encrypt' });
+  const out = transformQuery(query, matcher, handler, limits);
   const failure = handler.failure();
   if (failure !== null) throw failure;
   const decrypting = handler instanceof DecryptHandler;

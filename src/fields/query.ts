@@ -13,24 +13,19 @@ import { FormTransformer } from './form.ts';
 import type { FieldMatcher } from './paths.ts';
 import { UNLIMITED, type CaptureLimits, type ValueHandler } from './value.ts';
 
-export interface QueryOptions {
-  /**
-   * Also split at `;` (some servers do): for rules that protect, so a parameter after a `;`
-   * is not missed. Rules that decrypt read only `&`, as WHATWG URL does: a token hidden
-   * after a `;` then stays a token, which reveals nothing.
-   */
-  readonly semicolons?: boolean;
-}
-
 /**
  * The query (without its `?`) with the matched values replaced by `handler`. Bytes are
  * kept as they are (`latin1` in and out, as Node hands a target over). A space in a
  * replaced value is written `%20`, which every query reader takes as a space. A name, or
  * a matched value, that does not decode: 400 `InvalidQueryError`.
+ *
+ * A handler that protects (`protects`) has the query split at `;` too, as some servers do,
+ * so a parameter after a `;` is not missed; one that decrypts reads only `&`, as WHATWG URL
+ * does: a token hidden after a `;` then stays a token, which reveals nothing.
  */
-export function transformQuery(query: string, matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false }: QueryOptions = {}): string {
+export function transformQuery(query: string, matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED): string {
   if (query === '') return query;
-  const transformer = new FormTransformer(matcher, handler, limits, { semicolons, plusForSpace: false });
+  const transformer = new FormTransformer(matcher, handler, limits, { semicolons: handler.protects === true, plusForSpace: false });
   const out: Buffer[] = [];
   try {
     transformer.push(Buffer.from(query, 'latin1'), out);

@@ -47,8 +47,8 @@ test('unit: transformQuery replaces matched parameters only and copies every oth
     transformQuery(query, compileFieldPaths('card[number]')!, label),
     'a=1&card%5Bnumber%5D=%3Ccard.number%3D4242%2042%2042%3E&x=%7e~&card.number=%3Ccard.number%3D9%3E&b=a;card[number]=7&&flag',
   );
-  // Split at ; too: the parameter after it is found.
-  assert.match(transformQuery(query, compileFieldPaths('card[number]')!, label, undefined, { semicolons: true }), /;card\[number\]=%3Ccard\.number%3D7%3E&&flag$/);
+  // A handler that protects has it split at ; too: the parameter after it is found.
+  assert.match(transformQuery(query, compileFieldPaths('card[number]')!, { ...label, protects: true }), /;card\[number\]=%3Ccard\.number%3D7%3E&&flag$/);
   assert.equal(transformQuery('', compileFieldPaths('a')!, label), '');
   assert.throws(() => transformQuery('%zz=1', compileFieldPaths('a')!, label), InvalidQueryError);
   assert.throws(() => transformQuery('a=%E2%82', compileFieldPaths('a')!, label), InvalidQueryError);
