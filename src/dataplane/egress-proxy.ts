@@ -14,7 +14,6 @@
 import { connect as netConnect, isIP, type Socket } from 'node:net';
 import type { IncomingMessage } from 'node:http';
 import { createSecureContext, getCACertificates, TLSSocket, type SecureContext } from 'node:tls';
-import { Agent, type Dispatcher } from 'undici';
 import type { EgressProxyConfig } from '../config/schema.ts';
 import { AddressNotAllowedError, BadRequestError, EgressHostNotAllowedError, EgressPlainHttpError, UpstreamTimeoutError, UpstreamUnreachableError, type SvcError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -23,6 +22,7 @@ import { readCaFile } from '../config/jwt-key-files.ts';
 import type { Services } from '../services.ts';
 import { isPublicAddress, publicOnlyLookup, type Resolver } from './address-policy.ts';
 import type { Destination } from './destination.ts';
+import { agentPair, closeAgents, type AgentPair } from './forwarder.ts';
 import { LeafCertificates, loadOrCreateCa, type LoadedCa } from './egress-ca.ts';
 import { EgressHosts, rulesFor, type HostRule, type Scheme } from './egress-hosts.ts';
 import { routingPaths } from './relay.ts';
@@ -48,10 +48,8 @@ export class EgressProxy {
   private readonly config: EgressProxyConfig;
   private readonly services: Services;
   private readonly hosts: EgressHosts;
-  /** The vendors' pool: keep-alive per origin, system CAs plus `trust_file`. */
-  private readonly vendors: Agent;
-  /** The same for hosts a wildcard rule matched: their names resolve to public addresses only (§8). */
-  private readonly publicVendors: Agent;
+  /** The vendors' pools, as the forwarder's but trusting system CAs plus `trust_file`. */
+  private readonly vendors: AgentPair;
   private readonly resolve: Resolver | undefined;
   /** The TLS side of each terminated `CONNECT`, to the host it was opened for. */
   private readonly tunnels = new WeakMap<Socket, Tunnel>();
@@ -63,12 +61,12 @@ export class EgressProxy {
     this.resolve = resolve;
     this.hosts = new EgressHosts(config.hosts);
     const forwarding = services.config.forwarding;
-    const pool = { keepAliveTimeout: 10_000, connections: 256, headersTimeout: forwarding.headers_timeout, bodyTimeout: forwarding.body_timeout };
     // One context for every vendor connection: with `ca` alone, each new connection
     // would parse the whole CA list again.
-    const connect = { timeout: forwarding.connect_timeout, secureContext: vendorContext(config.trust_file) };
-    this.vendors = new Agent({ ...pool, connect });
-    this.publicVendors = new Agent({ ...pool, connect: { ...connect, lookup: publicOnlyLookup(resolve) } });
+    this.vendors = agentPair(
+      { connectTimeout: forwarding.connect_timeout, headersTimeout: forwarding.headers_timeout, bodyTimeout: forwarding.body_timeout, ...(resolve === undefined ? {} : { resolve }) },
+      { secureContext: vendorContext(config.trust_file) },
+    );
     const finish = options.onFinish;
     this.listener = new Listener('egress-proxy', config.listen, (ctx) => this.onRequest(ctx), {
       ...options,
@@ -92,7 +90,7 @@ export class EgressProxy {
 
   async close(drainTimeout: number): Promise<void> {
     await this.listener.close(drainTimeout);
-    await Promise.all([this.vendors.close(), this.publicVendors.close()]);
+    await closeAgents(this.vendors);
   }
 
   // -------------------------------------------------------------------------------------
@@ -233,14 +231,13 @@ export class EgressProxy {
     const rawQuery = q === -1 ? '' : target.slice(q + 1);
     const query = rules.query === null || rawQuery === '' ? null : transformRouteQuery(ctx, this.services, configuration, rules.query, rawQuery, { paths: rules.echoes });
     const sent = query === null ? target : `${target.slice(0, q)}${query.query === '' ? '' : `?${query.query}`}`;
-    const destination = listedDestination(scheme, host, port, sent, rule.match);
+    const destination = listedDestination(scheme, host, port, sent, rule.match, rule.wildcard);
     ctx.destination = destination.origin;
     if (query !== null) ctx.fieldsTransformed = query.count;
     const request = await requestBody(ctx, this.services, rules, configuration, { reportCount: true, recordPaths: rules.echoes });
     const decryptedAt = joinDecrypted(query?.decryptedAt ?? null, request.decryptedAt, rules.echoes);
     const options = routeForwardOptions(this.services, rules, configuration, false, decryptedAt);
-    const dispatcher = rule.wildcard ? this.publicVendors : this.vendors;
-    await this.services.forwarder.forward(ctx, destination, request.body, { ...options, dispatcher: dispatcher as Dispatcher });
+    await this.services.forwarder.forward(ctx, destination, request.body, { ...options, agents: this.vendors });
     request.recordUsage();
   }
 
@@ -266,11 +263,14 @@ function hostRuleOf(route: string): string {
   return route.startsWith(ROUTE_PREFIX) ? route.slice(ROUTE_PREFIX.length) : UNLISTED;
 }
 
-/** The vendor as a destination: listed by name, so it counts as an exact allowlist entry (any address). */
-function listedDestination(scheme: Scheme, host: string, port: number, target: string, match: string): Destination {
+/**
+ * The vendor as a destination: a host named exactly by its rule may be at any address, one
+ * a wildcard rule matched only at public ones (DESIGN §8), as allowlist entries are.
+ */
+function listedDestination(scheme: Scheme, host: string, port: number, target: string, match: string, wildcard: boolean): Destination {
   const authority = `${isIP(host) === 6 ? `[${host}]` : host}:${port}`;
   const origin = `${scheme}://${authority}`;
-  return { url: new URL(`${origin}${target}`), origin, path: target, authorization: null, trusted: true, entry: match };
+  return { url: new URL(`${origin}${target}`), origin, path: target, authorization: null, trusted: !wildcard, entry: match };
 }
 
 /**

@@ -7,6 +7,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors } from 'undici';
+import type { SecureContext } from 'node:tls';
 import type { Dispatcher } from 'undici';
 import { AddressNotAllowedError, BadRequestError, ClientGoneError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';
 import { revealHeader } from '../fields/reveal.ts';
@@ -52,26 +53,44 @@ export interface ForwardOptions {
    */
   readonly respond?: (ctx: RequestContext, response: Dispatcher.ResponseData, method: string) => Promise<void>;
   /**
-   * Sends through this dispatcher instead of one of the forwarder's own two (the egress
-   * proxy's: vendor CAs beside the system's, DESIGN §15).
+   * Sends through these pools instead of the forwarder's own (the egress proxy's: vendor
+   * CAs beside the system's, DESIGN §15); the destination still chooses which of the two.
    */
-  readonly dispatcher?: Dispatcher;
+  readonly agents?: AgentPair;
+}
+
+/**
+ * The two pools every forward goes through: one for hosts named exactly in an allowlist
+ * (any address), one for wildcard matches (public addresses only, checked at connect time).
+ */
+export interface AgentPair {
+  readonly trusted: Agent;
+  readonly publicOnly: Agent;
+}
+
+export function agentPair(options: ForwarderOptions, connect: { readonly secureContext?: SecureContext } = {}): AgentPair {
+  const common = { keepAliveTimeout: 10_000, connections: 256, headersTimeout: options.headersTimeout, bodyTimeout: options.bodyTimeout };
+  const base = { ...connect, timeout: options.connectTimeout };
+  return {
+    trusted: new Agent({ ...common, connect: base }),
+    publicOnly: new Agent({ ...common, connect: { ...base, lookup: publicOnlyLookup(options.resolve) } }),
+  };
+}
+
+/** Closes both pools of a pair. */
+export async function closeAgents(agents: AgentPair): Promise<void> {
+  await Promise.all([agents.trusted.close(), agents.publicOnly.close()]);
 }
 
 const NO_OPTIONS: ForwardOptions = {};
 
 export class Forwarder {
-  /** For hosts named exactly in an allowlist: any address. */
-  private readonly trusted: Agent;
-  /** For wildcard matches: public addresses only, checked at connect time. */
-  private readonly publicOnly: Agent;
+  private readonly agents: AgentPair;
   private readonly options: ForwarderOptions;
 
   constructor(options: ForwarderOptions) {
     this.options = options;
-    const common = { keepAliveTimeout: 10_000, connections: 256, headersTimeout: options.headersTimeout, bodyTimeout: options.bodyTimeout };
-    this.trusted = new Agent({ ...common, connect: { timeout: options.connectTimeout } });
-    this.publicOnly = new Agent({ ...common, connect: { timeout: options.connectTimeout, lookup: publicOnlyLookup(options.resolve) } });
+    this.agents = agentPair(options);
   }
 
   /**
@@ -88,7 +107,8 @@ export class Forwarder {
       headersTimeout: this.options.headersTimeout,
       bodyTimeout: this.options.bodyTimeout,
     };
-    const dispatcher = options.dispatcher ?? (destination.trusted ? this.trusted : this.publicOnly);
+    const agents = options.agents ?? this.agents;
+    const dispatcher = destination.trusted ? agents.trusted : agents.publicOnly;
     if (options.respond === undefined) {
       await this.relayDirect(ctx, destination, dispatcher, request);
       return;
@@ -185,7 +205,7 @@ export class Forwarder {
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.trusted.close(), this.publicOnly.close()]);
+    await closeAgents(this.agents);
   }
 }
 
