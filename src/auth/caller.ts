@@ -9,6 +9,7 @@ import { ActionUnauthorizedError, ForbiddenError, UnauthorizedError } from '../e
 import type { Store } from '../store/db.ts';
 import { normalizeEmail } from '../store/identity-text.ts';
 import type { Role } from '../store/roles.ts';
+import { Memo, stateOf, type StateView } from '../store/state-view.ts';
 import type { User } from '../store/users.ts';
 import { ACCESS_TOKEN_SECRET_LABEL, AccessTokens, type AccessTokenClaims, type IssuedToken } from './access-tokens.ts';
 import { API_KEY_PATTERN, apiKeyHashText } from './api-keys.ts';
@@ -79,7 +80,8 @@ const BEARER = /^bearer[ \t]+(\S+)[ \t]*$/i;
 /** Revocations of expired tokens are purged at most this often. */
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 
-const MAX_CACHED_CALLERS = 1024;
+/** Callers by key hash, for as long as the rows they were made from hold. */
+const CALLERS = new Memo<Caller>('callers by API key hash');
 
 export class Authenticator {
   private readonly store: Store;
@@ -88,14 +90,6 @@ export class Authenticator {
   /** Verified against when the email is unknown, so the miss costs a full scrypt too. */
   private readonly decoyHash = unusablePasswordHash();
   private lastPurge = 0;
-  /**
-   * Callers by key hash, valid while the store's change stamp holds: any write (a
-   * revocation, a role change) empties it, so the next request reads the rows again.
-   */
-  private readonly callers = new Map<string, Caller>();
-  /** Users of bearer tokens with their roles, by id, under the same stamp. */
-  private readonly tokenUsers = new Map<number, { user: User; roles: Role[] } | null>();
-  private callersStamp = -1;
 
   constructor(store: Store, tokens: AccessTokens, throttle: LoginThrottle) {
     this.store = store;
@@ -117,34 +111,21 @@ export class Authenticator {
     if (apiKeyHeader === undefined) throw new UnauthorizedError();
     const presented = apiKeyHeader.trim();
     if (!API_KEY_PATTERN.test(presented)) throw new UnauthorizedError();
-    const hash = apiKeyHashText(presented);
-    this.checkStamp();
-    const cached = this.callers.get(hash);
-    if (cached !== undefined) return cached;
-    const caller = this.lookUp(Buffer.from(hash, 'base64'));
-    if (this.callers.size >= MAX_CACHED_CALLERS) this.callers.clear();
-    this.callers.set(hash, caller);
-    return caller;
+    const hashText = apiKeyHashText(presented);
+    const state = stateOf(this.store);
+    // Only keys that authenticate are memoised (lookUp throws for the others), so keys that
+    // do not cannot crowd them out.
+    return state.memo(CALLERS, hashText, () => this.lookUp(state, Buffer.from(hashText, 'base64')));
   }
 
-  /** Empties the caches when the store has changed since they were filled. */
-  private checkStamp(): void {
-    const stamp = this.store.changeStamp();
-    if (stamp !== this.callersStamp) {
-      this.callers.clear();
-      this.tokenUsers.clear();
-      this.callersStamp = stamp;
-    }
-  }
-
-  private lookUp(hash: Buffer): Caller {
-    const key = this.store.apiKeys.findByHash(hash);
-    // The index lookup finds the row by hash; comparing the stored hash again in
-    // constant time keeps the check independent of how the lookup matched.
+  private lookUp(state: StateView, hash: Buffer): Caller {
+    const key = state.apiKeyByHash(hash);
+    // The map finds the row by hash; comparing the stored hash again in constant time keeps
+    // the check independent of how the lookup matched.
     if (key === undefined || !timingSafeEqual(key.keyHash, hash) || key.status !== 'active') throw new UnauthorizedError();
-    const user = this.store.users.findById(key.userId);
+    const user = state.user(key.userId);
     if (user === undefined || user.disabled) throw new UnauthorizedError();
-    return this.callerFor(user, this.store.users.rolesOf(user.id), {
+    return this.callerFor(user, state.rolesOf(user.id), {
       apiKeyId: key.id,
       keyScope: key.permissions.length === 0 ? null : new Set(key.permissions),
       configurations: key.configurations.length === 0 ? null : new Set(key.configurations),
@@ -165,26 +146,14 @@ export class Authenticator {
     }
     const claims = await this.tokens.verify(match[1]!);
     if (this.store.tokenRevocations.isRevoked(claims.jti)) throw new UnauthorizedError();
-    const found = this.tokenUser(claims.userId);
+    const state = stateOf(this.store);
+    const user = state.user(claims.userId);
     // A token from before its user's last change (password, disable, roles) has ended
     // (DESIGN §13); so has one of a user who is gone. Ids are never reused, so a token can
     // never name a newer user.
-    if (found === null || found.user.disabled || found.user.updatedAt !== claims.credentialsStamp) throw new UnauthorizedError();
+    if (user === undefined || user.disabled || user.updatedAt !== claims.credentialsStamp) throw new UnauthorizedError();
     requireUserKey(caller);
-    return this.callerFor(found.user, found.roles, { apiKeyId: caller.apiKeyId, keyScope: caller.keyScope, configurations: caller.configurations, accessToken: claims });
-  }
-
-  /** The user with its roles, read from the store only after a write. */
-  private tokenUser(id: number): { user: User; roles: Role[] } | null {
-    this.checkStamp();
-    let found = this.tokenUsers.get(id);
-    if (found === undefined) {
-      const user = this.store.users.findById(id);
-      found = user === undefined ? null : { user, roles: this.store.users.rolesOf(id) };
-      if (this.tokenUsers.size >= MAX_CACHED_CALLERS) this.tokenUsers.clear();
-      this.tokenUsers.set(id, found);
-    }
-    return found;
+    return this.callerFor(user, state.rolesOf(user.id), { apiKeyId: caller.apiKeyId, keyScope: caller.keyScope, configurations: caller.configurations, accessToken: claims });
   }
 
   /**

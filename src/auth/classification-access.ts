@@ -18,7 +18,7 @@ import type { ClassificationMembers } from '../store/classifications.ts';
 import type { Store } from '../store/db.ts';
 import { normalizeEmail } from '../store/identity-text.ts';
 import type { RevealDefault, RevealGrant } from '../store/reveal-rules.ts';
-import { perStore } from '../store/stamped-cache.ts';
+import { Memo, stateOf, type StateView } from '../store/state-view.ts';
 import type { Caller } from './caller.ts';
 
 interface ProviderGroup {
@@ -91,32 +91,29 @@ interface Rule {
 }
 
 /**
- * Rules kept until the store changes (StampedCache): a decrypt reads no classification
+ * Rules by classification id, made once per state view: a decrypt reads no classification
  * rows while nothing was written.
  */
-const rules = perStore<Rule | null>();
+const RULES = new Memo<Rule | null>('classification access rules');
 /** Every provider group's member emails by group id, across provider configurations. */
-const groupIndexes = perStore<ReadonlyMap<string, ReadonlySet<string>>>(1);
-
-function ruleOf(store: Store, id: number): Rule | null {
-  return rules(store).get(String(id), () => resolveRule(store, id));
-}
+const GROUP_INDEX = new Memo<ReadonlyMap<string, ReadonlySet<string>>>('provider group members', 1);
 
 /** null for a classification that no longer exists. */
-function resolveRule(store: Store, id: number): Rule | null {
-  const classification = store.classifications.findById(id);
-  if (classification === undefined) return null;
-  return toRule(store, classification, store.classifications.members(id), new Map());
+function ruleOf(state: StateView, id: number): Rule | null {
+  return state.memo(RULES, String(id), () => {
+    const classification = state.classification(id);
+    return classification === undefined ? null : toRule(state, classification, state.members(id), new Map());
+  });
 }
 
 /**
  * Reveal grants name provider groups by id alone (DESIGN §14): a grant to `g-nurses`
  * reaches the members every provider configuration lists for a group of that id.
  */
-function groupIndex(store: Store): ReadonlyMap<string, ReadonlySet<string>> {
-  return groupIndexes(store).get('', () => {
+function groupIndex(state: StateView): ReadonlyMap<string, ReadonlySet<string>> {
+  return state.memo(GROUP_INDEX, '', () => {
     const index = new Map<string, Set<string>>();
-    for (const configuration of store.configurations.list()) {
+    for (const configuration of state.configurations) {
       if (configuration.type !== 'provider') continue;
       const groups = configuration.extra['groups'];
       if (!Array.isArray(groups)) continue;
@@ -132,13 +129,13 @@ function groupIndex(store: Store): ReadonlyMap<string, ReadonlySet<string>> {
 }
 
 /** `groupsOf` caches each provider configuration's groups for the rules built in one pass. */
-function memberAudience(store: Store, members: ClassificationMembers, groupsOf: Map<string, ProviderGroup[]>): Audience {
+function memberAudience(state: StateView, members: ClassificationMembers, groupsOf: Map<string, ProviderGroup[]>): Audience {
   const groupEmails = new Set<string>();
   const groupIds = new Set<string>();
   for (const provider of members.providers) {
     let groups = groupsOf.get(provider.configurationId);
     if (groups === undefined) {
-      const listed = store.configurations.findById(provider.configurationId)?.extra['groups'];
+      const listed = state.configuration(provider.configurationId)?.extra['groups'];
       groups = Array.isArray(listed) ? (listed as ProviderGroup[]) : [];
       groupsOf.set(provider.configurationId, groups);
     }
@@ -152,10 +149,10 @@ function memberAudience(store: Store, members: ClassificationMembers, groupsOf: 
   return { userIds: new Set(members.userIds), roleIds: new Set(members.roleIds), groupIds, groupEmails };
 }
 
-function grantAudience(store: Store, grant: RevealGrant): Audience {
+function grantAudience(state: StateView, grant: RevealGrant): Audience {
   const groupEmails = new Set<string>();
   if (grant.to.groups.length > 0) {
-    const index = groupIndex(store);
+    const index = groupIndex(state);
     for (const id of grant.to.groups) for (const email of index.get(id) ?? []) groupEmails.add(email);
   }
   return { userIds: new Set(grant.to.users), roleIds: new Set(grant.to.roles), groupIds: new Set(grant.to.groups), groupEmails };
@@ -165,10 +162,10 @@ function compileReveal(level: RevealLevel, mask: RevealGrant['mask']): Reveal {
   return revealOf(level, mask === null ? null : Mask.of(mask));
 }
 
-function toRule(store: Store, reveal: { reveal: readonly RevealGrant[]; revealDefault: RevealDefault }, members: ClassificationMembers, groupsOf: Map<string, ProviderGroup[]>): Rule {
+function toRule(state: StateView, reveal: { reveal: readonly RevealGrant[]; revealDefault: RevealDefault }, members: ClassificationMembers, groupsOf: Map<string, ProviderGroup[]>): Rule {
   return {
-    members: memberAudience(store, members, groupsOf),
-    grants: reveal.reveal.map((g) => ({ audience: grantAudience(store, g), reveal: compileReveal(g.level, g.mask), rank: REVEAL_RANK[g.level] })),
+    members: memberAudience(state, members, groupsOf),
+    grants: reveal.reveal.map((g) => ({ audience: grantAudience(state, g), reveal: compileReveal(g.level, g.mask), rank: REVEAL_RANK[g.level] })),
     fallback: compileReveal(reveal.revealDefault.level, reveal.revealDefault.mask),
   };
 }
@@ -199,7 +196,7 @@ function emailOf(who: Identity): string | null {
  * that is being created or changed): what "admitted" means for changing who may read it.
  */
 export function admitsPlain(store: Store, members: ClassificationMembers, grants: readonly RevealGrant[], who: Identity): boolean {
-  const rule = toRule(store, { reveal: grants, revealDefault: { level: 'deny', mask: null } }, members, new Map());
+  const rule = toRule(stateOf(store), { reveal: grants, revealDefault: { level: 'deny', mask: null } }, members, new Map());
   return decide(rule, who, emailOf(who)) === PLAIN;
 }
 
@@ -211,17 +208,15 @@ export function admitsPlain(store: Store, members: ClassificationMembers, grants
 export function readableClassifications(store: Store, who: Identity): Map<number, Reveal> {
   const readable = new Map<number, Reveal>();
   const groupsOf = new Map<string, ProviderGroup[]>();
-  const members = store.classifications.allMembers();
+  const state = stateOf(store);
   const email = emailOf(who);
-  for (const classification of store.classifications.list()) {
-    const rule = toRule(store, classification, members.get(classification.id) ?? NO_MEMBERS, groupsOf);
+  for (const classification of state.classifications) {
+    const rule = toRule(state, classification, state.members(classification.id), groupsOf);
     const reveal = decide(rule, who, email);
     if (reveal.level === 'plain' || reveal.level === 'mask') readable.set(classification.id, reveal);
   }
   return readable;
 }
-
-const NO_MEMBERS: ClassificationMembers = Object.freeze({ userIds: [], roleIds: [], providers: [] });
 
 /** Whether `held` shows at least what `other` shows. Masks are compared as written: another mask may show other characters. */
 export function showsAtLeast(held: Reveal | undefined, other: Reveal): boolean {
@@ -296,7 +291,7 @@ export class ClassificationAccess implements RevealPolicy {
   private resolve(id: number): Reveal {
     // A token of no classification is restricted by none: whoever may decrypt reads it.
     if (id === 0) return PLAIN;
-    const rule = ruleOf(this.store, id);
+    const rule = ruleOf(stateOf(this.store), id);
     // A token naming a classification that no longer exists is denied: ids are never
     // reused, so no newer classification can take it over.
     const reveal = rule === null ? DENY : decide(rule, this.who, this.email);

@@ -33,7 +33,7 @@ import { JWKS_ALGORITHMS, MAX_JWKS_BYTES, readCaFile, readJwksFile, readSecretFi
 import type { JwtIdentityConfig } from '../config/schema.ts';
 import type { Store } from '../store/db.ts';
 import { hasUnsafeText, normalizeEmail } from '../store/identity-text.ts';
-import { perStore } from '../store/stamped-cache.ts';
+import { Memo, stateOf } from '../store/state-view.ts';
 import { isCompactJws } from './access-tokens.ts';
 import type { Identity } from './classification-access.ts';
 
@@ -294,9 +294,8 @@ interface MappedUser {
   readonly roleIds: readonly number[];
 }
 
-/** Read from the store only after a write (StampedCache), like the rules of classification access. */
-const usersByEmail = perStore<MappedUser | null>();
-const roleIdsByName = perStore<number | null>();
+/** The svc user an email maps to, for as long as the rows it was read from hold. */
+const USERS_BY_EMAIL = new Memo<MappedUser | null>('end users by email');
 
 /**
  * The end user of verified claims. The user claim maps to a svc user by email, compared
@@ -305,18 +304,19 @@ const roleIdsByName = perStore<number | null>();
  * anonymous: disabling a user ends what that person may see.
  */
 function endUserOf(claims: VerifiedClaims, store: Store): EndUser | null {
+  const state = stateOf(store);
   let user: MappedUser | null = null;
   if (claims.email !== '') {
-    user = usersByEmail(store).get(claims.email, () => {
-      const found = store.users.findByEmail(claims.email);
-      return found === undefined ? null : { id: found.id, disabled: found.disabled, roleIds: store.users.rolesOf(found.id).map((role) => role.id) };
+    user = state.memo(USERS_BY_EMAIL, claims.email, () => {
+      const found = state.userByEmail(claims.email);
+      return found === undefined ? null : { id: found.id, disabled: found.disabled, roleIds: state.rolesOf(found.id).map((role) => role.id) };
     });
     if (user?.disabled === true) return null;
   }
   const roleIds = new Set(user?.roleIds ?? []);
   for (const name of claims.roleNames) {
-    const id = roleIdsByName(store).get(name, () => store.roles.findByName(name)?.id ?? null);
-    if (id !== null) roleIds.add(id);
+    const id = state.roleByName(name)?.id;
+    if (id !== undefined) roleIds.add(id);
   }
   return {
     subject: claims.subject,

@@ -14,6 +14,7 @@
 import { ActionUnauthorizedError } from '../errors.ts';
 import type { ClassificationMembers } from '../store/classifications.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import type { RevealGrant } from '../store/reveal-rules.ts';
 import { admitsPlain, callerIdentity, readableClassifications, showsAtLeast, type Identity, type Reveal } from './classification-access.ts';
 import type { Caller } from './caller.ts';
@@ -67,7 +68,7 @@ function excess(store: Store, minted: Reach, caller: Reach): string[] {
   const beyond = [...minted.classifications].filter(([id, reveal]) => !showsAtLeast(caller.classifications.get(id), reveal)).map(([id]) => id);
   if (beyond.length > 0) {
     const names = beyond.sort((a, b) => a - b).map((id) => {
-      const classification = store.classifications.findById(id);
+      const classification = stateOf(store).classification(id);
       return classification === undefined ? `id ${id}` : `"${classification.name}" (id ${id})`;
     });
     reasons.push(`it can decrypt classification${names.length === 1 ? '' : 's'} ${names.join(', ')}, which the caller is not admitted to`);
@@ -76,7 +77,7 @@ function excess(store: Store, minted: Reach, caller: Reach): string[] {
 }
 
 export function isOwner(store: Store, caller: Caller): boolean {
-  const owner = store.roles.findByName('owner');
+  const owner = stateOf(store).roleByName('owner');
   return owner !== undefined && caller.roleIds.includes(owner.id);
 }
 
@@ -121,7 +122,7 @@ export function authorizeMemberChange(
  * an owner, rotating an owner's key, a user with the owner role).
  */
 export function authorizeOwnerRole(store: Store, caller: Caller, roleIds: readonly number[]): void {
-  const owner = store.roles.findByName('owner');
+  const owner = stateOf(store).roleByName('owner');
   if (owner !== undefined && roleIds.includes(owner.id) && !isOwner(store, caller)) throw new ActionUnauthorizedError();
 }
 

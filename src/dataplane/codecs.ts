@@ -11,7 +11,7 @@ import { TokenCodec } from '../crypto/token.ts';
 import { InternalError } from '../errors.ts';
 import type { Configuration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
-import { StampedCache } from '../store/stamped-cache.ts';
+import { stateOf } from '../store/state-view.ts';
 
 interface Entry {
   stamp: string;
@@ -24,24 +24,20 @@ export class CodecCache {
   private readonly store: Store;
   private readonly master: MasterKey;
   private readonly entries = new Map<string, Entry>();
-  private readonly bySlug: StampedCache<Configuration | undefined>;
-  private readonly byName: StampedCache<Configuration | undefined>;
 
   constructor(store: Store, master: MasterKey) {
     this.store = store;
     this.master = master;
-    this.bySlug = new StampedCache(store);
-    this.byName = new StampedCache(store);
   }
 
-  /** The configuration a relay, egress or egress proxy route names, read from the store only after a write. */
+  /** The configuration a relay, egress or egress proxy route names. */
   configurationNamed(name: string): Configuration | undefined {
-    return this.byName.get(name, () => this.store.configurations.findByName(name));
+    return stateOf(this.store).configurationByName(name);
   }
 
-  /** The configuration behind a proxy slug, read from the store only after a write. */
+  /** The configuration behind a proxy slug. */
   configuration(slug: string): Configuration | undefined {
-    return this.bySlug.get(slug, () => this.store.configurations.findBySlug(slug));
+    return stateOf(this.store).configurationBySlug(slug);
   }
 
   get(configuration: Configuration): TokenCodec {

@@ -15,7 +15,7 @@ import { hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendBody } from '../http/respond.ts';
 import type { Configuration } from '../store/configurations.ts';
-import { classificationIdOf } from '../store/stamped-cache.ts';
+import { stateOf } from '../store/state-view.ts';
 import type { Services } from '../services.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, transformStream, transformWhole, type Mode } from './body-transform.ts';
@@ -108,7 +108,7 @@ function resolveDestination(ctx: RequestContext, configuration: Configuration): 
 export function resolveClassification(ctx: RequestContext, services: Services): number {
   const value = ctx.header('x-svc-classification')?.trim();
   if (value === undefined || value === '') return 0;
-  const id = value.length <= 128 ? classificationIdOf(services.store, value) : undefined;
+  const id = value.length <= 128 ? stateOf(services.store).classificationByIdOrSlug(value)?.id : undefined;
   if (id === undefined) {
     throw new ValidationError({ 'x-svc-classification': ['The selected classification is invalid.'] });
   }

@@ -35,7 +35,7 @@ import type { CaptureLimits, ChunkTransformer, FieldValue } from '../fields/valu
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
-import { classificationIdOf } from '../store/stamped-cache.ts';
+import { stateOf } from '../store/state-view.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import type { CollectingHandler } from './body-transform.ts';
 import { KeyInUse, recordFailure } from './field-handlers.ts';
@@ -91,14 +91,14 @@ export class RelayGuard {
   }
 
   private handler(services: Services, settings: ProtectConfig, route: TokenCodec | null, minted: ReadonlySet<string> | null): { handler: GuardHandler; configuration: Configuration } {
-    const configuration = services.store.configurations.findByName(this.settings.configuration);
+    const configuration = stateOf(services.store).configurationByName(this.settings.configuration);
     if (configuration === undefined || configuration.type !== 'encryption') {
       throw new RouteUnavailableError(new Error(`relay.protect names the configuration "${this.settings.configuration}", which is not an encryption configuration in the store`));
     }
     const codec = services.codecs.get(configuration);
     let classificationId = 0;
     if (this.settings.classification !== undefined) {
-      const id = classificationIdOf(services.store, this.settings.classification);
+      const id = stateOf(services.store).classificationByIdOrSlug(this.settings.classification)?.id;
       if (id === undefined) throw new RouteUnavailableError(new Error(`relay.protect names the classification "${this.settings.classification}", which does not exist`));
       classificationId = id;
     }

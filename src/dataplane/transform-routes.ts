@@ -22,7 +22,7 @@ import type { CaptureLimits, ChunkTransformer } from '../fields/value.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
-import { classificationIdOf } from '../store/stamped-cache.ts';
+import { stateOf } from '../store/state-view.ts';
 import { BodyTransform, type Mode } from './body-transform.ts';
 import { DecryptHandler, EncryptHandler, KeyInUse } from './field-handlers.ts';
 
@@ -160,7 +160,7 @@ export function routeBodyTransform(
 
 function resolveClassification(services: Services, spec: TransformSpec): number {
   if (spec.classification === null) return 0;
-  const id = classificationIdOf(services.store, spec.classification);
+  const id = stateOf(services.store).classificationByIdOrSlug(spec.classification)?.id;
   if (id === undefined) throw new RouteUnavailableError(new Error(`a relay or egress route names the classification "${spec.classification}", which does not exist`));
   return id;
 }

@@ -38,7 +38,7 @@ export interface Store {
   transaction<T>(fn: () => T): T;
   /**
    * Changes whenever a row other than a log entry is written through this connection (at
-   * once), and within OTHERS_CHECK_MS of a commit by another connection (a CLI process, a
+   * once) or a transaction on it rolls back, and within OTHERS_CHECK_MS of a commit by another connection (a CLI process, a
    * log-writer thread). Caches of rows key on it: a stamp that still matches means no row
    * they hold can have changed, so a key revoked through the API is refused on the very
    * next request.

@@ -613,7 +613,7 @@ const REVIEWED: ReadonlyArray<{ file: string; line: string; why: string }> = [
   },
   {
     file: 'src/auth/caller.ts',
-    line: 'if (found === null || found.user.disabled || found.user.updatedAt !== claims.credentialsStamp) throw new UnauthorizedError();',
+    line: 'if (user === undefined || user.disabled || user.updatedAt !== claims.credentialsStamp) throw new UnauthorizedError();',
     why: "compares the user's updated_at with the one a verified (signed) access token carries: a timestamp the token's holder can read, not a secret",
   },
 ];

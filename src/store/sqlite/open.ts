@@ -14,7 +14,7 @@ import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
 import { rememberConnection } from './connection.ts';
 import { migrate } from './migrations.ts';
-import { runInTransaction } from './transaction.ts';
+import { onRollback, runInTransaction } from './transaction.ts';
 
 const MEMORY = ':memory:';
 
@@ -72,6 +72,9 @@ export function openSqliteStore(path: string): Store {
   let others = -1;
   let othersCheckedAt = Number.NEGATIVE_INFINITY;
   noteOwnChanges(db, () => {
+    generation++;
+  });
+  onRollback(db, () => {
     generation++;
   });
   const othersCommitStamp = (): number => (dataVersion.get() as { data_version: number }).data_version;

@@ -1,5 +1,16 @@
 import type { DatabaseSync } from 'node:sqlite';
 
+const rollbackListeners = new WeakMap<DatabaseSync, () => void>();
+
+/**
+ * Calls `listener` whenever a transaction on `db` rolls back (a savepoint included). What
+ * was read inside the transaction may have been rows that are now gone, so the change
+ * stamp must move: a cache filled from them is emptied, as after any write.
+ */
+export function onRollback(db: DatabaseSync, listener: () => void): void {
+  rollbackListeners.set(db, listener);
+}
+
 /**
  * Runs `fn` in a transaction: BEGIN IMMEDIATE at the outermost level, a SAVEPOINT when
  * already inside one, so repositories can wrap their own multi-statement writes and still
@@ -38,6 +49,7 @@ export function runInTransaction<T>(db: DatabaseSync, fn: () => T): T {
 }
 
 function rollback(db: DatabaseSync, nested: boolean): void {
+  rollbackListeners.get(db)?.();
   // Some errors (SQLITE_FULL, SQLITE_IOERR, ...) make SQLite roll back the whole
   // transaction itself; issuing ROLLBACK then would throw and hide the original error.
   if (!db.isTransaction) return;

@@ -1,0 +1,210 @@
+import type { ApiKey } from './api-keys.ts';
+import type { Classification, ClassificationMembers } from './classifications.ts';
+import type { Configuration } from './configurations.ts';
+import type { Store } from './db.ts';
+import type { Role } from './roles.ts';
+import type { User } from './users.ts';
+
+/**
+ * The state as the request path reads it, and the one place that decides whether what a
+ * request reads is fresh. A view belongs to one value of the store's change stamp (a write
+ * or rollback through this process moves it at once, another connection's commit within
+ * OTHERS_CHECK_MS) and is replaced as a whole when the stamp moves; everything derived
+ * from the rows (callers by key hash, access rules) is memoised on the view (`memo`) and
+ * goes with it.
+ *
+ * What the body transforms read deep inside a request (roles, configurations,
+ * classifications with their members) is read whole when the view is made: a handful of
+ * small tables. Users and API keys, of which there may be tens of thousands, are read one
+ * at a time as requests name them, at the start of a request, and kept for the view's
+ * life (a rebuild after every write would cost tens of milliseconds with that many).
+ *
+ * Not in the view, because they must be exact on every check rather than as fresh as the
+ * stamp: whether a key version still exists (KeyInUse, DESIGN §13), token revocations,
+ * and a login's password hash.
+ *
+ * Everything the view hands out is frozen: it is shared by every request until the next
+ * change, so a caller that tried to modify a row would change it for all of them.
+ */
+export class StateView {
+  readonly #store: Store;
+  readonly #roles = new Map<number, Role>();
+  readonly #rolesByName = new Map<string, Role>();
+  readonly #configurations = new Map<string, Configuration>();
+  readonly #configurationsByName = new Map<string, Configuration>();
+  readonly #configurationsBySlug = new Map<string, Configuration>();
+  readonly #classifications = new Map<number, Classification>();
+  readonly #classificationsBySlug = new Map<string, Classification>();
+  readonly #members = new Map<number, ClassificationMembers>();
+  readonly #memos = new Map<Memo<unknown>, Map<string, unknown>>();
+  /** Configurations in `configurations.list()` order. */
+  readonly configurations: readonly Configuration[];
+  /** Classifications in id order. */
+  readonly classifications: readonly Classification[];
+
+  /** Reads the small tables whole: six queries, whatever the number of users and keys. */
+  constructor(store: Store) {
+    this.#store = store;
+    for (const role of store.roles.list()) {
+      deepFreeze(role);
+      this.#roles.set(role.id, role);
+      this.#rolesByName.set(role.name, role);
+    }
+    this.configurations = Object.freeze(store.configurations.list().map(deepFreeze));
+    for (const configuration of this.configurations) {
+      this.#configurations.set(configuration.id, configuration);
+      this.#configurationsByName.set(configuration.name, configuration);
+      if (configuration.proxySlug !== null) this.#configurationsBySlug.set(configuration.proxySlug, configuration);
+    }
+    this.classifications = Object.freeze(store.classifications.list().map(deepFreeze));
+    for (const classification of this.classifications) {
+      this.#classifications.set(classification.id, classification);
+      this.#classificationsBySlug.set(classification.slug, classification);
+    }
+    for (const [id, members] of store.classifications.allMembers()) this.#members.set(id, deepFreeze(members));
+  }
+
+  user(id: number): User | undefined {
+    return this.memo(USERS, String(id), () => deepFreeze(this.#store.users.findById(id)));
+  }
+
+  /** Compared normalised, as `users.findByEmail`. */
+  userByEmail(email: string): User | undefined {
+    return this.memo(USERS_BY_EMAIL, email, () => deepFreeze(this.#store.users.findByEmail(email)));
+  }
+
+  /** The user's roles in id order; empty for a user without roles, or no such user. */
+  rolesOf(userId: number): readonly Role[] {
+    return this.memo(ROLES_OF_USER, String(userId), () => deepFreeze(this.#store.users.rolesOf(userId)));
+  }
+
+  role(id: number): Role | undefined {
+    return this.#roles.get(id);
+  }
+
+  roleByName(name: string): Role | undefined {
+    return this.#rolesByName.get(name);
+  }
+
+  /**
+   * Revoked keys included: the caller decides (revoked → 401). Only keys that exist are
+   * kept, so requests with made-up keys cannot crowd out the keys in use.
+   */
+  apiKeyByHash(hash: Buffer): ApiKey | undefined {
+    const text = hash.toString('latin1');
+    const values = this.#values(API_KEYS);
+    const known = values.get(text);
+    if (known !== undefined) return known;
+    const key = this.#store.apiKeys.findByHash(hash);
+    if (key === undefined) return undefined;
+    remember(values, API_KEYS, text, deepFreeze(key));
+    return key;
+  }
+
+  configuration(id: string): Configuration | undefined {
+    return this.#configurations.get(id);
+  }
+
+  configurationByName(name: string): Configuration | undefined {
+    return this.#configurationsByName.get(name);
+  }
+
+  configurationBySlug(slug: string): Configuration | undefined {
+    return this.#configurationsBySlug.get(slug);
+  }
+
+  classification(id: number): Classification | undefined {
+    return this.#classifications.get(id);
+  }
+
+  /** All digits means an id, anything else a slug, as `classifications.findByIdOrSlug`. */
+  classificationByIdOrSlug(value: string): Classification | undefined {
+    if (ALL_DIGITS.test(value)) {
+      const id = Number(value);
+      return Number.isSafeInteger(id) ? this.#classifications.get(id) : undefined;
+    }
+    return this.#classificationsBySlug.get(value);
+  }
+
+  /** Who a classification lists; nobody for one without members, or no such classification. */
+  members(classificationId: number): ClassificationMembers {
+    return this.#members.get(classificationId) ?? NO_MEMBERS;
+  }
+
+  /**
+   * `build()`'s value for `key`, computed once per view: derived data that is right for as
+   * long as the rows it came from are. At most `memo.max` values are kept per kind; beyond
+   * that the kind starts over, so clients that send many different keys cannot grow it.
+   */
+  memo<V>(memo: Memo<V>, key: string, build: () => V): V {
+    const values = this.#values(memo);
+    if (values.has(key)) return values.get(key) as V;
+    const value = build();
+    remember(values, memo, key, value);
+    return value;
+  }
+
+  #values<V>(memo: Memo<V>): Map<string, V> {
+    let values = this.#memos.get(memo) as Map<string, V> | undefined;
+    if (values === undefined) {
+      values = new Map();
+      this.#memos.set(memo, values);
+    }
+    return values;
+  }
+}
+
+function remember<V>(values: Map<string, V>, memo: Memo<V>, key: string, value: V): void {
+  if (values.size >= memo.max) values.clear();
+  values.set(key, value);
+}
+
+/** A kind of derived value memoised on a StateView: one module-level constant per kind. */
+export class Memo<V> {
+  readonly name: string;
+  readonly max: number;
+  declare readonly __value?: V;
+
+  constructor(name: string, max = 1024) {
+    this.name = name;
+    this.max = max;
+  }
+}
+
+interface Current {
+  stamp: number;
+  view: StateView;
+}
+
+const views = new WeakMap<Store, Current>();
+
+/**
+ * The view of `store`'s state as of its current change stamp: built on first use after the
+ * stamp moves, then shared until it moves again.
+ */
+export function stateOf(store: Store): StateView {
+  const stamp = store.changeStamp();
+  const current = views.get(store);
+  if (current !== undefined && current.stamp === stamp) return current.view;
+  // Kept under the stamp read before building: another process's commit that lands between
+  // the queries moves the stamp past it, so the next check after OTHERS_CHECK_MS builds
+  // again rather than keeping a view that is half before and half after that commit.
+  const view = new StateView(store);
+  views.set(store, { stamp, view });
+  return view;
+}
+
+const USERS = new Memo<User | undefined>('users by id');
+const USERS_BY_EMAIL = new Memo<User | undefined>('users by email');
+const ROLES_OF_USER = new Memo<readonly Role[]>('roles by user id');
+const API_KEYS = new Memo<ApiKey>('API keys by hash');
+const ALL_DIGITS = /^[0-9]+$/;
+const NO_MEMBERS: ClassificationMembers = deepFreeze({ userIds: [], roleIds: [], providers: [] });
+
+/** Freezes `value` and every object and array under it (Buffers are left as they are). */
+function deepFreeze<T>(value: T): T {
+  if (value === null || typeof value !== 'object' || Object.isFrozen(value) || ArrayBuffer.isView(value)) return value;
+  Object.freeze(value);
+  for (const child of Object.values(value)) deepFreeze(child);
+  return value;
+}
