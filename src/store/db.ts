@@ -11,16 +11,11 @@ import type { TokenRevocationsRepository } from './token-revocations.ts';
 import type { UsersRepository } from './users.ts';
 
 /**
- * The store as the rest of the program sees it: the repositories and a few facts about the
- * store itself. What the store is made of (today a SQLite file: opening, PRAGMAs, the
- * change stamp's triggers, migrations, transactions, worker connections) lives under
- * sqlite/; the repositories beside this file hold the queries.
+ * The repositories of one connection, each method answering at once. A SQLite store is
+ * made of these; the state view and the few checks that run inside a request's value
+ * handlers reach them through `syncRepositories` (sqlite/connection.ts).
  */
-export interface Store {
-  /** The file path, or `:memory:`. */
-  readonly path: string;
-  /** True when this open created the store (it had no schema yet): nothing can have been written to it before. */
-  readonly created: boolean;
+export interface Repositories {
   readonly roles: RolesRepository;
   readonly users: UsersRepository;
   readonly configurations: ConfigurationsRepository;
@@ -34,8 +29,40 @@ export interface Store {
   readonly shippedLogs: ShippedLogsRepository;
   /** Facts about this store itself (the master key's check value). */
   readonly meta: MetaRepository;
-  /** Runs `fn` atomically; nests (as a savepoint) inside another transaction. `fn` must be synchronous. */
-  transaction<T>(fn: () => T): T;
+}
+
+/** Every method of `R`, answering with a promise of what it returns. */
+export type Async<R> = {
+  readonly [K in keyof R]: R[K] extends (...args: infer A) => infer T ? (...args: A) => Promise<Awaited<T>> : never;
+};
+
+/**
+ * What may be done inside a transaction: every repository, and transactions nested in it
+ * (savepoints). Every method answers with a promise, whatever the backend.
+ */
+export type Transaction = { readonly [K in keyof Repositories]: Async<Repositories[K]> } & {
+  /** Runs `fn` inside this transaction, as a savepoint: its writes go or stay together. */
+  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+};
+
+/**
+ * The store as the rest of the program sees it: the repositories and a few facts about the
+ * store itself. What the store is made of (today a SQLite file: opening, PRAGMAs, the
+ * change stamp's triggers, migrations, transactions, worker connections) lives under
+ * sqlite/; the repositories beside this file hold the queries.
+ */
+export interface Store extends Omit<Transaction, 'transaction'> {
+  /** The file path, or `:memory:`. */
+  readonly path: string;
+  /** True when this open created the store (it had no schema yet): nothing can have been written to it before. */
+  readonly created: boolean;
+  /**
+   * Runs `fn` atomically with the handle it is given: every read and write of the
+   * transaction goes through `tx`. On SQLite the transaction holds the one connection, so
+   * `fn` must wait on nothing but `tx` (no timers, no network, no password hashing):
+   * while it is open, any use of the store other than through `tx` fails.
+   */
+  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
   /**
    * Changes whenever a row other than a log entry is written through this connection (at
    * once) or a transaction on it rolls back, and within OTHERS_CHECK_MS of a commit by another connection (a CLI process, a

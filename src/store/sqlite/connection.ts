@@ -5,18 +5,31 @@
  * repositories and the `Store` methods.
  */
 import type { DatabaseSync } from 'node:sqlite';
-import type { Store } from '../db.ts';
+import type { Repositories, Store } from '../db.ts';
 
-const connections = new WeakMap<Store, DatabaseSync>();
+const connections = new WeakMap<Store, { db: DatabaseSync; repositories: Repositories }>();
 
 /** Called once by the opener of a SQLite store. */
-export function rememberConnection(store: Store, db: DatabaseSync): void {
-  connections.set(store, db);
+export function rememberConnection(store: Store, db: DatabaseSync, repositories: Repositories): void {
+  connections.set(store, { db, repositories });
 }
 
 /** The connection of a store opened on SQLite; throws for any other store. */
 export function sqliteConnection(store: Store): DatabaseSync {
-  const db = connections.get(store);
-  if (db === undefined) throw new TypeError('not a SQLite store');
-  return db;
+  return opened(store).db;
+}
+
+/**
+ * The repositories of a SQLite store, answering at once: for the state view and the checks
+ * that run inside a request's value handlers (KeyInUse, the codec cache's keys), which
+ * cannot wait. Throws for any other store.
+ */
+export function syncRepositories(store: Store): Repositories {
+  return opened(store).repositories;
+}
+
+function opened(store: Store): { db: DatabaseSync; repositories: Repositories } {
+  const found = connections.get(store);
+  if (found === undefined) throw new TypeError('not a SQLite store');
+  return found;
 }

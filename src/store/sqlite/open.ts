@@ -4,7 +4,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { ApiKeysRepository } from '../api-keys.ts';
 import { ClassificationsRepository } from '../classifications.ts';
 import { ConfigurationsRepository } from '../configurations.ts';
-import type { Store } from '../db.ts';
+import type { Async, Repositories, Store, Transaction } from '../db.ts';
 import { LogsRepository } from '../logs.ts';
 import { MetaRepository } from '../meta.ts';
 import { ReplicationRepository } from '../replication.ts';
@@ -14,7 +14,7 @@ import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
 import { rememberConnection } from './connection.ts';
 import { migrate } from './migrations.ts';
-import { onRollback, runInTransaction } from './transaction.ts';
+import { onRollback, runInTransactionAsync } from './transaction.ts';
 
 const MEMORY = ':memory:';
 
@@ -78,9 +78,7 @@ export function openSqliteStore(path: string): Store {
     generation++;
   });
   const othersCommitStamp = (): number => (dataVersion.get() as { data_version: number }).data_version;
-  const store: Store = {
-    path,
-    created,
+  const repositories: Repositories = {
     roles: new RolesRepository(db),
     users: new UsersRepository(db),
     configurations: new ConfigurationsRepository(db),
@@ -91,7 +89,32 @@ export function openSqliteStore(path: string): Store {
     replication: new ReplicationRepository(db),
     shippedLogs: new ShippedLogsRepository(db),
     meta: new MetaRepository(db),
-    transaction: (fn) => runInTransaction(db, fn),
+  };
+  // One connection serves the whole process: while a transaction is open, only its own
+  // handle may use it. The rest would read rows the transaction may still roll back, or
+  // write into it; they fail instead (a transaction that waits on anything but its handle
+  // is a bug, and this makes it loud).
+  let openTransactions = 0;
+  const outside = (): void => {
+    if (openTransactions > 0) throw new StoreBusyError();
+  };
+  const tx: Transaction = {
+    ...asyncRepositories(repositories, () => {}),
+    transaction: (fn) => runInTransactionAsync(db, () => fn(tx)),
+  };
+  const store: Store = {
+    path,
+    created,
+    ...asyncRepositories(repositories, outside),
+    async transaction(fn) {
+      outside();
+      openTransactions++;
+      try {
+        return await runInTransactionAsync(db, () => fn(tx));
+      } finally {
+        openTransactions--;
+      }
+    },
     changeStamp() {
       // Another connection's commit cannot be ordered against this process's requests
       // anyway; reading its counter for every request would cost more than the lookups the
@@ -119,6 +142,40 @@ export function openSqliteStore(path: string): Store {
       db.close();
     },
   };
-  rememberConnection(store, db);
+  rememberConnection(store, db, repositories);
   return store;
+}
+
+/** Used while a transaction holds the connection, by anything but that transaction. */
+export class StoreBusyError extends Error {
+  constructor() {
+    super('The store was used outside a transaction that is still open: a transaction may wait on nothing but its own handle.');
+    this.name = 'StoreBusyError';
+  }
+}
+
+/**
+ * `repositories` with every method answering with a promise, each call checked by `gate`
+ * first. The statements still run at once: a call that is not awaited has done its work
+ * by the time it returns.
+ */
+function asyncRepositories(repositories: Repositories, gate: () => void): { [K in keyof Repositories]: Async<Repositories[K]> } {
+  const out: Record<string, unknown> = {};
+  for (const [name, repository] of Object.entries(repositories) as Array<[string, object]>) {
+    const methods: Record<string, (...args: unknown[]) => Promise<unknown>> = {};
+    for (const key of Object.getOwnPropertyNames(Object.getPrototypeOf(repository))) {
+      const method = (repository as Record<string, unknown>)[key];
+      if (key === 'constructor' || typeof method !== 'function') continue;
+      methods[key] = (...args) => {
+        try {
+          gate();
+          return Promise.resolve(method.apply(repository, args));
+        } catch (error) {
+          return Promise.reject(error);
+        }
+      };
+    }
+    out[name] = Object.freeze(methods);
+  }
+  return out as { [K in keyof Repositories]: Async<Repositories[K]> };
 }

@@ -48,6 +48,31 @@ export function runInTransaction<T>(db: DatabaseSync, fn: () => T): T {
   return result;
 }
 
+/**
+ * runInTransaction for a callback that answers with a promise: the same BEGIN IMMEDIATE or
+ * savepoint, committed once the promise settles. The connection is shared by the whole
+ * process, so the caller must keep anything but `fn`'s own statements off it meanwhile
+ * (sqlite/open.ts refuses them).
+ */
+export async function runInTransactionAsync<T>(db: DatabaseSync, fn: () => Promise<T>): Promise<T> {
+  const nested = db.isTransaction;
+  db.exec(nested ? 'SAVEPOINT svc_nested' : 'BEGIN IMMEDIATE');
+  let result: T;
+  try {
+    result = await fn();
+  } catch (error) {
+    rollback(db, nested);
+    throw error;
+  }
+  try {
+    db.exec(nested ? 'RELEASE svc_nested' : 'COMMIT');
+  } catch (error) {
+    rollback(db, nested);
+    throw error;
+  }
+  return result;
+}
+
 function rollback(db: DatabaseSync, nested: boolean): void {
   rollbackListeners.get(db)?.();
   // Some errors (SQLITE_FULL, SQLITE_IOERR, ...) make SQLite roll back the whole
