@@ -154,7 +154,7 @@ function readyz(ctx: RequestContext, services: Services): void {
   sendJson(ctx, 200, { status: 'ready' });
 }
 
-export function createApp(config: Config, options: AppOptions = {}): App {
+export async function createApp(config: Config, options: AppOptions = {}): Promise<App> {
   const logger = options.logger ?? createLogger(config.logging.level);
   // Routes are compiled before the store opens: a bad one stops the start with nothing to undo.
   const egress = new EgressRoutes(config.egress);
@@ -163,7 +163,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   let createdApiKeys: Array<{ name: string; key: string }> = [];
   let master: MasterKey;
   try {
-    master = openMasterKey(config, logger, options.env ?? process.env, store);
+    master = await openMasterKey(config, logger, options.env ?? process.env, store);
   } catch (err) {
     store.close();
     throw err;
@@ -172,19 +172,19 @@ export function createApp(config: Config, options: AppOptions = {}): App {
     // A replica's state is the control plane's snapshot: its seed only bootstraps one that
     // has never received a snapshot, and the first snapshot replaces it.
     const seedIt = options.seed !== 'new-store' || store.created;
-    if (seedIt && (config.state.source !== 'control-plane' || store.replication.getSync('applied') === undefined)) {
-      const seeded = seedStore(store, master, config);
+    if (seedIt && (config.state.source !== 'control-plane' || (await store.replication.getSync('applied')) === undefined)) {
+      const seeded = await seedStore(store, master, config);
       logSeedResult(logger, seeded);
       createdApiKeys = seeded.createdApiKeys;
     }
-    checkRouteReferences(config, store);
+    await checkRouteReferences(config, store);
   } catch (err) {
     store.close();
     throw err;
   }
   // The log queue is read at scrape time, once services exist.
   const metrics = new Metrics(() => services.logs);
-  const replication = createReplication(config, store, master, logger, metrics);
+  const replication = await createReplication(config, store, master, logger, metrics);
   const services: Services = {
     config,
     logger,
@@ -214,7 +214,7 @@ export function createApp(config: Config, options: AppOptions = {}): App {
   };
   // One state is applied at start: the seed.
   metrics.stateVersion.set(1);
-  replication?.resume();
+  await replication?.resume();
   const retention = new RetentionJob(store, logger, { retention: config.logs.retention });
   const fileSource =
     config.state.source === 'file' && options.configPath !== undefined
@@ -293,9 +293,9 @@ export function createApp(config: Config, options: AppOptions = {}): App {
  * than answering 500 to every request. A store that holds wrapped keys never gets a fresh
  * development key generated beside it.
  */
-function openMasterKey(config: Config, logger: Logger, env: NodeJS.ProcessEnv, store: Store): MasterKey {
-  const recorded = store.meta.get(MASTER_KEY_CHECK);
-  const sample = store.configurations.sampleWrappedKey();
+async function openMasterKey(config: Config, logger: Logger, env: NodeJS.ProcessEnv, store: Store): Promise<MasterKey> {
+  const recorded = await store.meta.get(MASTER_KEY_CHECK);
+  const sample = await store.configurations.sampleWrappedKey();
   const master = loadMasterKey({
     env,
     file: config.keys.master_key_file,
@@ -315,7 +315,7 @@ function openMasterKey(config: Config, logger: Logger, env: NodeJS.ProcessEnv, s
         throw new MasterKeyMismatchError(store.path);
       }
     }
-    store.meta.set(MASTER_KEY_CHECK, check);
+    await store.meta.set(MASTER_KEY_CHECK, check);
   }
   if (master.insecurePermissions) logger.warn({ path: config.keys.master_key_file }, 'the master key file is readable by other users; chmod 600 it');
   logger.info({ fingerprint: master.fingerprint() }, 'master key loaded');

@@ -4,8 +4,8 @@ import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 
 /** Records a management action by the acting user in the activity log (DESIGN §10). */
-export function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): void {
-  recordUserActivity(ctx, services, caller.user, action, description);
+export async function recordActivity(ctx: RequestContext, services: Services, caller: Caller, action: string, description: string): Promise<void> {
+  await recordUserActivity(ctx, services, caller.user, action, description);
 }
 
 /**
@@ -14,8 +14,8 @@ export function recordActivity(ctx: RequestContext, services: Services, caller: 
  * acknowledged change is never missing from the audit trail, even after a kill -9. These
  * are rare next to data-plane entries, which are batched on the log thread.
  */
-export function recordUserActivity(ctx: RequestContext, services: Services, user: Pick<User, 'id' | 'email'>, action: string, description: string): void {
-  services.store.logs.insertActivity([{
+export async function recordUserActivity(ctx: RequestContext, services: Services, user: Pick<User, 'id' | 'email'>, action: string, description: string): Promise<void> {
+  await services.store.logs.insertActivity([{
     action,
     description,
     ip: ctx.req.socket.remoteAddress ?? '',

@@ -14,6 +14,7 @@ import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { ApiKey } from '../store/api-keys.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import { isUniqueViolation } from '../store/sql.ts';
 import type { User } from '../store/users.ts';
 import { apiKeyView } from './presenters.ts';
@@ -34,62 +35,62 @@ export const routes: ApiRoute[] = [
 ];
 
 /** A plain array, not a page envelope (spec 4.10). */
-function list(ctx: RequestContext, services: Services): void {
+async function list(ctx: RequestContext, services: Services): Promise<void> {
   const { store } = services;
-  sendJson(ctx, 200, store.apiKeys.list().map((key) => apiKeyView(store, key)));
+  sendJson(ctx, 200, (await store.apiKeys.list()).map((key) => apiKeyView(store, key)));
 }
 
 async function create(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const { store } = services;
   const v = new Validator(await readJson(ctx));
-  const input = validateCreate(v, store, caller);
+  const input = await validateCreate(v, store, caller);
   v.check();
   const exempt = authorizeKey(store, caller, input.user, input.permissions, input.configurations);
   const secret = generateApiKey();
-  const key = insert(store, input, secret);
-  recordActivity(ctx, services, caller, 'api-key.created', `Created API key "${key.name}" for ${input.user.email}.${exempt ?? ''}`);
+  const key = await insert(store, input, secret);
+  await recordActivity(ctx, services, caller, 'api-key.created', `Created API key "${key.name}" for ${input.user.email}.${exempt ?? ''}`);
   sendJson(ctx, 201, { ...apiKeyView(store, key), key: secret });
 }
 
-function show(ctx: RequestContext, services: Services): void {
-  sendJson(ctx, 200, apiKeyView(services.store, find(ctx, services)));
+async function show(ctx: RequestContext, services: Services): Promise<void> {
+  sendJson(ctx, 200, apiKeyView(services.store, await find(ctx, services)));
 }
 
 /** Idempotent: revoking a revoked key keeps its first `revoked_at`. */
-function revoke(ctx: RequestContext, services: Services, caller: Caller): void {
-  const key = findManageable(ctx, services, caller);
-  services.store.apiKeys.revoke(key.id);
-  if (key.status === 'active') recordActivity(ctx, services, caller, 'api-key.revoked', `Revoked API key "${key.name}".`);
+async function revoke(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const key = await findManageable(ctx, services, caller);
+  await services.store.apiKeys.revoke(key.id);
+  if (key.status === 'active') await recordActivity(ctx, services, caller, 'api-key.revoked', `Revoked API key "${key.name}".`);
   sendEmpty(ctx, 204);
 }
 
 /** The new secret replaces the hash in one statement: the old key fails from the next request on. */
-function rotate(ctx: RequestContext, services: Services, caller: Caller): void {
+async function rotate(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const { store } = services;
-  const key = findManageable(ctx, services, caller);
+  const key = await findManageable(ctx, services, caller);
   // Rotating hands over the key's new secret: only to a caller who could have created it.
-  const user = store.users.findById(key.userId);
+  const user = await store.users.findById(key.userId);
   if (user === undefined) throw new NotFoundError();
   const exempt = authorizeKey(store, caller, user, key.permissions, key.configurations);
   if (key.status === 'revoked') throw new ValidationError({ status: ['A revoked API key cannot be rotated.'] });
   const secret = generateApiKey();
-  if (store.apiKeys.replaceHash(key.id, apiKeyPrefix(secret), hashApiKey(secret)) === undefined) throw new NotFoundError();
-  recordActivity(ctx, services, caller, 'api-key.rotated', `Rotated API key "${key.name}".${exempt ?? ''}`);
+  if ((await store.apiKeys.replaceHash(key.id, apiKeyPrefix(secret), hashApiKey(secret))) === undefined) throw new NotFoundError();
+  await recordActivity(ctx, services, caller, 'api-key.rotated', `Rotated API key "${key.name}".${exempt ?? ''}`);
   sendJson(ctx, 200, { key: secret });
 }
 
 // ---------------------------------------------------------------------------------------
 // Steps
 
-function find(ctx: RequestContext, services: Services): ApiKey {
-  const key = services.store.apiKeys.findById(ctx.params['id'] ?? '');
+async function find(ctx: RequestContext, services: Services): Promise<ApiKey> {
+  const key = await services.store.apiKeys.findById(ctx.params['id'] ?? '');
   if (key === undefined) throw new NotFoundError();
   return key;
 }
 
 /** A key the caller may revoke or rotate: its own user's, or anyone's with `users.manage`. */
-function findManageable(ctx: RequestContext, services: Services, caller: Caller): ApiKey {
-  const key = find(ctx, services);
+async function findManageable(ctx: RequestContext, services: Services, caller: Caller): Promise<ApiKey> {
+  const key = await find(ctx, services);
   if (key.userId !== caller.user.id && !caller.permissions.has('users.manage')) throw new ForbiddenError();
   return key;
 }
@@ -103,18 +104,19 @@ interface CreateInput {
   configurations: string[];
 }
 
-function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput {
+async function validateCreate(v: Validator, store: Store, caller: Caller): Promise<CreateInput> {
   const name = v.string('name', { required: true, max: NAME_MAX, text: true });
-  if (typeof name === 'string' && store.apiKeys.findByName(name) !== undefined) v.fail('name', 'The name has already been taken.');
+  if (typeof name === 'string' && (await store.apiKeys.findByName(name)) !== undefined) v.fail('name', 'The name has already been taken.');
 
   // Who the key is for comes first: acting for someone else needs users.manage, whether
   // or not that user exists, so the answer says nothing about other users.
   const userId = v.integer('user_id');
   if (typeof userId === 'number' && userId !== caller.user.id && !caller.permissions.has('users.manage')) throw new ForbiddenError();
-  const user = typeof userId === 'number' ? store.users.findById(userId) : caller.user;
+  const state = stateOf(store);
+  const user = typeof userId === 'number' ? state.user(userId) : caller.user;
   if (user === undefined) v.fail('user_id', 'The selected user id is invalid.');
 
-  const granted = user === undefined ? new Set<string>() : store.users.permissionsOf(user.id);
+  const granted = user === undefined ? new Set<string>() : state.permissionsOf(user.id);
   const permissions = v.array('permissions', (value, key) => {
     if (typeof value !== 'string') {
       v.fail(key, `The ${attributeName(key)} field must be a string.`);
@@ -136,7 +138,7 @@ function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput
       v.fail(key, `The ${attributeName(key)} field must be a string.`);
       return undefined;
     }
-    if (store.configurations.findById(value) === undefined) {
+    if (state.configuration(value) === undefined) {
       v.fail(key, `The selected ${attributeName(key)} is invalid.`);
       return undefined;
     }
@@ -160,17 +162,18 @@ function validateCreate(v: Validator, store: Store, caller: Caller): CreateInput
  * Returns the owner's exemption note for the activity entry.
  */
 function authorizeKey(store: Store, caller: Caller, user: User, scope: readonly string[], configurations: readonly string[]): string | null {
-  const granted = store.users.permissionsOf(user.id);
+  const state = stateOf(store);
+  const granted = state.permissionsOf(user.id);
   const effective = scope.length === 0 ? granted : new Set(scope.filter((p) => granted.has(p)));
   authorizeScope(caller, effective, configurations);
-  const identity = { userId: user.id, roleIds: store.users.rolesOf(user.id).map((r) => r.id), email: user.email };
+  const identity = { userId: user.id, roleIds: state.rolesOf(user.id).map((r) => r.id), email: user.email };
   authorizeOwnerRole(store, caller, identity.roleIds);
   return authorizeMinting(store, caller, identityReach(store, identity, effective, configurations));
 }
 
-function insert(store: Store, input: CreateInput, secret: string): ApiKey {
+async function insert(store: Store, input: CreateInput, secret: string): Promise<ApiKey> {
   try {
-    return store.apiKeys.create({
+    return await store.apiKeys.create({
       name: input.name,
       prefix: apiKeyPrefix(secret),
       keyHash: hashApiKey(secret),

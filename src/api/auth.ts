@@ -30,16 +30,16 @@ async function login(ctx: RequestContext, services: Services, caller: Caller): P
   if (outcome.kind !== 'ok') {
     const reason = outcome.kind === 'disabled' ? 'the user is disabled' : outcome.user === undefined ? 'unknown email' : 'wrong password';
     // Failed logins are recorded against the key's user: they are who made the attempt.
-    recordUserActivity(ctx, services, caller.user, 'auth.login_failed', `Failed login for ${email}: ${reason}`);
+    await recordUserActivity(ctx, services, caller.user, 'auth.login_failed', `Failed login for ${email}: ${reason}`);
     throw outcome.kind === 'disabled' ? new ActionUnauthorizedError() : new UnauthenticatedError();
   }
-  recordUserActivity(ctx, services, outcome.user, 'auth.login', `${describe(outcome.user)} logged in`);
+  await recordUserActivity(ctx, services, outcome.user, 'auth.login', `${describe(outcome.user)} logged in`);
   sendJson(ctx, 200, { access_token: outcome.issued.token, token_type: 'bearer', expires_in: outcome.issued.expiresIn });
 }
 
-function logout(ctx: RequestContext, services: Services, caller: Caller): void {
-  services.auth.logout(caller);
-  recordUserActivity(ctx, services, caller.user, 'auth.logout', `${describe(caller.user)} logged out`);
+async function logout(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  await services.auth.logout(caller);
+  await recordUserActivity(ctx, services, caller.user, 'auth.logout', `${describe(caller.user)} logged out`);
   sendEmpty(ctx, 204);
 }
 

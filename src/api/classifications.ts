@@ -29,6 +29,7 @@ import {
   type GwsGroup,
 } from '../store/classifications.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import { hasUnsafeText, unsafeTextMessage } from '../store/identity-text.ts';
 import { grantsText, maskText } from '../store/reveal-rules.ts';
 import { envelope, pageRequest } from './pagination.ts';
@@ -59,7 +60,7 @@ export const routes: ApiRoute[] = [
   { method: 'DELETE', path: ITEM, permission: 'classifications.delete', write: true, handler: remove },
 ];
 
-function list(ctx: RequestContext, services: Services): void {
+async function list(ctx: RequestContext, services: Services): Promise<void> {
   const query = ctx.query();
   const v = Validator.forQuery(query);
   const search = v.string('search', { max: SEARCH_MAX }) ?? undefined;
@@ -72,8 +73,8 @@ function list(ctx: RequestContext, services: Services): void {
   v.check();
 
   const { store } = services;
-  const result = store.classifications.page({ search, userId, roleIds, providerIds, sort, direction, limit: page.perPage, offset: page.offset });
-  const members = store.classifications.membersOf(result.items.map((c) => c.id));
+  const result = await store.classifications.page({ search, userId, roleIds, providerIds, sort, direction, limit: page.perPage, offset: page.offset });
+  const members = await store.classifications.membersOf(result.items.map((c) => c.id));
   const views = new MemberViews(store);
   const data = result.items.map((c) => classificationView(store, c, members.get(c.id), views));
   sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, result.total, data));
@@ -90,35 +91,35 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   // or rules, only what the caller has (DESIGN §13, §14).
   const opens = admitsAnyone(members) || reveal.length > 0 || (rest.revealDefault !== undefined && rest.revealDefault.level !== 'deny');
   const exempt = opens ? authorizeMemberChange(store, caller, { name, members, reveal }) : null;
-  const created = store.classifications.create({ ...rest, name, bgColor, fgColor });
-  recordActivity(ctx, services, caller, 'classification.created', `Created classification ${describe(created)}.${exempt ?? ''}`);
+  const created = await store.classifications.create({ ...rest, name, bgColor, fgColor });
+  await recordActivity(ctx, services, caller, 'classification.created', `Created classification ${describe(created)}.${exempt ?? ''}`);
   sendJson(ctx, 201, classificationView(store, created));
 }
 
-function show(ctx: RequestContext, services: Services): void {
-  sendJson(ctx, 200, classificationView(services.store, find(ctx, services.store)));
+async function show(ctx: RequestContext, services: Services): Promise<void> {
+  sendJson(ctx, 200, classificationView(services.store, await find(ctx, services.store)));
 }
 
 async function update(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const { store } = services;
-  const current = find(ctx, store);
+  const current = await find(ctx, store);
   const patch = validate(new Validator(await readJson(ctx)), store, current);
-  const members = store.classifications.members(current.id);
+  const members = await store.classifications.members(current.id);
   // Who it admits, and what its reveal rules show, is decided by those it admits now (DESIGN §13, §14).
   const changes = changesMembers(members, patch) || changesReveal(current, patch);
   const exempt = changes ? authorizeMemberChange(store, caller, { name: current.name, members, reveal: current.reveal }) : null;
-  const updated = store.classifications.update(current.id, patch);
+  const updated = await store.classifications.update(current.id, patch);
   // Deleted by another request between the lookup and the write.
   if (updated === undefined) throw new NotFoundError();
-  recordActivity(ctx, services, caller, 'classification.updated', `Updated classification ${describe(updated)}.${exempt ?? ''}`);
+  await recordActivity(ctx, services, caller, 'classification.updated', `Updated classification ${describe(updated)}.${exempt ?? ''}`);
   sendJson(ctx, 200, classificationView(store, updated));
 }
 
-function remove(ctx: RequestContext, services: Services, caller: Caller): void {
+async function remove(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const { store } = services;
-  const current = find(ctx, store);
-  if (!store.classifications.delete(current.id)) throw new NotFoundError();
-  recordActivity(ctx, services, caller, 'classification.deleted', `Deleted classification ${describe(current)}.`);
+  const current = await find(ctx, store);
+  if (!(await store.classifications.delete(current.id))) throw new NotFoundError();
+  await recordActivity(ctx, services, caller, 'classification.deleted', `Deleted classification ${describe(current)}.`);
   sendEmpty(ctx, 204);
 }
 
@@ -126,9 +127,9 @@ function remove(ctx: RequestContext, services: Services, caller: Caller): void {
 // Steps
 
 /** The classification named by the `:id` path parameter: digits only, else 404. */
-function find(ctx: RequestContext, store: Store): Classification {
+async function find(ctx: RequestContext, store: Store): Promise<Classification> {
   const raw = ctx.params['id'] ?? '';
-  const found = ID.test(raw) ? store.classifications.findById(Number(raw)) : undefined;
+  const found = ID.test(raw) ? await store.classifications.findById(Number(raw)) : undefined;
   if (found === undefined) throw new NotFoundError();
   return found;
 }
@@ -178,8 +179,8 @@ function validate(v: Validator, store: Store, current: Classification | null): C
   const emoji = nullableText(v, 'emoji', EMOJI_MAX);
   const groups = gwsGroups(v);
   const containerId = providerContainerId(v, store);
-  const userIds = v.array('users', v.existingId((id) => store.users.findById(id) !== undefined), { max: MEMBERS_MAX });
-  const roleIds = v.array('roles', v.existingId((id) => store.roles.findById(id) !== undefined), { max: MEMBERS_MAX });
+  const userIds = v.array('users', v.existingId((id) => stateOf(store).user(id) !== undefined), { max: MEMBERS_MAX });
+  const roleIds = v.array('roles', v.existingId((id) => stateOf(store).role(id) !== undefined), { max: MEMBERS_MAX });
   const reveal = revealGrants(v, store);
   const defaultLevel = revealDefault(v);
   v.check();
@@ -197,7 +198,7 @@ function validate(v: Validator, store: Store, current: Classification | null): C
 /** A PATCH that moves nothing but the container keeps the groups it had there. */
 function keptGroups(store: Store, current: Classification | null, container: string): GwsGroup[] {
   if (current === null) return [];
-  const members = store.classifications.members(current.id);
+  const members = stateOf(store).members(current.id);
   return members.providers.find((p) => p.configurationId === container)?.gwsGroups ?? [];
 }
 
@@ -273,7 +274,7 @@ function providerContainerId(v: Validator, store: Store): string | null | undefi
     v.fail(field, 'The provider container id field must be a string.');
     return undefined;
   }
-  const configuration = UUID.test(raw) ? store.configurations.findById(raw.toLowerCase()) : undefined;
+  const configuration = UUID.test(raw) ? stateOf(store).configuration(raw.toLowerCase()) : undefined;
   if (configuration === undefined || configuration.type !== 'provider') {
     v.fail(field, 'The selected provider container id is invalid.');
     return undefined;

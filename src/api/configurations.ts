@@ -17,6 +17,7 @@ import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Configuration, ConfigurationPatch, ConfigurationType, NewConfiguration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import { isUniqueViolation } from '../store/sql.ts';
 import { envelope, pageRequest, pastTheEnd } from './pagination.ts';
 import { configurationView } from './presenters.ts';
@@ -55,14 +56,14 @@ export const routes: ApiRoute[] = [
 ];
 
 /** A key limited to some configurations lists only those. */
-function list(ctx: RequestContext, services: Services, caller: Caller): void {
+async function list(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const v = Validator.forQuery(ctx.query());
   const page = pageRequest(v);
   v.check();
   const scope = caller.configurations === null ? null : [...caller.configurations];
   const { configurations } = services.store;
-  const total = configurations.count(scope);
-  const data = pastTheEnd(page, total) ? [] : configurations.page(page.perPage, page.offset, scope).map(configurationView);
+  const total = await configurations.count(scope);
+  const data = pastTheEnd(page, total) ? [] : (await configurations.page(page.perPage, page.offset, scope)).map(configurationView);
   sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, total, data));
 }
 
@@ -70,31 +71,31 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   const v = new Validator(await readJson(ctx));
   const input = validateCreate(v, services.store);
   v.check();
-  const configuration = insert(services, input);
-  recordActivity(ctx, services, caller, 'configuration.created', `Created ${configuration.type} configuration "${configuration.name}".`);
+  const configuration = await insert(services, input);
+  await recordActivity(ctx, services, caller, 'configuration.created', `Created ${configuration.type} configuration "${configuration.name}".`);
   sendJson(ctx, 201, configurationView(configuration));
 }
 
-function show(ctx: RequestContext, services: Services, caller: Caller): void {
-  sendJson(ctx, 200, configurationView(findScoped(ctx, services, caller)));
+async function show(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  sendJson(ctx, 200, configurationView(await findScoped(ctx, services, caller)));
 }
 
 async function update(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
-  const current = findScoped(ctx, services, caller);
+  const current = await findScoped(ctx, services, caller);
   const v = new Validator(await readJson(ctx));
   const patch = validateUpdate(v, services.store, current);
   v.check();
-  const updated = services.store.configurations.update(current.id, patch);
+  const updated = await services.store.configurations.update(current.id, patch);
   if (updated === undefined) throw new NotFoundError();
-  recordActivity(ctx, services, caller, 'configuration.updated', `Updated configuration "${updated.name}".`);
+  await recordActivity(ctx, services, caller, 'configuration.updated', `Updated configuration "${updated.name}".`);
   sendJson(ctx, 200, configurationView(updated));
 }
 
-function destroy(ctx: RequestContext, services: Services, caller: Caller): void {
-  const current = findScoped(ctx, services, caller);
-  if (!services.store.configurations.delete(current.id)) throw new NotFoundError();
+async function destroy(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const current = await findScoped(ctx, services, caller);
+  if (!(await services.store.configurations.delete(current.id))) throw new NotFoundError();
   services.codecs.forget(current.id);
-  recordActivity(ctx, services, caller, 'configuration.deleted', `Deleted configuration "${current.name}".`);
+  await recordActivity(ctx, services, caller, 'configuration.deleted', `Deleted configuration "${current.name}".`);
   sendEmpty(ctx, 204);
 }
 
@@ -103,24 +104,23 @@ function destroy(ctx: RequestContext, services: Services, caller: Caller): void 
  * and rebuilds) while tokens of older versions keep decrypting down to
  * `min_decryption_version`.
  */
-function rotate(ctx: RequestContext, services: Services, caller: Caller): void {
-  const current = findScoped(ctx, services, caller);
+async function rotate(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const current = await findScoped(ctx, services, caller);
   if (current.type !== 'encryption') {
     throw new ValidationError({ type: ['Only encryption configurations have keys to rotate.'] });
   }
-  const rotated = rotateKey(services, current.id);
-  recordActivity(ctx, services, caller, 'configuration.rotated', `Rotated the key of configuration "${rotated.name}" to version ${rotated.keyVersion}.`);
+  const rotated = await rotateKey(services, current.id);
+  await recordActivity(ctx, services, caller, 'configuration.rotated', `Rotated the key of configuration "${rotated.name}" to version ${rotated.keyVersion}.`);
   sendJson(ctx, 200, configurationView(rotated));
 }
 
 /** Adds the next key version of an encryption configuration; shared with `svc-sidecar keys rotate`. */
-export function rotateKey(services: Pick<Services, 'store' | 'master'>, configurationId: string): Configuration {
-  const { configurations } = services.store;
-  const rotated = services.store.transaction(() => {
+export async function rotateKey(services: Pick<Services, 'store' | 'master'>, configurationId: string): Promise<Configuration> {
+  const rotated = await services.store.transaction(async ({ configurations }) => {
     // Destroyed versions still count: a version number is never reused.
-    const next = configurations.keys(configurationId).reduce((max, k) => Math.max(max, k.version), 0) + 1;
+    const next = (await configurations.keys(configurationId)).reduce((max, k) => Math.max(max, k.version), 0) + 1;
     if (next > MAX_KEY_VERSION) throw new ValidationError({ type: ['The configuration has reached the highest key version.'] });
-    configurations.addKey(configurationId, next, newWrappedKey(services, configurationId, next));
+    await configurations.addKey(configurationId, next, newWrappedKey(services, configurationId, next));
     return configurations.findById(configurationId);
   });
   if (rotated === undefined) throw new NotFoundError();
@@ -131,10 +131,10 @@ export function rotateKey(services: Pick<Services, 'store' | 'master'>, configur
 // Steps
 
 /** The configuration named in the path; 403 outside the key's scope (before existence, so scoped keys learn nothing), else 404. */
-function findScoped(ctx: RequestContext, services: Services, caller: Caller): Configuration {
+async function findScoped(ctx: RequestContext, services: Services, caller: Caller): Promise<Configuration> {
   const id = ctx.params['id'] ?? '';
   requireConfigurationScope(caller, id);
-  const configuration = services.store.configurations.findById(id);
+  const configuration = await services.store.configurations.findById(id);
   if (configuration === undefined) throw new NotFoundError();
   return configuration;
 }
@@ -148,7 +148,7 @@ interface CreateInput {
 
 function validateCreate(v: Validator, store: Store): CreateInput {
   const name = v.string('name', { required: true, max: NAME_MAX, text: true });
-  if (name !== undefined && name !== null && store.configurations.findByName(name) !== undefined) {
+  if (name !== undefined && name !== null && stateOf(store).configurationByName(name) !== undefined) {
     v.fail('name', 'The name has already been taken.');
   }
   const givenType = v.oneOf('type', TYPES);
@@ -169,7 +169,7 @@ function validateCreate(v: Validator, store: Store): CreateInput {
 function validateUpdate(v: Validator, store: Store, current: Configuration): ConfigurationPatch {
   // Sent, a name must be one: an empty or null name is refused, not silently ignored.
   const name = v.string('name', { required: v.has('name'), max: NAME_MAX, text: true });
-  if (typeof name === 'string' && name !== current.name && store.configurations.findByName(name) !== undefined) {
+  if (typeof name === 'string' && name !== current.name && stateOf(store).configurationByName(name) !== undefined) {
     v.fail('name', 'The name has already been taken.');
   }
   // Clients often send back what GET showed them: unchanged fixed fields are accepted.
@@ -185,7 +185,7 @@ function validateUpdate(v: Validator, store: Store, current: Configuration): Con
   };
 }
 
-function insert(services: Services, input: CreateInput): Configuration {
+async function insert(services: Services, input: CreateInput): Promise<Configuration> {
   const { store } = services;
   const id = randomUUID();
   const base: NewConfiguration = {
@@ -209,11 +209,11 @@ function insert(services: Services, input: CreateInput): Configuration {
           firstWrappedKey: newWrappedKey(services, id, 1),
         };
   try {
-    return store.configurations.create(configuration);
+    return await store.configurations.create(configuration);
   } catch (err) {
     // Another writer of the same database file took the name or slug after we checked.
     if (!isUniqueViolation(err)) throw err;
-    const taken = store.configurations.findByName(input.name) !== undefined;
+    const taken = (await store.configurations.findByName(input.name)) !== undefined;
     throw new ValidationError(taken ? { name: ['The name has already been taken.'] } : { 'values.proxy_slug': ['The values.proxy slug has already been taken.'] });
   }
 }
@@ -236,7 +236,7 @@ function generateProxySlug(store: Store): string {
         if (b < 252 && slug.length < GENERATED_SLUG_LENGTH) slug += SLUG_ALPHABET[b % SLUG_ALPHABET.length];
       }
     }
-    if (store.configurations.findBySlug(slug) === undefined) return slug;
+    if (stateOf(store).configurationBySlug(slug) === undefined) return slug;
   }
 }
 
@@ -330,7 +330,7 @@ function interpretValues(v: Validator, store: Store, values: Map<string, string>
         break;
       case 'proxy_slug':
         if (!PROXY_SLUG_PATTERN.test(text)) v.fail(field, `The ${name} field format is invalid.`);
-        else if (store.configurations.findBySlug(text) !== undefined) v.fail(field, `The ${name} has already been taken.`);
+        else if (stateOf(store).configurationBySlug(text) !== undefined) v.fail(field, `The ${name} has already been taken.`);
         else out.proxySlug = text;
         break;
     }

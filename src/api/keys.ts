@@ -35,17 +35,17 @@ export interface KeyVersionView {
   destroyed_at: string | null;
 }
 
-function list(ctx: RequestContext, services: Services, caller: Caller): void {
-  const configuration = findEncryption(ctx, services, caller);
-  sendJson(ctx, 200, services.store.configurations.keys(configuration.id).map((key) => keyVersionView(configuration, key)));
+async function list(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  const configuration = await findEncryption(ctx, services, caller);
+  sendJson(ctx, 200, (await services.store.configurations.keys(configuration.id)).map((key) => keyVersionView(configuration, key)));
 }
 
 async function destroy(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
-  const configuration = findEncryption(ctx, services, caller);
+  const configuration = await findEncryption(ctx, services, caller);
   const version = versionParam(ctx.params['version']);
   const v = new Validator(await readJson(ctx));
-  const destroyed = destroyKeyVersion(services, configuration, version, v.input['confirm'], v.input['force']);
-  recordActivity(ctx, services, caller, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}"${destroyed.forced ? FORCED : ''}.`);
+  const destroyed = await destroyKeyVersion(services, configuration, version, v.input['confirm'], v.input['force']);
+  await recordActivity(ctx, services, caller, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}"${destroyed.forced ? FORCED : ''}.`);
   sendJson(ctx, 200, destroyed.view);
 }
 
@@ -59,15 +59,15 @@ export const FORCED = ' (forced, within keys.destroy_after)';
  * already destroyed; 409 for one superseded less than `keys.destroy_after` ago, unless
  * `force` is `true`.
  */
-export function destroyKeyVersion(
+export async function destroyKeyVersion(
   services: Pick<Services, 'store' | 'codecs' | 'config'>,
   configuration: Configuration,
   version: number,
   confirm: unknown,
   force: unknown = false,
-): { view: KeyVersionView; forced: boolean } {
+): Promise<{ view: KeyVersionView; forced: boolean }> {
   const { configurations } = services.store;
-  const key = configurations.keys(configuration.id).find((k) => k.version === version);
+  const key = (await configurations.keys(configuration.id)).find((k) => k.version === version);
   if (key === undefined) throw new NotFoundError();
   const errors: ValidationErrors = {};
   if (key.destroyedAt !== null) errors['version'] = [alreadyDestroyed(version)];
@@ -83,18 +83,18 @@ export function destroyKeyVersion(
   const withinGrace = graceBound !== null && (key.supersededAt === null || key.supersededAt >= graceBound);
   // The store re-checks inside its write transaction: another process may have rotated,
   // destroyed or deleted since the read above.
-  const outcome = configurations.destroyKey(configuration.id, version, force === true ? null : graceBound);
+  const outcome = await configurations.destroyKey(configuration.id, version, force === true ? null : graceBound);
   if (outcome === 'not-found') throw new NotFoundError();
   if (outcome === 'already-destroyed') throw new ValidationError({ version: [alreadyDestroyed(version)] });
   if (outcome === 'current') throw new ValidationError({ version: [isCurrent(version)] });
-  if (outcome === 'too-recent') throw new KeyDestroyTooSoonError(version, destroyableAt(configurations.keys(configuration.id).find((k) => k.version === version), graceMs));
+  if (outcome === 'too-recent') throw new KeyDestroyTooSoonError(version, destroyableAt((await configurations.keys(configuration.id)).find((k) => k.version === version), graceMs));
   // Rebuilt now rather than on the next request, so the destroyed version's key schedule
   // is dropped at once; the other versions' material carries over.
-  const found = configurations.findById(configuration.id);
+  const found = await configurations.findById(configuration.id);
   if (found === undefined) services.codecs.forget(configuration.id);
   else services.codecs.get(found);
   const after = found ?? configuration;
-  const destroyed = configurations.keys(configuration.id).find((k) => k.version === version) ?? key;
+  const destroyed = (await configurations.keys(configuration.id)).find((k) => k.version === version) ?? key;
   return { view: keyVersionView(after, destroyed), forced: force === true && withinGrace };
 }
 
@@ -128,10 +128,10 @@ function keyStatus(configuration: Configuration, key: DataKey): KeyStatus {
 }
 
 /** The configuration in the path; 403 outside the key's scope (before existence), 404, or 422 for a provider configuration. */
-function findEncryption(ctx: RequestContext, services: Services, caller: Caller): Configuration {
+async function findEncryption(ctx: RequestContext, services: Services, caller: Caller): Promise<Configuration> {
   const id = ctx.params['id'] ?? '';
   requireConfigurationScope(caller, id);
-  const configuration = services.store.configurations.findById(id);
+  const configuration = await services.store.configurations.findById(id);
   if (configuration === undefined) throw new NotFoundError();
   if (configuration.type !== 'encryption') throw new ValidationError({ type: ['Only encryption configurations have key versions.'] });
   return configuration;

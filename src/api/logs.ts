@@ -17,6 +17,7 @@ import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendJson } from '../http/respond.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import type { RevealCounts } from '../fields/reveal.ts';
 import { LOG_KINDS, type ActivityLog, type ApiLog, type LogFilter, type LogKind, type LogPage, type LogQuery, type UnifiedLog, type UsageLog } from '../store/logs.ts';
 import { logCursors, MAX_CURSOR_LENGTH, type CursorScope } from './log-cursor.ts';
@@ -35,38 +36,46 @@ export const routes: ApiRoute[] = [
 /** Request ids are at most this long (src/telemetry/request-id.ts). */
 const REQUEST_ID_MAX = 128;
 
-function listUnified(ctx: RequestContext, services: Services): void {
+async function listUnified(ctx: RequestContext, services: Services): Promise<void> {
   const v = Validator.forQuery(ctx.query());
   const kinds = readKinds(v);
   const { query, page, scope } = readListQuery(services, v, 'unified', kinds);
   const { logs } = services.store;
-  const total = logs.countUnified(kinds, query);
+  const total = await logs.countUnified(kinds, query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, scope, total, read(page, total, () => logs.unifiedPage(kinds, query)), (row) => show.unified(row));
+  const result = await read(page, total, () => logs.unifiedPage(kinds, query));
+  await show.load(result.rows.map((entry) => entry.log), result.rows.flatMap((entry) => (entry.kind === 'usage' ? [entry.log.requestId] : [])));
+  respond(ctx, services, page, scope, total, result, (row) => show.unified(row));
 }
 
-function listActivity(ctx: RequestContext, services: Services): void {
+async function listActivity(ctx: RequestContext, services: Services): Promise<void> {
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'activity', ['activity']);
   const { logs } = services.store;
-  const total = logs.count('activity', query);
+  const total = await logs.count('activity', query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, scope, total, read(page, total, () => logs.activityPage(query)), (row) => show.activity(row));
+  const result = await read(page, total, () => logs.activityPage(query));
+  await show.load(result.rows, []);
+  respond(ctx, services, page, scope, total, result, (row) => show.activity(row));
 }
 
-function listApi(ctx: RequestContext, services: Services): void {
+async function listApi(ctx: RequestContext, services: Services): Promise<void> {
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'api', ['api']);
   const { logs } = services.store;
-  const total = logs.count('api', query);
+  const total = await logs.count('api', query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, scope, total, read(page, total, () => logs.apiPage(query)), (row) => show.api(row));
+  const result = await read(page, total, () => logs.apiPage(query));
+  await show.load(result.rows, []);
+  respond(ctx, services, page, scope, total, result, (row) => show.api(row));
 }
 
-function listUsage(ctx: RequestContext, services: Services): void {
+async function listUsage(ctx: RequestContext, services: Services): Promise<void> {
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'usage', ['usage']);
   const { logs } = services.store;
-  const total = logs.count('usage', query);
+  const total = await logs.count('usage', query);
   const show = new LogPresenter(services.store);
-  respond(ctx, services, page, scope, total, read(page, total, () => logs.usagePage(query)), (row) => show.usage(row));
+  const result = await read(page, total, () => logs.usagePage(query));
+  await show.load(result.rows, []);
+  respond(ctx, services, page, scope, total, result, (row) => show.usage(row));
 }
 
 /**
@@ -74,7 +83,7 @@ function listUsage(ctx: RequestContext, services: Services): void {
  * offset is walked row by row, so `page=1000000000` would otherwise read the whole table
  * to find nothing. A cursor page always reads, from its position on.
  */
-function read<T>(page: LogPageRequest, total: number, query: () => LogPage<T>): LogPage<T> {
+async function read<T>(page: LogPageRequest, total: number, query: () => Promise<LogPage<T>>): Promise<LogPage<T>> {
   if (page.after === undefined && pastTheEnd(page, total)) return { rows: [], next: null };
   return query();
 }
@@ -227,7 +236,9 @@ function formatNumber(n: number): string {
 
 /**
  * Builds the views of one page. Users, configurations and keys repeat across the rows of
- * a page (one key makes most requests), so each is looked up once per page.
+ * a page (one key makes most requests), so each is looked up once per page: users and
+ * configurations from the state view, keys and the addresses of usage rows read from the
+ * store by `load` before the rows are shown.
  */
 class LogPresenter {
   private readonly store: Store;
@@ -235,10 +246,25 @@ class LogPresenter {
   private readonly users = new Map<number, UserView | null>();
   private readonly configurations = new Map<string, ConfigurationView | null>();
   private readonly keys = new Map<string, { id: string; prefix: string } | null>();
+  private readonly ips = new Map<string, string>();
 
   constructor(store: Store) {
     this.store = store;
     this.now = Date.now();
+  }
+
+  /** Reads the API keys `rows` name and the addresses of the requests `usageRequests`. */
+  async load(rows: readonly object[], usageRequests: ReadonlyArray<string | null>): Promise<void> {
+    for (const row of rows) {
+      const id = 'apiKeyId' in row ? (row as { apiKeyId: string | null }).apiKeyId : null;
+      if (id === null || this.keys.has(id)) continue;
+      const key = await this.store.apiKeys.findById(id);
+      this.keys.set(id, key === undefined ? null : { id: key.id, prefix: key.prefix });
+    }
+    for (const requestId of usageRequests) {
+      if (requestId === null || this.ips.has(requestId)) continue;
+      this.ips.set(requestId, (await this.store.logs.ipOfRequest(requestId)) ?? '');
+    }
   }
 
   activity(row: ActivityLog): ActivityLogView {
@@ -343,7 +369,7 @@ class LogPresenter {
       configuration,
       user,
       // Usage rows keep no address: the request's api entry has it.
-      ip: this.store.logs.ipOfRequest(row.requestId) ?? '',
+      ip: row.requestId === null ? '' : (this.ips.get(row.requestId) ?? ''),
     });
   }
 
@@ -371,7 +397,7 @@ class LogPresenter {
     if (id === null) return null;
     let view = this.users.get(id);
     if (view === undefined) {
-      const user = this.store.users.findById(id);
+      const user = stateOf(this.store).user(id);
       view = user === undefined ? null : userView(this.store, user);
       this.users.set(id, view);
     }
@@ -382,7 +408,7 @@ class LogPresenter {
     if (id === null) return null;
     let view = this.configurations.get(id);
     if (view === undefined) {
-      const configuration = this.store.configurations.findById(id);
+      const configuration = stateOf(this.store).configuration(id);
       view = configuration === undefined ? null : configurationView(configuration);
       this.configurations.set(id, view);
     }
@@ -390,15 +416,9 @@ class LogPresenter {
   }
 
   private apiKey(id: string | null): { id: string; prefix: string } | null {
-    if (id === null) return null;
-    let view = this.keys.get(id);
-    if (view === undefined) {
-      const key = this.store.apiKeys.findById(id);
-      view = key === undefined ? null : { id: key.id, prefix: key.prefix };
-      this.keys.set(id, view);
-    }
-    return view;
+    return id === null ? null : (this.keys.get(id) ?? null);
   }
+
 }
 
 function usageDescription(row: UsageLog, configuration: ConfigurationView | null): string {

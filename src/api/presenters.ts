@@ -8,6 +8,7 @@ import type { ApiKey } from '../store/api-keys.ts';
 import type { Classification, ClassificationMembers } from '../store/classifications.ts';
 import type { Configuration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import type { Role } from '../store/roles.ts';
 import type { User } from '../store/users.ts';
 
@@ -50,7 +51,7 @@ export function userView(store: Store, user: User): UserView {
     two_factor_enabled: user.twoFactorEnabled,
     created_at: user.createdAt,
     updated_at: user.updatedAt,
-    roles: store.users.rolesOf(user.id).map(roleView),
+    roles: stateOf(store).rolesOf(user.id).map(roleView),
   };
 }
 
@@ -131,7 +132,7 @@ export class MemberViews {
   user(id: number): UserView | null {
     let view = this.#users.get(id);
     if (view === undefined) {
-      const user = this.#store.users.findById(id);
+      const user = stateOf(this.#store).user(id);
       view = user === undefined ? null : userView(this.#store, user);
       this.#users.set(id, view);
     }
@@ -141,7 +142,7 @@ export class MemberViews {
   role(id: number): RoleView | null {
     let view = this.#roles.get(id);
     if (view === undefined) {
-      const role = this.#store.roles.findById(id);
+      const role = stateOf(this.#store).role(id);
       view = role === undefined ? null : roleView(role);
       this.#roles.set(id, view);
     }
@@ -151,7 +152,7 @@ export class MemberViews {
   configurationName(id: string): string {
     let name = this.#configurationNames.get(id);
     if (name === undefined) {
-      name = this.#store.configurations.findById(id)?.name ?? '';
+      name = stateOf(this.#store).configuration(id)?.name ?? '';
       this.#configurationNames.set(id, name);
     }
     return name;
@@ -165,7 +166,7 @@ export class MemberViews {
 export function classificationView(
   store: Store,
   classification: Classification,
-  members: ClassificationMembers = store.classifications.members(classification.id),
+  members: ClassificationMembers = stateOf(store).members(classification.id),
   views: MemberViews = new MemberViews(store),
 ): ClassificationView {
   return {
@@ -211,7 +212,7 @@ export interface ApiKeyView {
 }
 
 export function apiKeyView(store: Store, key: ApiKey): ApiKeyView {
-  const user = store.users.findById(key.userId);
+  const user = stateOf(store).user(key.userId);
   return {
     id: key.id,
     name: key.name,
@@ -222,7 +223,7 @@ export function apiKeyView(store: Store, key: ApiKey): ApiKeyView {
     revoked_at: key.revokedAt,
     user: user === undefined ? null : userView(store, user),
     configurations: key.configurations.flatMap((id) => {
-      const c = store.configurations.findById(id);
+      const c = stateOf(store).configuration(id);
       return c === undefined ? [] : [configurationView(c)];
     }),
     permissions: key.permissions.map((name) => ({ name })),

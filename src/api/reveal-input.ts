@@ -10,6 +10,7 @@
  */
 import { DEFAULT_LEVELS, MASK_KEEP_MAX, MASK_PRESETS, REVEAL_LEVELS, DEFAULT_MASK_CHAR, type DefaultLevel, type MaskSpec, type RevealLevel } from '../fields/reveal.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import { hasInvisibleText, hasUnsafeText, unsafeTextMessage } from '../store/identity-text.ts';
 import type { RevealDefault, RevealGrant } from '../store/reveal-rules.ts';
 import { attributeName, type Validator } from './validation.ts';
@@ -106,8 +107,8 @@ function audience(v: Validator, store: Store, value: unknown, key: string): Reve
     return undefined;
   }
   let ok = unknownKeys(v, value, AUDIENCE_KEYS, key);
-  const users = idList(v, value['users'], `${key}.users`, (id) => store.users.findById(id) !== undefined);
-  const roles = idList(v, value['roles'], `${key}.roles`, (id) => store.roles.findById(id) !== undefined);
+  const users = idList(v, value['users'], `${key}.users`, (id) => stateOf(store).user(id) !== undefined);
+  const roles = idList(v, value['roles'], `${key}.roles`, (id) => stateOf(store).role(id) !== undefined);
   const groups = groupList(v, value['groups'], `${key}.groups`);
   if (users === undefined || roles === undefined || groups === undefined) ok = false;
   if (!ok) return undefined;

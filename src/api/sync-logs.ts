@@ -141,9 +141,9 @@ export async function receiveLogs(ctx: RequestContext, services: Services, calle
       (logs[kind] as unknown[]).push(parsed.data);
     });
   }
-  checkReferences(services, caller, batch, errors);
+  await checkReferences(services, caller, batch, errors);
   if (Object.keys(errors).length > 0) throw new ValidationError(errors);
-  const result = services.store.shippedLogs.receive(batch.replica, batch.instance, logs);
+  const result = await services.store.shippedLogs.receive(batch.replica, batch.instance, logs);
   sendJson(ctx, 200, result);
 }
 
@@ -151,7 +151,7 @@ export async function receiveLogs(ctx: RequestContext, services: Services, calle
  * Ids must name what exists on the control plane, and a configuration must be one the
  * key may reach: a replica limited to some configurations has never served another.
  */
-function checkReferences(services: Services, caller: Caller, batch: { api: unknown[]; usage: unknown[] }, errors: ValidationErrors): void {
+async function checkReferences(services: Services, caller: Caller, batch: { api: unknown[]; usage: unknown[] }, errors: ValidationErrors): Promise<void> {
   type Ref = { field: 'api_key_id' | 'user_id' | 'configuration_id'; value: string | number; at: string };
   const refs: Ref[] = [];
   for (const kind of ['api', 'usage'] as const) {
@@ -166,7 +166,7 @@ function checkReferences(services: Services, caller: Caller, batch: { api: unkno
     });
   }
   if (refs.length === 0) return;
-  const existing = services.store.shippedLogs.existingReferences({
+  const existing = await services.store.shippedLogs.existingReferences({
     apiKeys: refs.filter((r) => r.field === 'api_key_id').map((r) => String(r.value)),
     users: refs.filter((r) => r.field === 'user_id').map((r) => Number(r.value)),
     configurations: refs.filter((r) => r.field === 'configuration_id').map((r) => String(r.value)),

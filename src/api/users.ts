@@ -13,6 +13,7 @@ import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendJson } from '../http/respond.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import type { Role } from '../store/roles.ts';
 import { isUniqueViolation } from '../store/sql.ts';
 import type { User } from '../store/users.ts';
@@ -35,13 +36,13 @@ export const routes: ApiRoute[] = [
   { method: 'GET', path: '/api/v3/roles', permission: 'roles.view', write: false, handler: listRoles },
 ];
 
-function list(ctx: RequestContext, services: Services): void {
+async function list(ctx: RequestContext, services: Services): Promise<void> {
   const v = Validator.forQuery(ctx.query());
   const page = pageRequest(v);
   v.check();
   const { store } = services;
-  const total = store.users.count();
-  const data = pastTheEnd(page, total) ? [] : store.users.page(page.perPage, page.offset).map((user) => userView(store, user));
+  const total = await store.users.count();
+  const data = pastTheEnd(page, total) ? [] : (await store.users.page(page.perPage, page.offset)).map((user) => userView(store, user));
   sendJson(ctx, 200, envelope(ctx, services.config.server.public_url, page, total, data));
 }
 
@@ -52,14 +53,14 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   const exempt = authorizeUser(services.store, caller, input);
   // Hashed on the thread pool: scrypt on the event loop would stall every request for it.
   const passwordHash = input.password === undefined ? null : await hashPasswordAsync(input.password);
-  const user = insert(services.store, input, passwordHash);
+  const user = await insert(services.store, input, passwordHash);
   const roles = input.roles.length === 0 ? '' : ` with roles ${input.roles.map((r) => r.name).join(', ')}`;
-  recordActivity(ctx, services, caller, 'user.created', `Created user ${user.email}${roles}.${exempt ?? ''}`);
+  await recordActivity(ctx, services, caller, 'user.created', `Created user ${user.email}${roles}.${exempt ?? ''}`);
   sendJson(ctx, 201, userView(services.store, user));
 }
 
-function listRoles(ctx: RequestContext, services: Services): void {
-  sendJson(ctx, 200, services.store.roles.list().map(roleView));
+async function listRoles(ctx: RequestContext, services: Services): Promise<void> {
+  sendJson(ctx, 200, (await services.store.roles.list()).map(roleView));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -75,10 +76,10 @@ interface CreateInput {
 function validateCreate(v: Validator, store: Store): CreateInput {
   const name = v.string('name', { required: true, max: NAME_MAX, text: true });
   const email = v.email('email', { required: true });
-  if (email !== undefined && store.users.findByEmail(email) !== undefined) v.fail('email', 'The email has already been taken.');
+  if (email !== undefined && stateOf(store).userByEmail(email) !== undefined) v.fail('email', 'The email has already been taken.');
   const password = v.string('password', { min: PASSWORD_MIN, max: PASSWORD_MAX });
   const roles = v.array('roles', (value, key) => {
-    const role = typeof value === 'string' ? store.roles.findByName(value) : Number.isSafeInteger(value) ? store.roles.findById(value as number) : undefined;
+    const role = typeof value === 'string' ? stateOf(store).roleByName(value) : Number.isSafeInteger(value) ? stateOf(store).role(value as number) : undefined;
     if (role === undefined) v.fail(key, `The selected ${attributeName(key)} is invalid.`);
     return role;
   }, { max: ROLES_MAX });
@@ -86,9 +87,9 @@ function validateCreate(v: Validator, store: Store): CreateInput {
   return { name: name ?? '', email: email ?? '', password: password ?? undefined, roles: [...unique.values()] };
 }
 
-function insert(store: Store, input: CreateInput, passwordHash: string | null): User {
+async function insert(store: Store, input: CreateInput, passwordHash: string | null): Promise<User> {
   try {
-    return store.users.create({
+    return await store.users.create({
       name: input.name,
       email: input.email,
       passwordHash,

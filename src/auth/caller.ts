@@ -145,7 +145,7 @@ export class Authenticator {
       return caller;
     }
     const claims = await this.tokens.verify(match[1]!);
-    if (this.store.tokenRevocations.isRevoked(claims.jti)) throw new UnauthorizedError();
+    if (await this.store.tokenRevocations.isRevoked(claims.jti)) throw new UnauthorizedError();
     const state = stateOf(this.store);
     const user = state.user(claims.userId);
     // A token from before its user's last change (password, disable, roles) has ended
@@ -167,7 +167,7 @@ export class Authenticator {
     this.throttle.attempt(key);
     // Read once, before the password is checked: the token carries this row's stamp, so a
     // change that lands while scrypt runs ends the token too.
-    const user = this.store.users.findByEmail(key);
+    const user = await this.store.users.findByEmail(key);
     const hash = user?.passwordHash ?? this.decoyHash;
     const matches = await verifyPasswordAsync(password, hash);
     if (user === undefined || user.passwordHash === null || !matches) return { kind: 'wrong-credentials', user };
@@ -177,14 +177,14 @@ export class Authenticator {
   }
 
   /** Ends the caller's access token; 401 when the request carries none. */
-  logout(caller: Caller): void {
+  async logout(caller: Caller): Promise<void> {
     const token = caller.accessToken;
     if (token === null) throw new UnauthorizedError();
     const now = Date.now();
-    this.store.tokenRevocations.revoke(token.jti, new Date(token.expiresAt * 1000).toISOString());
+    await this.store.tokenRevocations.revoke(token.jti, new Date(token.expiresAt * 1000).toISOString());
     if (now - this.lastPurge >= PURGE_INTERVAL_MS) {
       this.lastPurge = now;
-      this.store.tokenRevocations.purgeExpired(new Date(now).toISOString());
+      await this.store.tokenRevocations.purgeExpired(new Date(now).toISOString());
     }
   }
 

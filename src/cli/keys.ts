@@ -97,19 +97,19 @@ export async function keys(config: Config, positionals: readonly string[], args:
   const say = (line: string) => io.stderr.write(`svc-sidecar keys${sub === undefined ? '' : ` ${sub}`}: ${line}\n`);
   try {
     const command = checkArgs(config, sub, positionals, args);
-    const app = createApp(config, { logger: createLogger(config.logging.level, io.stderr), seed: 'new-store' });
+    const app = await createApp(config, { logger: createLogger(config.logging.level, io.stderr), seed: 'new-store' });
     try {
       // A seed-generated key is shown only by the run that creates it; this command's
       // stdout is reserved for its result, so name them and point to rotation instead.
       for (const created of app.createdApiKeys) say(`the seed created the API key "${created.name}"; its value is not shown here: rotate it through the API to get one`);
-      const configuration = findConfiguration(app, args.configuration!);
+      const configuration = await findConfiguration(app, args.configuration!);
       switch (command) {
         case 'rotate':
-          return rotate(app, configuration, io);
+          return await rotate(app, configuration, io);
         case 'rewrap':
           return await rewrap(app, configuration, args, io, say);
         case 'destroy':
-          return destroy(app, configuration, args, io);
+          return await destroy(app, configuration, args, io);
       }
     } finally {
       await app.close();
@@ -158,16 +158,16 @@ function checkArgs(config: Config, sub: string | undefined, positionals: readonl
   return command;
 }
 
-function findConfiguration(app: App, nameOrSlug: string): Configuration {
+async function findConfiguration(app: App, nameOrSlug: string): Promise<Configuration> {
   const { configurations } = app.services.store;
-  const found = configurations.findByName(nameOrSlug) ?? configurations.findBySlug(nameOrSlug);
+  const found = (await configurations.findByName(nameOrSlug)) ?? (await configurations.findBySlug(nameOrSlug));
   if (found === undefined) throw new KeysCommandError(`no configuration is named "${nameOrSlug}" or has that proxy slug`);
   if (found.type !== 'encryption') throw new KeysCommandError(`"${found.name}" is a ${found.type} configuration: only encryption configurations have keys`);
   return found;
 }
 
-function rotate(app: App, configuration: Configuration, io: KeysIo): number {
-  const rotated = rotateKey(app.services, configuration.id);
+async function rotate(app: App, configuration: Configuration, io: KeysIo): Promise<number> {
+  const rotated = await rotateKey(app.services, configuration.id);
   recordActivity(app, 'configuration.rotated', `Rotated the key of configuration "${rotated.name}" to version ${rotated.keyVersion}`, 'rotate');
   io.stdout.write(`${rotated.keyVersion}\n`);
   return 0;
@@ -182,9 +182,9 @@ async function rewrap(app: App, configuration: Configuration, args: KeysArgs, io
   return 0;
 }
 
-function destroy(app: App, configuration: Configuration, args: KeysArgs, io: KeysIo): number {
+async function destroy(app: App, configuration: Configuration, args: KeysArgs, io: KeysIo): Promise<number> {
   const version = Number(args.version);
-  const { forced } = destroyKeyVersion(app.services, configuration, version, args.confirm, args.force === true);
+  const { forced } = await destroyKeyVersion(app.services, configuration, version, args.confirm, args.force === true);
   recordActivity(app, 'configuration.key_destroyed', `Destroyed key version ${version} of configuration "${configuration.name}"${forced ? FORCED : ''}`, 'destroy');
   io.stdout.write(`destroyed key version ${version} of "${configuration.name}"\n`);
   return 0;

@@ -209,7 +209,7 @@ function wrap(text: string, width = 88): string {
 
 async function serve(config: Config, configPath: string): Promise<number> {
   const logger = createLogger(config.logging.level);
-  const app = createApp(config, { logger, configPath });
+  const app = await createApp(config, { logger, configPath });
   for (const created of app.createdApiKeys) {
     // Shown once: only the hash is stored.
     process.stderr.write(`created API key "${created.name}": ${created.key}\n(store it now; it will not be shown again)\n`);
@@ -253,10 +253,10 @@ async function init(config: Config, name: string, email: string): Promise<number
     return 1;
   }
   // A live store is not seeded again: that would undo what the API changed (operations.md).
-  const app = createApp(config, { logger: createLogger(config.logging.level, process.stderr), seed: 'new-store' });
+  const app = await createApp(config, { logger: createLogger(config.logging.level, process.stderr), seed: 'new-store' });
   try {
     for (const created of app.createdApiKeys) process.stdout.write(`seed api key "${created.name}": ${created.key}\n`);
-    const created = createOwner(app, name.trim(), email);
+    const created = await createOwner(app, name.trim(), email);
     if (typeof created === 'string') {
       process.stderr.write(`svc-sidecar init: ${created}; nothing was created.\n`);
       return 1;
@@ -278,20 +278,22 @@ async function init(config: Config, name: string, email: string): Promise<number
 }
 
 /** The reason when the email (or the key's name) is taken: init never changes an existing user. */
-function createOwner(app: App, name: string, email: string): { password: string; key: string } | string {
+async function createOwner(app: App, name: string, email: string): Promise<{ password: string; key: string } | string> {
   const { store, logs } = app.services;
-  if (store.users.findByEmail(email) !== undefined) return `a user with the email ${email} already exists`;
-  const owner = store.roles.findByName('owner');
+  if ((await store.users.findByEmail(email)) !== undefined) return `a user with the email ${email} already exists`;
+  const owner = await store.roles.findByName('owner');
   if (owner === undefined) throw new Error('the built-in role "owner" is missing from the store');
   // 144 random bits, as 24 URL-safe characters.
   const password = randomBytes(18).toString('base64url');
   const key = generateApiKey();
   const keyName = `init ${email}`;
+  // Hashed before the transaction: it may wait on nothing but the store.
+  const passwordHash = hashPassword(password);
   let user;
   try {
-    user = store.transaction(() => {
-      const created = store.users.create({ name, email, passwordHash: hashPassword(password), roleIds: [owner.id] });
-      store.apiKeys.create({ name: keyName, prefix: apiKeyPrefix(key), keyHash: hashApiKey(key), userId: created.id });
+    user = await store.transaction(async (tx) => {
+      const created = await tx.users.create({ name, email, passwordHash, roleIds: [owner.id] });
+      await tx.apiKeys.create({ name: keyName, prefix: apiKeyPrefix(key), keyHash: hashApiKey(key), userId: created.id });
       return created;
     });
   } catch (err) {

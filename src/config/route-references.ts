@@ -13,6 +13,7 @@
  */
 import { slugify } from '../store/classifications.ts';
 import type { Store } from '../store/db.ts';
+import { stateOf } from '../store/state-view.ts';
 import { ConfigError } from './config-error.ts';
 import { nearestName } from '../util/nearest.ts';
 import { formatProblem, type Problem } from './problems.ts';
@@ -102,13 +103,14 @@ export function seedNames(config: unknown, storeIsNew: boolean): StateNames {
  * createApp's check, right after seeding: throws one ConfigError listing every route that
  * names a configuration or classification the store does not hold.
  */
-export function checkRouteReferences(config: unknown, store: Store): void {
+export async function checkRouteReferences(config: unknown, store: Store): Promise<void> {
   const state = asRecord(asRecord(config)?.state);
-  if (state?.source === 'control-plane' && store.replication.getSync('applied') === undefined) return;
+  if (state?.source === 'control-plane' && (await store.replication.getSync('applied')) === undefined) return;
+  const view = stateOf(store);
   const problems = routeReferenceProblems(config, {
-    configuration: (name) => store.configurations.findByName(name)?.type ?? 'missing',
-    classification: (idOrSlug) => (store.classifications.findByIdOrSlug(idOrSlug) === undefined ? 'missing' : 'present'),
-    configurationNames: () => store.configurations.list().map((configuration) => configuration.name),
+    configuration: (name) => view.configurationByName(name)?.type ?? 'missing',
+    classification: (idOrSlug) => (view.classificationByIdOrSlug(idOrSlug) === undefined ? 'missing' : 'present'),
+    configurationNames: () => view.configurations.map((configuration) => configuration.name),
     where: 'the store holds none, after seeding',
   });
   if (problems.length > 0) throw new ConfigError(problems.map(formatProblem));

@@ -11,6 +11,7 @@ import { TokenCodec } from '../crypto/token.ts';
 import { InternalError } from '../errors.ts';
 import type { Configuration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
+import { syncRepositories } from '../store/sqlite/connection.ts';
 import { stateOf } from '../store/state-view.ts';
 
 interface Entry {
@@ -62,7 +63,7 @@ export class CodecCache {
     const versions: KeyVersionInput[] = [];
     const unwrapped: Buffer[] = [];
     try {
-      for (const k of this.store.configurations.keys(configuration.id)) {
+      for (const k of syncRepositories(this.store).configurations.keys(configuration.id)) {
         if (k.destroyedAt !== null) {
           versions.push({ version: k.version, destroyed: true });
           continue;

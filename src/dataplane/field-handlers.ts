@@ -10,6 +10,7 @@ import { ForbiddenError, InvalidTokenError, KeyDestroyedDuringRequestError, Vali
 import { emptyCounts, type Mask, type RevealCounts } from '../fields/reveal.ts';
 import type { FieldValue, ValueHandler } from '../fields/value.ts';
 import type { Store } from '../store/db.ts';
+import { syncRepositories } from '../store/sqlite/connection.ts';
 import { DecryptedPaths } from './echo-guard.ts';
 
 abstract class CollectingHandler implements ValueHandler {
@@ -94,7 +95,7 @@ export class KeyInUse {
   destroyed(): boolean {
     const stamp = this.store.changeStamp();
     if (stamp === this.checked) return false;
-    if (!this.store.configurations.keyAlive(this.configurationId, this.version)) return true;
+    if (!syncRepositories(this.store).configurations.keyAlive(this.configurationId, this.version)) return true;
     this.checked = stamp;
     return false;
   }

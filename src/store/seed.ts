@@ -3,7 +3,7 @@ import type { ApiKeyPatch } from './api-keys.ts';
 import { slugify, type Classification, type ClassificationPatch, type ClassificationProvider, type GwsGroup } from './classifications.ts';
 import type { Configuration, ConfigurationPatch, ConfigurationType } from './configurations.ts';
 import type { DefaultLevel, MaskSpec, RevealLevel } from '../fields/reveal.ts';
-import type { Store } from './db.ts';
+import type { Store, Transaction } from './db.ts';
 import { hasUnsafeText, normalizeEmail } from './identity-text.ts';
 import { grantsText, maskText, type RevealDefault, type RevealGrant } from './reveal-rules.ts';
 import type { UserPatch } from './users.ts';
@@ -169,36 +169,36 @@ const API_KEY_PREFIX_LENGTH = 12;
  * classification name) and written only when they differ, so a second run changes nothing.
  * Keys of an existing configuration are never regenerated. Without `prune` nothing is deleted.
  */
-export function applySeed(store: Store, seed: SeedInput, deps: SeedDeps, options: ApplySeedOptions = {}): SeedResult {
-  const passwords = options.passwords ?? planPasswords(passwordChecks(store, seed), deps);
+export async function applySeed(store: Store, seed: SeedInput, deps: SeedDeps, options: ApplySeedOptions = {}): Promise<SeedResult> {
+  const passwords = options.passwords ?? planPasswords(await passwordChecks(store, seed), deps);
   const literalKeyHashes = new Map<SeedApiKey, Buffer>();
   for (const apiKey of seed.api_keys ?? []) {
     if (apiKey.key !== undefined) literalKeyHashes.set(apiKey, deps.hashApiKey(apiKey.key));
   }
-  return store.transaction(() => {
+  return store.transaction(async (tx) => {
     const result: SeedResult = { createdApiKeys: [], changes: [], warnings: [], keptConfigurations: [] };
     // Removals come first, so the checks below see the store as it will be: a slug or a
     // configuration name freed by a removal can be taken, a removed row cannot be referred to.
-    const removedEmails = options.prune === true ? prune(store, seed, result) : new Set<string>();
-    const problems = check(store, seed, literalKeyHashes, removedEmails);
+    const removedEmails = options.prune === true ? await prune(tx, seed, result) : new Set<string>();
+    const problems = await check(tx, seed, literalKeyHashes, removedEmails);
     if (problems.length > 0) throw new SeedError(problems);
 
-    const context: ApplyContext = { store, deps, passwords, result };
-    for (const user of seed.users ?? []) applyUser(context, user);
-    for (const configuration of seed.configurations ?? []) applyConfiguration(context, configuration);
-    for (const apiKey of seed.api_keys ?? []) applyApiKey(context, apiKey, literalKeyHashes.get(apiKey));
+    const context: ApplyContext = { store: tx, deps, passwords, result };
+    for (const user of seed.users ?? []) await applyUser(context, user);
+    for (const configuration of seed.configurations ?? []) await applyConfiguration(context, configuration);
+    for (const apiKey of seed.api_keys ?? []) await applyApiKey(context, apiKey, literalKeyHashes.get(apiKey));
     const declared = new Set((seed.classifications ?? []).map((classification) => classification.name));
-    for (const classification of seed.classifications ?? []) applyClassification(context, classification, declared);
+    for (const classification of seed.classifications ?? []) await applyClassification(context, classification, declared);
     return result;
   });
 }
 
 /** The seed's users that carry a password; their decisions cost a scrypt each. */
-export function passwordChecks(store: Store, seed: SeedInput): PasswordCheck[] {
+export async function passwordChecks(store: Store, seed: SeedInput): Promise<PasswordCheck[]> {
   const checks: PasswordCheck[] = [];
   for (const user of seed.users ?? []) {
     if (user.password === undefined) continue;
-    const storedHash = store.users.findByEmail(user.email)?.passwordHash ?? null;
+    const storedHash = (await store.users.findByEmail(user.email))?.passwordHash ?? null;
     checks.push({ email: normalizeEmail(user.email), password: user.password, storedHash });
   }
   return checks;
@@ -227,28 +227,28 @@ function decidePassword(password: string, storedHash: string | null, deps: Pick<
  * - users are disabled (their API keys then answer 401), not deleted: keys and logs refer to them.
  * Returns the normalised emails of the removed users, which the seed may no longer refer to.
  */
-function prune(store: Store, seed: SeedInput, result: SeedResult): Set<string> {
+async function prune(store: Transaction, seed: SeedInput, result: SeedResult): Promise<Set<string>> {
   const { changes, warnings } = result;
   const classificationNames = new Set((seed.classifications ?? []).map((classification) => classification.name));
   const claimedSlugs = new Set((seed.classifications ?? []).flatMap((classification) => (classification.slug === undefined ? [] : [classification.slug])));
-  for (const classification of store.classifications.list()) {
+  for (const classification of await store.classifications.list()) {
     if (classification.source !== 'seed' || classificationNames.has(classification.name) || claimedSlugs.has(classification.slug)) continue;
-    store.classifications.delete(classification.id);
+    await store.classifications.delete(classification.id);
     changes.push(`deleted classification "${classification.name}"`);
   }
 
   const apiKeyNames = new Set((seed.api_keys ?? []).map((apiKey) => apiKey.name));
-  for (const apiKey of store.apiKeys.list()) {
+  for (const apiKey of await store.apiKeys.list()) {
     if (apiKey.source !== 'seed' || apiKeyNames.has(apiKey.name) || apiKey.status === 'revoked') continue;
-    store.apiKeys.revoke(apiKey.id);
+    await store.apiKeys.revoke(apiKey.id);
     changes.push(`revoked API key "${apiKey.name}"`);
   }
 
   const configurationNames = new Set((seed.configurations ?? []).map((configuration) => configuration.name));
-  for (const configuration of store.configurations.list()) {
+  for (const configuration of await store.configurations.list()) {
     if (configuration.source !== 'seed' || configurationNames.has(configuration.name)) continue;
     if (configuration.type === 'provider') {
-      store.configurations.delete(configuration.id);
+      await store.configurations.delete(configuration.id);
       changes.push(`deleted configuration "${configuration.name}"`);
     } else {
       result.keptConfigurations.push(configuration.name);
@@ -260,12 +260,12 @@ function prune(store: Store, seed: SeedInput, result: SeedResult): Set<string> {
 
   const emails = new Set((seed.users ?? []).map((user) => normalizeEmail(user.email)));
   const removed = new Set<string>();
-  for (const user of store.users.list()) {
+  for (const user of await store.users.list()) {
     const email = normalizeEmail(user.email);
     if (user.source !== 'seed' || emails.has(email)) continue;
     removed.add(email);
     if (user.disabled) continue;
-    store.users.update(user.id, { disabled: true });
+    await store.users.update(user.id, { disabled: true });
     changes.push(`disabled user "${user.email}"`);
   }
   return removed;
@@ -277,7 +277,7 @@ function proxySlugOf(configuration: SeedConfiguration): string | null {
 
 /** What the checks of one section need from those before it. */
 interface CheckContext {
-  readonly store: Store;
+  readonly store: Transaction;
   readonly problems: string[];
   readonly roleNames: ReadonlySet<string>;
   /** Normalised emails of the seed's users. */
@@ -291,43 +291,43 @@ interface CheckContext {
 }
 
 /** Every problem in the seed, checked against the seed itself and what the store holds. */
-function check(store: Store, seed: SeedInput, literalKeyHashes: Map<SeedApiKey, Buffer>, removedEmails: ReadonlySet<string>): string[] {
+async function check(store: Transaction, seed: SeedInput, literalKeyHashes: Map<SeedApiKey, Buffer>, removedEmails: ReadonlySet<string>): Promise<string[]> {
   const context: CheckContext = {
     store,
     problems: [],
-    roleNames: new Set(store.roles.list().map((role) => role.name)),
+    roleNames: new Set((await store.roles.list()).map((role) => role.name)),
     seedEmails: new Set(),
     seedConfigurationNames: new Set(),
     seedProxySlugs: new Set(),
     removedEmails,
     seedClassificationNames: new Set((seed.classifications ?? []).map((classification) => classification.name)),
   };
-  (seed.users ?? []).forEach((user, i) => checkUser(context, user, `seed.users[${i}]`));
-  (seed.configurations ?? []).forEach((configuration, i) => checkConfiguration(context, configuration, `seed.configurations[${i}]`));
-  checkApiKeys(context, seed.api_keys ?? [], literalKeyHashes);
-  checkClassifications(context, seed.classifications ?? []);
+  for (const [i, user] of (seed.users ?? []).entries()) await checkUser(context, user, `seed.users[${i}]`);
+  for (const [i, configuration] of (seed.configurations ?? []).entries()) await checkConfiguration(context, configuration, `seed.configurations[${i}]`);
+  await checkApiKeys(context, seed.api_keys ?? [], literalKeyHashes);
+  await checkClassifications(context, seed.classifications ?? []);
   return context.problems;
 }
 
 /** Undefined when the user is known, else why not. */
-function userProblem(context: CheckContext, email: string): string | undefined {
+async function userProblem(context: CheckContext, email: string): Promise<string | undefined> {
   const normalised = normalizeEmail(email);
   if (context.seedEmails.has(normalised)) return undefined;
   if (context.removedEmails.has(normalised)) return `user "${email}" is no longer in seed.users (it is disabled)`;
-  return context.store.users.findByEmail(email) === undefined ? `unknown user "${email}"` : undefined;
+  return (await context.store.users.findByEmail(email)) === undefined ? `unknown user "${email}"` : undefined;
 }
 
-function knownConfiguration(context: CheckContext, ref: string): boolean {
+async function knownConfiguration(context: CheckContext, ref: string): Promise<boolean> {
   const { configurations } = context.store;
   return (
     context.seedConfigurationNames.has(ref) ||
     context.seedProxySlugs.has(ref) ||
-    configurations.findByName(ref) !== undefined ||
-    configurations.findBySlug(ref) !== undefined
+    (await configurations.findByName(ref)) !== undefined ||
+    (await configurations.findBySlug(ref)) !== undefined
   );
 }
 
-function checkUser(context: CheckContext, user: SeedUser, path: string): void {
+async function checkUser(context: CheckContext, user: SeedUser, path: string): Promise<void> {
   const email = normalizeEmail(user.email);
   // `\u212Aate@example.com` and `kate@example.com` are one person (DESIGN §13).
   if (context.seedEmails.has(email)) context.problems.push(`${path}.email: "${user.email}" is listed twice (emails compare after normalisation)`);
@@ -339,7 +339,7 @@ function checkUser(context: CheckContext, user: SeedUser, path: string): void {
   });
 }
 
-function checkConfiguration(context: CheckContext, configuration: SeedConfiguration, path: string): void {
+async function checkConfiguration(context: CheckContext, configuration: SeedConfiguration, path: string): Promise<void> {
   const { problems, store } = context;
   if (context.seedConfigurationNames.has(configuration.name)) problems.push(`${path}.name: "${configuration.name}" is listed twice`);
   context.seedConfigurationNames.add(configuration.name);
@@ -347,7 +347,7 @@ function checkConfiguration(context: CheckContext, configuration: SeedConfigurat
   (configuration.groups ?? []).forEach((group, j) => {
     if (group.name !== undefined) checkText(context, `${path}.groups[${j}].name`, group.name);
   });
-  const existing = store.configurations.findByName(configuration.name);
+  const existing = await store.configurations.findByName(configuration.name);
 
   if (configuration.type === 'provider' && configuration.proxy_slug !== undefined) {
     problems.push(`${path}.proxy_slug: only encryption configurations have a proxy slug`);
@@ -355,7 +355,7 @@ function checkConfiguration(context: CheckContext, configuration: SeedConfigurat
   const slug = proxySlugOf(configuration);
   if (slug !== null) {
     const origin = configuration.proxy_slug === undefined ? ' (derived from the name; set proxy_slug)' : '';
-    const holder = store.configurations.findBySlug(slug);
+    const holder = await store.configurations.findBySlug(slug);
     if (!PROXY_SLUG.test(slug)) {
       problems.push(`${path}.proxy_slug: "${slug}"${origin} must match ${PROXY_SLUG.source}`);
     } else if (context.seedProxySlugs.has(slug)) {
@@ -382,45 +382,45 @@ function checkConfiguration(context: CheckContext, configuration: SeedConfigurat
   }
 }
 
-function checkApiKeys(context: CheckContext, apiKeys: readonly SeedApiKey[], literalKeyHashes: Map<SeedApiKey, Buffer>): void {
+async function checkApiKeys(context: CheckContext, apiKeys: readonly SeedApiKey[], literalKeyHashes: Map<SeedApiKey, Buffer>): Promise<void> {
   const { problems, store } = context;
-  const permissionNames = new Set(store.roles.permissionNames());
+  const permissionNames = new Set(await store.roles.permissionNames());
   const names = new Set<string>();
   const hashes = new Set<string>();
-  apiKeys.forEach((apiKey, i) => {
+  for (const [i, apiKey] of apiKeys.entries()) {
     const path = `seed.api_keys[${i}]`;
     if (names.has(apiKey.name)) problems.push(`${path}.name: "${apiKey.name}" is listed twice`);
     names.add(apiKey.name);
     checkText(context, `${path}.name`, apiKey.name);
-    const userIssue = userProblem(context, apiKey.user);
+    const userIssue = await userProblem(context, apiKey.user);
     if (userIssue !== undefined) problems.push(`${path}.user: ${userIssue}`);
     (apiKey.permissions ?? []).forEach((permission, j) => {
       if (!permissionNames.has(permission)) problems.push(`${path}.permissions[${j}]: unknown permission "${permission}"`);
     });
-    (apiKey.configurations ?? []).forEach((ref, j) => {
-      if (!knownConfiguration(context, ref)) problems.push(`${path}.configurations[${j}]: unknown configuration "${ref}"`);
-    });
+    for (const [j, ref] of (apiKey.configurations ?? []).entries()) {
+      if (!(await knownConfiguration(context, ref))) problems.push(`${path}.configurations[${j}]: unknown configuration "${ref}"`);
+    }
     const hash = literalKeyHashes.get(apiKey);
-    if (hash === undefined) return;
+    if (hash === undefined) continue;
     // Messages name the other key, never the key value itself.
     const hex = hash.toString('hex');
-    const holder = store.apiKeys.findByHash(hash);
+    const holder = await store.apiKeys.findByHash(hash);
     if (hashes.has(hex)) problems.push(`${path}.key: the same key is given to another API key of the seed`);
     else if (holder !== undefined && holder.name !== apiKey.name) problems.push(`${path}.key: the key is already used by API key "${holder.name}"`);
     hashes.add(hex);
-  });
+  }
 }
 
 /** See renameTarget: the holder of a slug the entry claims is the classification it renames. */
-function isRenamed(context: CheckContext, holder: Classification, classification: SeedClassification): boolean {
-  return holder.source === 'seed' && !context.seedClassificationNames.has(holder.name) && context.store.classifications.findByName(classification.name) === undefined;
+async function isRenamed(context: CheckContext, holder: Classification, classification: SeedClassification): Promise<boolean> {
+  return holder.source === 'seed' && !context.seedClassificationNames.has(holder.name) && (await context.store.classifications.findByName(classification.name)) === undefined;
 }
 
-function checkClassifications(context: CheckContext, classifications: readonly SeedClassification[]): void {
+async function checkClassifications(context: CheckContext, classifications: readonly SeedClassification[]): Promise<void> {
   const { problems, store } = context;
   const names = new Set<string>();
   const slugs = new Set<string>();
-  classifications.forEach((classification, i) => {
+  for (const [i, classification] of classifications.entries()) {
     const path = `seed.classifications[${i}]`;
     if (names.has(classification.name)) problems.push(`${path}.name: "${classification.name}" is listed twice`);
     names.add(classification.name);
@@ -434,39 +434,39 @@ function checkClassifications(context: CheckContext, classifications: readonly S
     );
     const slug = classification.slug;
     if (slug !== undefined) {
-      const holder = store.classifications.findBySlug(slug);
+      const holder = await store.classifications.findBySlug(slug);
       if (slug === '') problems.push(`${path}.slug: must not be empty`);
       else if (slugs.has(slug)) problems.push(`${path}.slug: "${slug}" is listed twice`);
-      else if (holder !== undefined && holder.name !== classification.name && !isRenamed(context, holder, classification)) {
+      else if (holder !== undefined && holder.name !== classification.name && !(await isRenamed(context, holder, classification))) {
         problems.push(`${path}.slug: "${slug}" is already used by classification "${holder.name}"`);
       }
       slugs.add(slug);
     }
-    (classification.users ?? []).forEach((email, j) => {
-      const userIssue = userProblem(context, email);
+    for (const [j, email] of (classification.users ?? []).entries()) {
+      const userIssue = await userProblem(context, email);
       if (userIssue !== undefined) problems.push(`${path}.users[${j}]: ${userIssue}`);
-    });
+    }
     (classification.roles ?? []).forEach((role, j) => {
       if (!context.roleNames.has(role)) problems.push(`${path}.roles[${j}]: unknown role "${role}"`);
     });
-    (classification.reveal ?? []).forEach((grant, j) => {
-      (grant.to.users ?? []).forEach((email, k) => {
-        const userIssue = userProblem(context, email);
+    for (const [j, grant] of (classification.reveal ?? []).entries()) {
+      for (const [k, email] of (grant.to.users ?? []).entries()) {
+        const userIssue = await userProblem(context, email);
         if (userIssue !== undefined) problems.push(`${path}.reveal[${j}].to.users[${k}]: ${userIssue}`);
-      });
+      }
       (grant.to.roles ?? []).forEach((role, k) => {
         if (!context.roleNames.has(role)) problems.push(`${path}.reveal[${j}].to.roles[${k}]: unknown role "${role}"`);
       });
       (grant.to.groups ?? []).forEach((group, k) => checkText(context, `${path}.reveal[${j}].to.groups[${k}]`, group));
-    });
+    }
     const refs = new Set<string>();
-    (classification.providers ?? []).forEach((provider, j) => {
+    for (const [j, provider] of (classification.providers ?? []).entries()) {
       const ref = provider.configuration;
-      if (!knownConfiguration(context, ref)) problems.push(`${path}.providers[${j}].configuration: unknown configuration "${ref}"`);
+      if (!(await knownConfiguration(context, ref))) problems.push(`${path}.providers[${j}].configuration: unknown configuration "${ref}"`);
       else if (refs.has(ref)) problems.push(`${path}.providers[${j}].configuration: "${ref}" is listed twice`);
       refs.add(ref);
-    });
-  });
+    }
+  }
 }
 
 /**
@@ -479,19 +479,19 @@ function checkText(context: CheckContext, path: string, value: string): void {
 
 /** What the apply step of one run shares. */
 interface ApplyContext {
-  readonly store: Store;
+  readonly store: Transaction;
   readonly deps: SeedDeps;
   readonly passwords: PasswordPlan;
   readonly result: SeedResult;
 }
 
-function applyUser(context: ApplyContext, user: SeedUser): void {
+async function applyUser(context: ApplyContext, user: SeedUser): Promise<void> {
   const { store, result } = context;
-  const roleIds = (user.roles ?? []).map((name) => mustFind(store.roles.findByName(name), 'role', name).id);
-  const existing = store.users.findByEmail(user.email);
+  const roleIds = await idsOf(user.roles ?? [], async (name) => mustFind(await store.roles.findByName(name), 'role', name).id);
+  const existing = await store.users.findByEmail(user.email);
   const passwordHash = newPasswordHash(context, user, existing?.passwordHash ?? null);
   if (existing === undefined) {
-    store.users.create({
+    await store.users.create({
       name: user.name,
       email: user.email,
       passwordHash: passwordHash ?? null,
@@ -507,10 +507,10 @@ function applyUser(context: ApplyContext, user: SeedUser): void {
   if (existing.email !== normalizeEmail(user.email)) patch.email = user.email;
   if (user.disabled !== undefined && existing.disabled !== user.disabled) patch.disabled = user.disabled;
   if (passwordHash !== undefined) patch.passwordHash = passwordHash;
-  if (Object.keys(patch).length > 0) store.users.update(existing.id, patch);
-  const currentRoleIds = store.users.rolesOf(existing.id).map((role) => role.id);
+  if (Object.keys(patch).length > 0) await store.users.update(existing.id, patch);
+  const currentRoleIds = (await store.users.rolesOf(existing.id)).map((role) => role.id);
   const rolesChanged = !sameSet(currentRoleIds, roleIds);
-  if (rolesChanged) store.users.setRoles(existing.id, roleIds);
+  if (rolesChanged) await store.users.setRoles(existing.id, roleIds);
   if (Object.keys(patch).length > 0 || rolesChanged) result.changes.push(`updated user "${user.email}"`);
 }
 
@@ -527,11 +527,11 @@ function groupsOf(configuration: SeedConfiguration): Array<GwsGroup & { members:
   return configuration.groups?.map((group) => ({ ...groupRef(group), members: (group.members ?? []).map(normalizeEmail) }));
 }
 
-function applyConfiguration(context: ApplyContext, configuration: SeedConfiguration): void {
+async function applyConfiguration(context: ApplyContext, configuration: SeedConfiguration): Promise<void> {
   const { store, deps, result } = context;
   const proxySlug = proxySlugOf(configuration);
   const groups = groupsOf(configuration);
-  const existing = store.configurations.findByName(configuration.name);
+  const existing = await store.configurations.findByName(configuration.name);
   if (existing === undefined) {
     const id = randomUUID();
     let keyringId: Buffer | null = null;
@@ -540,7 +540,7 @@ function applyConfiguration(context: ApplyContext, configuration: SeedConfigurat
       keyringId = deps.generateKeyringId();
       firstWrappedKey = deps.wrapKey(id, 1, deps.generateDataKey());
     }
-    store.configurations.create({
+    await store.configurations.create({
       id,
       name: configuration.name,
       type: configuration.type,
@@ -571,24 +571,24 @@ function applyConfiguration(context: ApplyContext, configuration: SeedConfigurat
     patch.extra = { ...existing.extra, groups };
   }
   if (Object.keys(patch).length === 0) return;
-  store.configurations.update(existing.id, patch);
+  await store.configurations.update(existing.id, patch);
   result.changes.push(`updated configuration "${configuration.name}"`);
 }
 
 /** Names win over slugs, so a configuration named like another's slug is still reachable by name. */
-function resolveConfiguration(store: Store, ref: string): Configuration {
-  return mustFind(store.configurations.findByName(ref) ?? store.configurations.findBySlug(ref), 'configuration', ref);
+async function resolveConfiguration(store: Transaction, ref: string): Promise<Configuration> {
+  return mustFind((await store.configurations.findByName(ref)) ?? (await store.configurations.findBySlug(ref)), 'configuration', ref);
 }
 
-function applyApiKey(context: ApplyContext, apiKey: SeedApiKey, literalHash: Buffer | undefined): void {
+async function applyApiKey(context: ApplyContext, apiKey: SeedApiKey, literalHash: Buffer | undefined): Promise<void> {
   const { store, deps, result } = context;
-  const userId = mustFind(store.users.findByEmail(apiKey.user), 'user', apiKey.user).id;
+  const userId = mustFind(await store.users.findByEmail(apiKey.user), 'user', apiKey.user).id;
   const permissions = [...(apiKey.permissions ?? [])];
-  const configurations = unique((apiKey.configurations ?? []).map((ref) => resolveConfiguration(store, ref).id));
-  const existing = store.apiKeys.findByName(apiKey.name);
+  const configurations = unique(await idsOf(apiKey.configurations ?? [], async (ref) => (await resolveConfiguration(store, ref)).id));
+  const existing = await store.apiKeys.findByName(apiKey.name);
   if (existing === undefined) {
     const key = apiKey.key ?? deps.generateApiKey();
-    store.apiKeys.create({
+    await store.apiKeys.create({
       name: apiKey.name,
       prefix: key.slice(0, API_KEY_PREFIX_LENGTH),
       keyHash: literalHash ?? deps.hashApiKey(key),
@@ -607,7 +607,7 @@ function applyApiKey(context: ApplyContext, apiKey: SeedApiKey, literalHash: Buf
   let changed = false;
   // A key generated on an earlier run is kept: its value was shown once and is not stored.
   if (apiKey.key !== undefined && literalHash !== undefined && !existing.keyHash.equals(literalHash)) {
-    store.apiKeys.replaceHash(existing.id, apiKey.key.slice(0, API_KEY_PREFIX_LENGTH), literalHash);
+    await store.apiKeys.replaceHash(existing.id, apiKey.key.slice(0, API_KEY_PREFIX_LENGTH), literalHash);
     changed = true;
   }
   const patch: ApiKeyPatch = {};
@@ -615,7 +615,7 @@ function applyApiKey(context: ApplyContext, apiKey: SeedApiKey, literalHash: Buf
   if (!sameList(existing.permissions, permissions)) patch.permissions = permissions;
   if (!sameList(existing.configurations, configurations)) patch.configurations = configurations;
   if (Object.keys(patch).length > 0) {
-    store.apiKeys.update(existing.id, patch);
+    await store.apiKeys.update(existing.id, patch);
     changed = true;
   }
   if (changed) result.changes.push(`updated API key "${apiKey.name}"`);
@@ -626,32 +626,32 @@ function applyApiKey(context: ApplyContext, apiKey: SeedApiKey, literalHash: Buf
  * entry with a new name claims: that entry renames it, and tokens classified with it (they
  * carry its id) stay readable. Without a slug in the file, a new name is a new classification.
  */
-function renameTarget(store: Store, classification: SeedClassification, declared: ReadonlySet<string>): Classification | undefined {
-  if (classification.slug === undefined || store.classifications.findByName(classification.name) !== undefined) return undefined;
-  const holder = store.classifications.findBySlug(classification.slug);
+async function renameTarget(store: Transaction, classification: SeedClassification, declared: ReadonlySet<string>): Promise<Classification | undefined> {
+  if (classification.slug === undefined || (await store.classifications.findByName(classification.name)) !== undefined) return undefined;
+  const holder = await store.classifications.findBySlug(classification.slug);
   return holder?.source === 'seed' && !declared.has(holder.name) ? holder : undefined;
 }
 
-function applyClassification(context: ApplyContext, classification: SeedClassification, declared: ReadonlySet<string>): void {
+async function applyClassification(context: ApplyContext, classification: SeedClassification, declared: ReadonlySet<string>): Promise<void> {
   const { store, result } = context;
-  const userIds = unique((classification.users ?? []).map((email) => mustFind(store.users.findByEmail(email), 'user', email).id));
-  const roleIds = unique((classification.roles ?? []).map((name) => mustFind(store.roles.findByName(name), 'role', name).id));
-  const providers: ClassificationProvider[] = (classification.providers ?? [])
-    .map((provider) => ({
-      configurationId: resolveConfiguration(store, provider.configuration).id,
-      gwsGroups: (provider.gws_groups ?? []).map(groupRef),
-    }))
-    // The order members() returns, so comparing with what is stored is a plain string compare.
-    .sort((a, b) => (a.configurationId < b.configurationId ? -1 : a.configurationId > b.configurationId ? 1 : 0));
-  const reveal = (classification.reveal ?? []).map((grant) => revealGrant(store, grant));
+  const userIds = unique(await idsOf(classification.users ?? [], async (email) => mustFind(await store.users.findByEmail(email), 'user', email).id));
+  const roleIds = unique(await idsOf(classification.roles ?? [], async (name) => mustFind(await store.roles.findByName(name), 'role', name).id));
+  const providers: ClassificationProvider[] = [];
+  for (const provider of classification.providers ?? []) {
+    providers.push({ configurationId: (await resolveConfiguration(store, provider.configuration)).id, gwsGroups: (provider.gws_groups ?? []).map(groupRef) });
+  }
+  // The order members() returns, so comparing with what is stored is a plain string compare.
+  providers.sort((a, b) => (a.configurationId < b.configurationId ? -1 : a.configurationId > b.configurationId ? 1 : 0));
+  const reveal: RevealGrant[] = [];
+  for (const grant of classification.reveal ?? []) reveal.push(await revealGrant(store, grant));
   // Declarative, as the member lists: a file without `default` means deny, whatever the API set.
   const revealDefault: RevealDefault = { level: classification.default ?? 'deny', mask: classification.default_mask ?? null };
 
-  const existing = store.classifications.findByName(classification.name) ?? renameTarget(store, classification, declared);
+  const existing = (await store.classifications.findByName(classification.name)) ?? (await renameTarget(store, classification, declared));
   if (existing === undefined) {
-    store.classifications.create({
+    await store.classifications.create({
       name: classification.name,
-      slug: classification.slug ?? store.classifications.uniqueSlug(classification.name),
+      slug: classification.slug ?? await store.classifications.uniqueSlug(classification.name),
       description: classification.description ?? null,
       bgColor: classification.bg_color,
       fgColor: classification.fg_color,
@@ -675,7 +675,7 @@ function applyClassification(context: ApplyContext, classification: SeedClassifi
   if (existing.bgColor !== classification.bg_color) patch.bgColor = classification.bg_color;
   if (existing.fgColor !== classification.fg_color) patch.fgColor = classification.fg_color;
   if (classification.emoji !== undefined && existing.emoji !== classification.emoji) patch.emoji = classification.emoji;
-  const members = store.classifications.members(existing.id);
+  const members = await store.classifications.members(existing.id);
   if (!sameSet(members.userIds, userIds)) patch.userIds = userIds;
   if (!sameSet(members.roleIds, roleIds)) patch.roleIds = roleIds;
   if (JSON.stringify(members.providers) !== JSON.stringify(providers)) patch.providers = providers;
@@ -684,18 +684,18 @@ function applyClassification(context: ApplyContext, classification: SeedClassifi
     patch.revealDefault = revealDefault;
   }
   if (Object.keys(patch).length === 0) return;
-  store.classifications.update(existing.id, patch);
+  await store.classifications.update(existing.id, patch);
   result.changes.push(
     patch.name === undefined ? `updated classification "${classification.name}"` : `renamed classification "${existing.name}" to "${classification.name}"`,
   );
 }
 
-/** A grant as the store keeps it: users and roles by id (check() has made sure they exist). */
-function revealGrant(store: Store, grant: SeedRevealGrant): RevealGrant {
+/** A grant as the store keeps it: users and roles by id (await check() has made sure they exist). */
+async function revealGrant(store: Transaction, grant: SeedRevealGrant): Promise<RevealGrant> {
   return {
     to: {
-      users: unique((grant.to.users ?? []).map((email) => mustFind(store.users.findByEmail(email), 'user', email).id)),
-      roles: unique((grant.to.roles ?? []).map((name) => mustFind(store.roles.findByName(name), 'role', name).id)),
+      users: unique(await idsOf(grant.to.users ?? [], async (email) => mustFind(await store.users.findByEmail(email), 'user', email).id)),
+      roles: unique(await idsOf(grant.to.roles ?? [], async (name) => mustFind(await store.roles.findByName(name), 'role', name).id)),
       groups: unique(grant.to.groups ?? []),
     },
     level: grant.level,
@@ -711,10 +711,17 @@ function groupRef(group: SeedGroupRef): GwsGroup {
   return ref;
 }
 
-/** check() has already reported anything missing; reaching this throw is a bug. */
+/** await check() has already reported anything missing; reaching this throw is a bug. */
 function mustFind<T>(value: T | undefined, what: string, key: string): T {
   if (value === undefined) throw new Error(`Seed: ${what} "${key}" disappeared after validation.`);
   return value;
+}
+
+/** `find` for each of `names` in turn (one transaction's statements run one at a time). */
+async function idsOf<T>(names: readonly string[], find: (name: string) => Promise<T>): Promise<T[]> {
+  const out: T[] = [];
+  for (const name of names) out.push(await find(name));
+  return out;
 }
 
 function unique<T>(values: readonly T[]): T[] {

@@ -133,8 +133,6 @@ export class ShippedLogsRepository {
   }
 
   /** This store's own rows of `kind` after `afterId`, oldest first. */
-  rowsAfter(kind: 'api', afterId: number, limit: number): ShippedApiLog[];
-  rowsAfter(kind: 'usage', afterId: number, limit: number): ShippedUsageLog[];
   rowsAfter(kind: ShippedKind, afterId: number, limit: number): ShippedApiLog[] | ShippedUsageLog[] {
     const rows = this.#kinds[kind].after.all(afterId, limit);
     if (kind === 'api') {

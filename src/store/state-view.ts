@@ -1,8 +1,9 @@
 import type { ApiKey } from './api-keys.ts';
 import type { Classification, ClassificationMembers } from './classifications.ts';
 import type { Configuration } from './configurations.ts';
-import type { Store } from './db.ts';
+import type { Repositories, Store } from './db.ts';
 import type { Role } from './roles.ts';
+import { syncRepositories } from './sqlite/connection.ts';
 import type { User } from './users.ts';
 
 /**
@@ -27,7 +28,7 @@ import type { User } from './users.ts';
  * change, so a caller that tried to modify a row would change it for all of them.
  */
 export class StateView {
-  readonly #store: Store;
+  readonly #store: Repositories;
   readonly #roles = new Map<number, Role>();
   readonly #rolesByName = new Map<string, Role>();
   readonly #configurations = new Map<string, Configuration>();
@@ -44,24 +45,25 @@ export class StateView {
 
   /** Reads the small tables whole: six queries, whatever the number of users and keys. */
   constructor(store: Store) {
-    this.#store = store;
-    for (const role of store.roles.list()) {
+    // The request path cannot wait: on SQLite the view reads the connection synchronously.
+    this.#store = syncRepositories(store);
+    for (const role of this.#store.roles.list()) {
       deepFreeze(role);
       this.#roles.set(role.id, role);
       this.#rolesByName.set(role.name, role);
     }
-    this.configurations = Object.freeze(store.configurations.list().map(deepFreeze));
+    this.configurations = Object.freeze(this.#store.configurations.list().map(deepFreeze));
     for (const configuration of this.configurations) {
       this.#configurations.set(configuration.id, configuration);
       this.#configurationsByName.set(configuration.name, configuration);
       if (configuration.proxySlug !== null) this.#configurationsBySlug.set(configuration.proxySlug, configuration);
     }
-    this.classifications = Object.freeze(store.classifications.list().map(deepFreeze));
+    this.classifications = Object.freeze(this.#store.classifications.list().map(deepFreeze));
     for (const classification of this.classifications) {
       this.#classifications.set(classification.id, classification);
       this.#classificationsBySlug.set(classification.slug, classification);
     }
-    for (const [id, members] of store.classifications.allMembers()) this.#members.set(id, deepFreeze(members));
+    for (const [id, members] of this.#store.classifications.allMembers()) this.#members.set(id, deepFreeze(members));
   }
 
   user(id: number): User | undefined {
@@ -76,6 +78,13 @@ export class StateView {
   /** The user's roles in id order; empty for a user without roles, or no such user. */
   rolesOf(userId: number): readonly Role[] {
     return this.memo(ROLES_OF_USER, String(userId), () => deepFreeze(this.#store.users.rolesOf(userId)));
+  }
+
+  /** The union of the permissions of the user's roles, as `users.permissionsOf`. */
+  permissionsOf(userId: number): Set<string> {
+    const granted = new Set<string>();
+    for (const role of this.rolesOf(userId)) for (const permission of role.permissions) granted.add(permission);
+    return granted;
   }
 
   role(id: number): Role | undefined {

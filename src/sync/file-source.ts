@@ -16,6 +16,7 @@ import { hashPasswordAsync, verifyPasswordAsync } from '../auth/passwords.ts';
 import { ConfigError, loadConfig, type Config } from '../config/load.ts';
 import type { Store } from '../store/db.ts';
 import { applySeed, passwordChecks, SeedError, type PasswordPlan, type SeedDeps, type SeedInput, type SeedResult } from '../store/seed.ts';
+import { stateOf } from '../store/state-view.ts';
 import type { LogWriter } from '../telemetry/log-writer.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 
@@ -162,7 +163,7 @@ export class FileSource {
       const passwords = await this.#planPasswords(config.seed);
       if (this.#stopped) return 'unchanged';
       const started = performance.now();
-      const result = applySeed(this.#services.store, config.seed, this.#options.deps, { prune: true, passwords });
+      const result = await applySeed(this.#services.store, config.seed, this.#options.deps, { prune: true, passwords });
       this.#applied(config.seed, seedJson, result, performance.now() - started);
       return 'applied';
     } catch (error) {
@@ -172,7 +173,7 @@ export class FileSource {
 
   /** The scrypt work of the reload, on libuv's thread pool and before the transaction. */
   async #planPasswords(seed: SeedInput): Promise<PasswordPlan> {
-    const checks = passwordChecks(this.#services.store, seed);
+    const checks = await passwordChecks(this.#services.store, seed);
     const decisions = await Promise.all(
       checks.map(async (check) => {
         const known = this.#verified.get(check.email);
@@ -222,7 +223,7 @@ export class FileSource {
     this.#verified.clear();
     for (const user of seed.users ?? []) {
       if (user.password === undefined) continue;
-      const hash = this.#services.store.users.findByEmail(user.email)?.passwordHash ?? null;
+      const hash = stateOf(this.#services.store).userByEmail(user.email)?.passwordHash ?? null;
       this.#verified.set(user.email.toLowerCase(), { password: user.password, hash });
     }
   }

@@ -128,7 +128,7 @@ export class LogShipper {
     let total = 0;
     for (;;) {
       if (this.#repeater.stopped) return total;
-      const { logs, cursors, full } = this.#nextBatch();
+      const { logs, cursors, full } = await this.#nextBatch();
       const rows = logs.api.length + logs.usage.length;
       if (rows === 0) return total;
       try {
@@ -149,9 +149,8 @@ export class LogShipper {
         await this.#send(repaired);
       }
       // Only now: a batch that failed, or whose answer was lost, is read again next round.
-      const shippedLogs = this.#options.store.shippedLogs;
-      this.#options.store.transaction(() => {
-        for (const [kind, cursor] of cursors) shippedLogs.putCursor(kind, cursor);
+      await this.#options.store.transaction(async ({ shippedLogs }) => {
+        for (const [kind, cursor] of cursors) await shippedLogs.putCursor(kind, cursor);
       });
       total += rows;
       this.shipped += rows;
@@ -159,18 +158,18 @@ export class LogShipper {
     }
   }
 
-  #nextBatch(): { logs: ShippedLogs; cursors: Map<ShippedKind, LogCursor>; full: boolean } {
+  async #nextBatch(): Promise<{ logs: ShippedLogs; cursors: Map<ShippedKind, LogCursor>; full: boolean }> {
     const shippedLogs = this.#options.store.shippedLogs;
     const logs: ShippedLogs = { api: [], usage: [] };
     const cursors = new Map<ShippedKind, LogCursor>();
     let full = false;
     for (const kind of SHIPPED_KINDS) {
-      let cursor = shippedLogs.getCursor(kind);
-      if (!shippedLogs.cursorValid(kind, cursor)) {
+      let cursor = await shippedLogs.getCursor(kind);
+      if (!(await shippedLogs.cursorValid(kind, cursor))) {
         this.#options.logger.warn({ kind, lastId: cursor.lastId }, 'the log table was emptied and renumbered since the last shipment; shipping from its start');
         cursor = { lastId: 0, lastRequestId: '', idBase: cursor.idBase + cursor.lastId + RENUMBER_GAP };
       }
-      const rows = kind === 'api' ? shippedLogs.rowsAfter('api', cursor.lastId, this.#batchSize) : shippedLogs.rowsAfter('usage', cursor.lastId, this.#batchSize);
+      const rows = await shippedLogs.rowsAfter(kind, cursor.lastId, this.#batchSize);
       const last = rows.at(-1);
       if (last !== undefined) cursors.set(kind, { lastId: last.id, lastRequestId: last.request_id, idBase: cursor.idBase });
       // Shipped ids are the base plus the local id (see LogCursor).

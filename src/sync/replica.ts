@@ -103,15 +103,15 @@ export class Replica {
    * store changed by other means returns to it). Called at start, before the first poll:
    * a replica whose control plane is down serves from here.
    */
-  loadPersisted(): boolean {
+  async loadPersisted(): Promise<boolean> {
     const { store, logger, metrics } = this.#options;
-    const row = store.replication.getSync('applied');
+    const row = await store.replication.getSync('applied');
     if (row === undefined || row.body === null) return false;
     try {
       // No version bound here: this copy passed it when it was applied, and a clock set
       // back since must not cost the replica the state it holds.
       const snapshot = verifySnapshot(gunzipSync(row.body), this.#options.mac);
-      applySnapshot(store, snapshot, row.body, { force: true });
+      await applySnapshot(store, snapshot, row.body, { force: true });
       this.#accepted(snapshot);
       logger.info({ version: snapshot.version }, 'serving the persisted control-plane snapshot');
       return true;
@@ -160,7 +160,7 @@ export class Replica {
       const snapshot = verifySnapshot(fetched.body, this.#options.mac, { maxVersion: versionBound() });
       const gzipped = fetched.gzipped ?? (await gzipAsync(fetched.body));
       if (this.#repeater.stopped) return 'unchanged';
-      const outcome = applySnapshot(store, snapshot, gzipped);
+      const outcome = await applySnapshot(store, snapshot, gzipped);
       this.#accepted(snapshot);
       this.#answered();
       if (outcome.kind === 'unchanged') return 'unchanged';
@@ -261,13 +261,13 @@ export interface Replication {
    */
   readonly health: { ready: boolean };
   /** At start, before listening: serve the persisted snapshot, if there is one. */
-  resume(): void;
+  resume(): Promise<void>;
   start(): void;
   stop(): Promise<void>;
 }
 
 /** The replication of a `state.source: control-plane` service; null for the other sources. */
-export function createReplication(config: Config, store: Store, master: MasterKey, logger: Logger, metrics: Metrics): Replication | null {
+export async function createReplication(config: Config, store: Store, master: MasterKey, logger: Logger, metrics: Metrics): Promise<Replication | null> {
   const controlPlane = config.state.control_plane;
   if (config.state.source !== 'control-plane' || controlPlane?.url === undefined || controlPlane.api_key === undefined) return null;
   const seeded = Object.values(config.seed).some((list) => list.length > 0);
@@ -288,7 +288,7 @@ export function createReplication(config: Config, store: Store, master: MasterKe
     apiKey: controlPlane.api_key,
     replica: controlPlane.replica_name ?? hostname(),
     // Made here, at the replica's first start, and kept in its store from then on.
-    instance: store.shippedLogs.instanceId(),
+    instance: await store.shippedLogs.instanceId(),
     interval: controlPlane.ship_interval,
     // Half of the batch limit for each kind, so a fleet with one configuration never exceeds it.
     batchSize: Math.floor(config.sync.max_batch / 2),
@@ -305,10 +305,10 @@ export function createReplication(config: Config, store: Store, master: MasterKe
         listening = value;
       },
     },
-    resume() {
+    async resume() {
       // Until a snapshot is applied there is no state version to report.
       metrics.stateVersion.set(0);
-      replica.loadPersisted();
+      await replica.loadPersisted();
     },
     start() {
       replica.start();

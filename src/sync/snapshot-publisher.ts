@@ -14,6 +14,7 @@
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { Store } from '../store/db.ts';
+import { syncRepositories } from '../store/sqlite/connection.ts';
 import type { SectionName, StateChangeTracker, StateRows } from '../store/replication.ts';
 import type { SnapshotMac } from './snapshot-mac.ts';
 import { scopeKey, scopeState } from './snapshot-scope.ts';
@@ -82,6 +83,7 @@ export class SnapshotPublisher {
   readonly #lead: number;
   readonly #clock: NonNullable<PublisherOptions['clock']>;
   #base: Base | null = null;
+  #refreshing: Promise<Base> | null = null;
   #seenOthersCommit = -1;
   #builtAt = 0;
   /** Monotonic time of the last version minted by this process. */
@@ -95,12 +97,13 @@ export class SnapshotPublisher {
     this.#foreignRecheck = options.foreignRecheckMs ?? FOREIGN_RECHECK_MS;
     this.#lead = options.versionLeadSeconds ?? VERSION_LEAD_SECONDS;
     this.#clock = options.clock ?? { wallMs: Date.now, monotonicMs: () => performance.now() };
-    this.#tracker = store.replication.trackChanges();
+    // Change detection is the SQLite session extension: it is read synchronously.
+    this.#tracker = syncRepositories(store).replication.trackChanges();
   }
 
   /** The current snapshot, whole (`scope` null) or as a key limited to `scope` may see it. */
-  current(scope: ReadonlySet<string> | null = null): Promise<PublishedSnapshot> {
-    const base = this.#refresh();
+  async current(scope: ReadonlySet<string> | null = null): Promise<PublishedSnapshot> {
+    const base = await this.#fresh();
     if (scope === null) return (base.whole ??= this.#publish(base, base.texts, () => (base.whole = null), base.sections));
     const key = scopeKey(scope);
     let published = base.scoped.get(key);
@@ -112,7 +115,23 @@ export class SnapshotPublisher {
     return published;
   }
 
-  #refresh(): Base {
+  /**
+   * The base, rebuilt first if the state has changed. One rebuild at a time: a caller that
+   * finds one running waits for it and then checks again, so it never gets a base read
+   * before a change it made.
+   */
+  async #fresh(): Promise<Base> {
+    while (this.#refreshing !== null) await this.#refreshing.catch(() => {});
+    const refreshing = this.#refresh();
+    this.#refreshing = refreshing;
+    try {
+      return await refreshing;
+    } finally {
+      this.#refreshing = null;
+    }
+  }
+
+  async #refresh(): Promise<Base> {
     const othersCommit = this.#store.othersCommitStamp();
     const now = this.#clock.monotonicMs();
     const foreign = othersCommit !== this.#seenOthersCommit && now - this.#builtAt >= this.#foreignRecheck;
@@ -123,12 +142,12 @@ export class SnapshotPublisher {
     this.#seenOthersCommit = othersCommit;
     this.#builtAt = now;
     this.#heldUntil = null;
-    const rows = this.#store.replication.readState();
+    const rows = await this.#store.replication.readState();
     const texts = sectionTexts(rows);
     const sections = sectionDigests(texts);
     const content = contentDigest(sections);
     if (this.#base !== null && content === this.#base.content) return this.#base;
-    const version = this.#versionFor(content, sections, this.#base === null);
+    const version = await this.#versionFor(content, sections, this.#base === null);
     if (version === null) {
       // Too far ahead of the clock to mint again this second: serve the last snapshot a
       // little longer, and build again once the pace allows.
@@ -153,17 +172,16 @@ export class SnapshotPublisher {
    * content, else a new one; null when the pace holds a new one back (never on the
    * first build, which has nothing else to serve).
    */
-  #versionFor(content: string, sections: SectionDigests, first: boolean): number | null {
-    const replication = this.#store.replication;
-    return this.#store.transaction(() => {
-      const last = replication.getSync('published');
+  #versionFor(content: string, sections: SectionDigests, first: boolean): Promise<number | null> {
+    return this.#store.transaction(async ({ replication }) => {
+      const last = await replication.getSync('published');
       if (last !== undefined && contentDigest(JSON.parse(last.sections) as SectionDigests) === content) return last.version;
       const monotonic = this.#clock.monotonicMs();
       const clock = Math.floor(this.#clock.wallMs() / 1000);
       const version = Math.max((last?.version ?? 0) + 1, clock);
       if (!first && version > clock + this.#lead && monotonic - this.#mintedAt < 1000) return null;
       this.#mintedAt = monotonic;
-      replication.putSync('published', {
+      await replication.putSync('published', {
         version,
         digest: snapshotDigest(version, sections),
         sections: JSON.stringify(sections),

@@ -496,8 +496,8 @@ export type ApplyOutcome = { readonly kind: 'applied'; readonly changed: number 
  * changed by other means back to the snapshot. A version below the applied one, or the
  * same version with other content, is refused: it would roll the replica back.
  */
-export function applySnapshot(store: Store, snapshot: VerifiedSnapshot, gzipped: Buffer, options: { force?: boolean } = {}): ApplyOutcome {
-  const previous = store.replication.getSync('applied');
+export async function applySnapshot(store: Store, snapshot: VerifiedSnapshot, gzipped: Buffer, options: { force?: boolean } = {}): Promise<ApplyOutcome> {
+  const previous = await store.replication.getSync('applied');
   if (previous !== undefined && options.force !== true) {
     if (snapshot.version < previous.version) {
       throw new SnapshotRejectedError(`version ${snapshot.version} is older than the applied version ${previous.version}`, undefined, 'older');
@@ -509,7 +509,7 @@ export function applySnapshot(store: Store, snapshot: VerifiedSnapshot, gzipped:
   }
   const before = previous === undefined || options.force === true ? null : (JSON.parse(previous.sections) as Partial<SectionDigests>);
   const sections = new Set(SECTIONS.filter((s) => before === null || before[s] !== snapshot.sections[s]));
-  const current = store.replication.readSections(sections);
+  const current = await store.replication.readSections(sections);
   const changes: StateChanges = {};
   let changed = 0;
   for (const section of sections) {
@@ -525,7 +525,7 @@ export function applySnapshot(store: Store, snapshot: VerifiedSnapshot, gzipped:
     updatedAt: new Date().toISOString(),
   };
   try {
-    store.replication.applyChanges(changes, applied);
+    await store.replication.applyChanges(changes, applied);
   } catch (err) {
     throw new SnapshotRejectedError(`the store refused it (${(err as Error).message})`, { cause: err }, 'store');
   }

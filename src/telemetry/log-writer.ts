@@ -27,6 +27,7 @@
  */
 import type { Logger } from 'pino';
 import type { Store } from '../store/db.ts';
+import { syncRepositories } from '../store/sqlite/connection.ts';
 import { activityParams, apiParams, LOG_SQL, usageParams, type LogBatch, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../store/logs.ts';
 import { SqlThread, type WriteRequest } from '../store/sqlite/sql-thread.ts';
 
@@ -206,7 +207,9 @@ export class LogWriter {
   /** Writes a batch on this thread; false (and the batch back in the queue) if the store refused it. */
   private writeHere(batch: LogBatch, wait: boolean): boolean {
     try {
-      this.store.logs.insertBatch(batch, { wait });
+      // Synchronous on SQLite, where a refused batch must go back in the queue before the
+      // next one is taken.
+      syncRepositories(this.store).logs.insertBatch(batch, { wait });
     } catch (err) {
       this.refused(batch, err);
       return false;

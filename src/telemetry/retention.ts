@@ -88,7 +88,7 @@ export class RetentionJob {
     let deleted: Deleted;
     try {
       // The probe spares a thread start when there is nothing to delete (a fresh or quiet store).
-      if (!this.store.logs.anyOlderThan(cutoff)) return { activity: 0, api: 0, usage: 0 };
+      if (!(await this.store.logs.anyOlderThan(cutoff))) return { activity: 0, api: 0, usage: 0 };
       deleted = this.threaded ? await this.sweepOnThread(cutoff).catch((err: unknown) => this.fallBack(err, cutoff)) : await this.sweepHere(cutoff);
     } catch (err) {
       // The next run tries again; the service keeps serving meanwhile.
@@ -105,7 +105,7 @@ export class RetentionJob {
       for (;;) {
         // Checked before every chunk: stop() is followed by closing the store.
         if (this.stopped) return deleted;
-        const n = this.store.logs.deleteChunkOlderThan(kind, cutoff);
+        const n = await this.store.logs.deleteChunkOlderThan(kind, cutoff);
         deleted[kind] += n;
         if (n < DELETE_CHUNK) break;
         await nextTurn();
