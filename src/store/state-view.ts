@@ -3,7 +3,7 @@ import type { Classification, ClassificationMembers } from './classifications.ts
 import type { Configuration } from './configurations.ts';
 import type { Repositories, Store } from './db.ts';
 import type { Role } from './roles.ts';
-import { syncRepositories } from './sqlite/connection.ts';
+import { inTransaction, syncRepositories } from './sqlite/connection.ts';
 import type { User } from './users.ts';
 
 /**
@@ -195,6 +195,9 @@ export function stateOf(store: Store): StateView {
   const stamp = store.changeStamp();
   const current = views.get(store);
   if (current !== undefined && current.stamp === stamp) return current.view;
+  // A transaction's writes move the stamp before they commit: until it ends, the view
+  // stays the one read before it, never one it may still roll back.
+  if (current !== undefined && inTransaction(store)) return current.view;
   // Kept under the stamp read before building: another process's commit that lands between
   // the queries moves the stamp past it, so the next check after OTHERS_CHECK_MS builds
   // again rather than keeping a view that is half before and half after that commit.

@@ -6,12 +6,19 @@
  */
 import type { DatabaseSync } from 'node:sqlite';
 import type { Repositories, Store } from '../db.ts';
+import type { ConnectionGate } from './gate.ts';
 
-const connections = new WeakMap<Store, { db: DatabaseSync; repositories: Repositories }>();
+interface Opened {
+  readonly db: DatabaseSync;
+  readonly repositories: Repositories;
+  readonly gate: ConnectionGate;
+}
+
+const connections = new WeakMap<Store, Opened>();
 
 /** Called once by the opener of a SQLite store. */
-export function rememberConnection(store: Store, db: DatabaseSync, repositories: Repositories): void {
-  connections.set(store, { db, repositories });
+export function rememberConnection(store: Store, db: DatabaseSync, repositories: Repositories, gate: ConnectionGate): void {
+  connections.set(store, { db, repositories, gate });
 }
 
 /** The connection of a store opened on SQLite; throws for any other store. */
@@ -28,7 +35,12 @@ export function syncRepositories(store: Store): Repositories {
   return opened(store).repositories;
 }
 
-function opened(store: Store): { db: DatabaseSync; repositories: Repositories } {
+/** True while a transaction holds the store's connection: what is read now may still roll back. */
+export function inTransaction(store: Store): boolean {
+  return opened(store).gate.held;
+}
+
+function opened(store: Store): Opened {
   const found = connections.get(store);
   if (found === undefined) throw new TypeError('not a SQLite store');
   return found;

@@ -13,6 +13,7 @@ import { ShippedLogsRepository } from '../shipped-logs.ts';
 import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
 import { rememberConnection } from './connection.ts';
+import { ConnectionGate } from './gate.ts';
 import { migrate } from './migrations.ts';
 import { onRollback, runInTransactionAsync } from './transaction.ts';
 
@@ -90,31 +91,18 @@ export function openSqliteStore(path: string): Store {
     shippedLogs: new ShippedLogsRepository(db),
     meta: new MetaRepository(db),
   };
-  // One connection serves the whole process: while a transaction is open, only its own
-  // handle may use it. The rest would read rows the transaction may still roll back, or
-  // write into it; they fail instead (a transaction that waits on anything but its handle
-  // is a bug, and this makes it loud).
-  let openTransactions = 0;
-  const outside = (): void => {
-    if (openTransactions > 0) throw new StoreBusyError();
-  };
+  // One connection serves the whole process: while a transaction holds it, only the
+  // transaction's handle runs statements; the rest waits for it to end.
+  const gate = new ConnectionGate();
   const tx: Transaction = {
-    ...asyncRepositories(repositories, () => {}),
+    ...asyncRepositories(repositories, atOnce),
     transaction: (fn) => runInTransactionAsync(db, () => fn(tx)),
   };
   const store: Store = {
     path,
     created,
-    ...asyncRepositories(repositories, outside),
-    async transaction(fn) {
-      outside();
-      openTransactions++;
-      try {
-        return await runInTransactionAsync(db, () => fn(tx));
-      } finally {
-        openTransactions--;
-      }
-    },
+    ...asyncRepositories(repositories, (run) => gate.through(run)),
+    transaction: (fn) => gate.hold(() => runInTransactionAsync(db, () => fn(tx))),
     changeStamp() {
       // Another connection's commit cannot be ordered against this process's requests
       // anyway; reading its counter for every request would cost more than the lookups the
@@ -142,38 +130,31 @@ export function openSqliteStore(path: string): Store {
       db.close();
     },
   };
-  rememberConnection(store, db, repositories);
+  rememberConnection(store, db, repositories, gate);
   return store;
 }
 
-/** Used while a transaction holds the connection, by anything but that transaction. */
-export class StoreBusyError extends Error {
-  constructor() {
-    super('The store was used outside a transaction that is still open: a transaction may wait on nothing but its own handle.');
-    this.name = 'StoreBusyError';
+/** The statements of the transaction that holds the connection run at once. */
+function atOnce<T>(run: () => T): Promise<T> {
+  try {
+    return Promise.resolve(run());
+  } catch (error) {
+    return Promise.reject(error);
   }
 }
 
 /**
- * `repositories` with every method answering with a promise, each call checked by `gate`
- * first. The statements still run at once: a call that is not awaited has done its work
- * by the time it returns.
+ * `repositories` with every method answering with a promise, each call made through
+ * `run`: at once, or after the transaction that holds the connection.
  */
-function asyncRepositories(repositories: Repositories, gate: () => void): { [K in keyof Repositories]: Async<Repositories[K]> } {
+function asyncRepositories(repositories: Repositories, through: <T>(run: () => T) => Promise<T>): { [K in keyof Repositories]: Async<Repositories[K]> } {
   const out: Record<string, unknown> = {};
   for (const [name, repository] of Object.entries(repositories) as Array<[string, object]>) {
     const methods: Record<string, (...args: unknown[]) => Promise<unknown>> = {};
     for (const key of Object.getOwnPropertyNames(Object.getPrototypeOf(repository))) {
       const method = (repository as Record<string, unknown>)[key];
       if (key === 'constructor' || typeof method !== 'function') continue;
-      methods[key] = (...args) => {
-        try {
-          gate();
-          return Promise.resolve(method.apply(repository, args));
-        } catch (error) {
-          return Promise.reject(error);
-        }
-      };
+      methods[key] = (...args) => through(() => method.apply(repository, args));
     }
     out[name] = Object.freeze(methods);
   }

@@ -1,0 +1,70 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+
+/**
+ * Who may use a SQLite store's one connection while a transaction holds it. The statements
+ * of the transaction go through its handle and run at once; everything else waits until it
+ * commits or rolls back, so nothing reads rows the transaction may still roll back, and
+ * nothing writes into it. A use of the store itself (not the handle) from inside the
+ * transaction could only wait for itself: that is refused at once instead.
+ */
+export class ConnectionGate {
+  readonly #inside = new AsyncLocalStorage<symbol>();
+  #holder: symbol | null = null;
+  #released: Promise<void> = Promise.resolve();
+  #release: () => void = () => {};
+
+  /** True while a transaction holds the connection. */
+  get held(): boolean {
+    return this.#holder !== null;
+  }
+
+  /**
+   * Undefined when the connection is free (the caller goes ahead at once), else what to
+   * wait for before asking again. Throws StoreBusyError when asked from inside the
+   * transaction that holds it.
+   */
+  wait(): Promise<void> | undefined {
+    if (this.#holder === null) return undefined;
+    if (this.#inside.getStore() === this.#holder) throw new StoreBusyError();
+    return this.#released;
+  }
+
+  /** Runs `fn` holding the connection, once every transaction before it has ended. */
+  async hold<T>(fn: () => Promise<T>): Promise<T> {
+    for (let waiting = this.wait(); waiting !== undefined; waiting = this.wait()) await waiting;
+    const holder = Symbol('transaction');
+    this.#holder = holder;
+    this.#released = new Promise((resolve) => {
+      this.#release = resolve;
+    });
+    try {
+      return await this.#inside.run(holder, fn);
+    } finally {
+      this.#holder = null;
+      this.#release();
+    }
+  }
+
+  /** `run()` at once when the connection is free, else after the transaction holding it. */
+  through<T>(run: () => T): Promise<T> {
+    let waiting: Promise<void> | undefined;
+    try {
+      waiting = this.wait();
+      if (waiting === undefined) return Promise.resolve(run());
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return (async () => {
+      for (; waiting !== undefined; waiting = this.wait()) await waiting;
+      return run();
+    })();
+  }
+}
+
+/** The store itself used from inside one of its transactions, which must use its handle. */
+export class StoreBusyError extends Error {
+  constructor() {
+    super('The store was used directly inside one of its transactions: use the transaction handle (tx) there.');
+    this.name = 'StoreBusyError';
+  }
+}
