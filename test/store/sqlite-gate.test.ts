@@ -1,0 +1,126 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { test, type TestContext } from 'node:test';
+import { openStore, type Store } from '../../src/store/db.ts';
+import { StoreBusyError } from '../../src/store/sqlite/gate.ts';
+import { stateOf } from '../../src/store/state-view.ts';
+
+function fileStore(t: TestContext): Store {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-gate-'));
+  const store = openStore(join(dir, 'svc.db'));
+  t.after(() => {
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return store;
+}
+
+/** Resolves once `trigger` is called: lets a test hold a transaction open across turns of the event loop. */
+function latch(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { wait, open };
+}
+
+test('a use of the store while a transaction holds the connection waits for it, and never reads its uncommitted rows', async (t) => {
+  const store = fileStore(t);
+  const entered = latch();
+  const release = latch();
+  const transaction = store.transaction(async (tx) => {
+    await tx.meta.set('color', 'blue');
+    entered.open();
+    await release.wait;
+    throw new Error('abandoned');
+  });
+  await entered.wait;
+  // Another flow asks while the transaction is open on another turn of the loop.
+  const read = store.meta.get('color');
+  let answered = false;
+  void read.then(() => {
+    answered = true;
+  });
+  await sleep(20);
+  assert.equal(answered, false, 'the read waits for the transaction');
+  release.open();
+  await assert.rejects(transaction, /abandoned/);
+  assert.equal(await read, undefined, 'the rolled-back value was never seen');
+});
+
+test('a write from another flow during a transaction lands after it: a rollback does not take it along', async (t) => {
+  const store = fileStore(t);
+  const entered = latch();
+  const release = latch();
+  const transaction = store.transaction(async (tx) => {
+    await tx.meta.set('inside', 'x');
+    entered.open();
+    await release.wait;
+    throw new Error('abandoned');
+  });
+  await entered.wait;
+  const outside = store.meta.set('outside', 'kept');
+  release.open();
+  await assert.rejects(transaction, /abandoned/);
+  await outside;
+  assert.equal(await store.meta.get('outside'), 'kept');
+  assert.equal(await store.meta.get('inside'), undefined);
+});
+
+test('the store used directly inside its own transaction is refused with StoreBusyError, and the transaction rolls back', async (t) => {
+  const store = fileStore(t);
+  await assert.rejects(
+    store.transaction(async (tx) => {
+      await tx.meta.set('inside', 'x');
+      await store.meta.get('inside');
+    }),
+    StoreBusyError,
+  );
+  await assert.rejects(
+    store.transaction(async () => {
+      await store.transaction(async () => undefined);
+    }),
+    StoreBusyError,
+    'a nested transaction goes through tx.transaction',
+  );
+  assert.equal(await store.meta.get('inside'), undefined);
+});
+
+test('transactions from two flows run one after the other, each whole', async (t) => {
+  const store = fileStore(t);
+  const order: string[] = [];
+  const run = (name: string) =>
+    store.transaction(async (tx) => {
+      order.push(`${name} begins`);
+      await tx.meta.set(name, '1');
+      await sleep(5);
+      order.push(`${name} ends`);
+    });
+  await Promise.all([run('a'), run('b')]);
+  assert.deepEqual(order, ['a begins', 'a ends', 'b begins', 'b ends']);
+  assert.equal(await store.meta.get('a'), '1');
+  assert.equal(await store.meta.get('b'), '1');
+});
+
+test('while a transaction is open the state view stays the one read before it', async (t) => {
+  const store = fileStore(t);
+  const before = stateOf(store);
+  assert.equal(before.configurationByName('refunds'), undefined);
+  const entered = latch();
+  const release = latch();
+  const transaction = store.transaction(async (tx) => {
+    await tx.configurations.create({ name: 'refunds', type: 'provider', provider: 'google', extra: { groups: [] } });
+    entered.open();
+    await release.wait;
+    throw new Error('abandoned');
+  });
+  await entered.wait;
+  assert.equal(stateOf(store), before);
+  assert.equal(stateOf(store).configurationByName('refunds'), undefined);
+  release.open();
+  await assert.rejects(transaction, /abandoned/);
+  assert.equal(stateOf(store).configurationByName('refunds'), undefined);
+});
