@@ -579,19 +579,16 @@ function json(res: import('node:http').ServerResponse, status: number, value: un
   res.end(JSON.stringify(value));
 }
 
-test('a wildcard rule never covers an IP address, and the names it covers are dialled at public addresses only (DESIGN §8)', async (t) => {
+test('the names a wildcard rule covers are dialled at public addresses only (DESIGN §8)', async (t) => {
   const vendor = await startVendor(t);
   const proxy = await startProxy(
     t,
     `  hosts:
-    - { match: "*.0.0.1:${vendor.port}", configuration: payments }
     - { match: "*.vendor.test:${vendor.port}", configuration: payments }
 `,
     // Every name under vendor.test resolves to the loopback address the stand-in listens on.
     { resolve: (host, cb) => (host.endsWith('.vendor.test') ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(Object.assign(new Error('no such host'), { code: 'ENOTFOUND' }), [])) },
   );
-  const byAddress = await rawRequest(proxy.proxyPort, `CONNECT 127.0.0.1:${vendor.port} HTTP/1.1\r\nhost: 127.0.0.1:${vendor.port}\r\n\r\n`);
-  assert.match(byAddress, /^HTTP\/1\.1 403 /, '*.0.0.1 is not a rule for 127.0.0.1');
   const agent = proxyAgent(proxy);
   t.after(() => agent.close());
   const res = await undiciFetch(`https://api.vendor.test:${vendor.port}/v1/customers`, { dispatcher: agent });
