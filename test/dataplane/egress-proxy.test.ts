@@ -222,6 +222,16 @@ test('unknown_hosts: tunnel closes a tunnel that stays idle for tunnel_idle_time
   assert.equal(result.vendorSideClosed, true, 'and its connection to the vendor');
 });
 
+test('unknown_hosts: tunnel never tunnels blind another spelling of a listed public address (a number, hex, octal, a.b.c, a trailing dot, IPv4-mapped)', async (t) => {
+  const ran = await inNetworkNamespace(t, 'spellings');
+  if (ran === null) return;
+  const { stdout, stderr } = ran;
+  const result = JSON.parse(stdout) as { listed: Record<string, string>; unlisted: string };
+  assert.equal(result.unlisted, 'tunnelled', `an unlisted port of the address is tunnelled, so the spellings below would be: ${stderr}`);
+  assert.equal(Object.keys(result.listed).length, 7);
+  for (const [spelling, outcome] of Object.entries(result.listed)) assert.equal(outcome, 'HTTP/1.1 200 Connection Established', `${spelling} is terminated by the proxy, not tunnelled`);
+});
+
 test('a vendor certificate that fails verification is 502 and nothing is sent', async (t) => {
   // A certificate from a CA the proxy does not trust.
   const stranger = await createCertificateAuthority('not trusted');
