@@ -380,6 +380,20 @@ test('host rules: exact before wildcard, the longest wildcard first, the default
   assert.equal(found('::1', 8443, 'https'), '[::1]:8443');
 });
 
+test('host rules: an exact port is preferred to the default port whatever their order; rules are compared in canonical form even when given unchecked', () => {
+  const rule = (match: string) => ({ match, configuration: 'payments', routes: [] });
+  const hosts = new EgressHosts([rule('api.example.net'), rule('api.example.net:443'), rule('API.Example.ORG.'), rule('[0:0::1]'), rule('2130706433:8080')]);
+  const found = (host: string, port: number, scheme: 'https' | 'http') => hosts.find(host, port, scheme)?.match ?? null;
+  assert.equal(found('api.example.net', 443, 'https'), 'api.example.net:443', 'the rule naming the port');
+  assert.equal(found('api.example.net', 80, 'http'), 'api.example.net');
+  assert.equal(found('api.example.net', 443, 'http'), 'api.example.net:443');
+  assert.equal(found('api.example.org', 443, 'https'), 'api.example.org');
+  assert.equal(found('::1', 443, 'https'), '[::1]');
+  assert.equal(found('127.0.0.1', 8080, 'http'), '127.0.0.1:8080');
+  assert.equal(found('2130706433', 8080, 'http'), null, 'find takes canonical hosts only');
+  assert.throws(() => new EgressHosts([rule('api_x.example.net')]), /not a host name/);
+});
+
 test('CONNECT targets are read strictly: host:port only, lower-cased, no trailing dot', () => {
   assert.deepEqual(parseAuthority('API.Stripe.com:443'), { host: 'api.stripe.com', port: 443 });
   assert.deepEqual(parseAuthority('api.stripe.com.:443'), { host: 'api.stripe.com', port: 443 });
