@@ -4,7 +4,6 @@
  * response transforms. A request that matches a host but none of its routes gets the
  * host-level rules; a host with no rules at all passes its requests unchanged.
  */
-import { isIP } from 'node:net';
 import type { EgressProxyHost } from '../config/schema.ts';
 import { compileGlob, findRoute, type RelayRoute } from './relay.ts';
 import { compileTransformRoute, type TransformRoute } from './transform-routes.ts';
@@ -61,13 +60,12 @@ export class EgressHosts {
   /**
    * The rule for `host` (in its canonical form: canonicalHost) at `port`. An exact name is
    * preferred to a wildcard, and an exact port to the scheme's default; a wildcard never
-   * matches the bare domain, nor an IP address.
+   * matches the bare domain, nor an IP address (its suffix is a name, whose last label is
+   * not numeric, and an address's is).
    */
   find(host: string, port: number, scheme: Scheme): HostRule | null {
     const exact = this.exact.get(exactKey(host, port)) ?? (port === DEFAULT_PORT[scheme] ? this.exact.get(exactKey(host, null)) : undefined);
     if (exact !== undefined) return exact;
-    // A wildcard names hosts, never addresses: `*.0.0.1` does not cover 127.0.0.1.
-    if (isIP(host) !== 0) return null;
     for (const candidate of this.wildcards) {
       if (host.endsWith(candidate.name) && (candidate.port ?? DEFAULT_PORT[scheme]) === port) return candidate.rule;
     }

@@ -6,7 +6,6 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { X509Certificate } from 'node:crypto';
 import { connect } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { fetch as undiciFetch, ProxyAgent } from 'undici';
