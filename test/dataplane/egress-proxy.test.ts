@@ -11,6 +11,7 @@ import { fetch as undiciFetch, ProxyAgent } from 'undici';
 import { call } from '../support/app.ts';
 import { sha256, startProxy, startVendor, tokensFor, type ProxyRunning } from '../support/egress-proxy.ts';
 import { createCertificateAuthority, issueLeafCertificate, readCertificateAuthority } from '../../src/crypto/certificates.ts';
+import { CA_COMMON_NAME } from '../../src/dataplane/egress-ca.ts';
 import { EgressHosts } from '../../src/dataplane/egress-hosts.ts';
 import { parseAuthority } from '../../src/dataplane/egress-proxy.ts';
 import { startEcho } from '../support/destinations.ts';
@@ -275,6 +276,27 @@ test('the CA is created on first start (directory 0700, key 0600) and kept acros
   // Restart on the same files: the same CA.
   const again = await startProxy(t, stripeHost(vendor.port), { dir: join(proxy.caDir, '..') });
   assert.equal(again.caPem, proxy.caPem);
+});
+
+test('a start after a CA rotation that stopped between its renames finishes it and signs with the new CA; a key that belongs to no certificate stops the start', async (t) => {
+  const vendor = await startVendor(t);
+  const first = await startProxy(t, stripeHost(vendor.port));
+  const dir = join(first.caDir, '..');
+  const next = await createCertificateAuthority(CA_COMMON_NAME);
+  // The new certificate is in place, its key still beside the old one.
+  writeFileSync(join(first.caDir, 'egress-ca.pem'), next.cert);
+  writeFileSync(join(first.caDir, 'egress-ca.key.new'), next.key, { mode: 0o600 });
+  const again = await startProxy(t, stripeHost(vendor.port), { dir });
+  assert.equal(again.caPem, next.cert);
+  assert.match(again.logs(), /a CA rotation had stopped between writing the certificate and the key; it is finished/);
+  const agent = proxyAgent(again);
+  t.after(() => agent.close());
+  const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/x`, { dispatcher: agent });
+  assert.equal(res.status, 200, 'a client trusting the new certificate accepts the leaves');
+  await res.text();
+
+  writeFileSync(join(first.caDir, 'egress-ca.key'), (await createCertificateAuthority(CA_COMMON_NAME)).key);
+  await assert.rejects(startProxy(t, stripeHost(vendor.port), { dir }), /cannot be used: the key does not belong to the certificate/);
 });
 
 /**
