@@ -250,6 +250,8 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
       if (egressProxy !== null) {
         const ca = await egressProxy.prepare();
         if (ca.created) logger.warn({ cert_file: config.egress_proxy!.ca.cert_file }, 'egress proxy: created a new CA; the applications that use the proxy must trust its certificate (svc-sidecar egress-ca prints it)');
+        if (ca.interruptedRotation === 'finished') logger.warn({ cert_file: config.egress_proxy!.ca.cert_file }, 'egress proxy: a CA rotation had stopped between writing the certificate and the key; it is finished, the new CA is in use');
+        if (ca.interruptedRotation === 'discarded') logger.warn({ cert_file: config.egress_proxy!.ca.cert_file }, 'egress proxy: a CA rotation had stopped before replacing any file; the CA in place is kept and the rotation\'s files are removed');
         if (ca.insecurePermissions) logger.warn({ key_file: config.egress_proxy!.ca.key_file }, 'the egress proxy CA key file is readable by other users; chmod 600 it');
         if (!isLoopback(parseListen(config.egress_proxy!.listen).host)) {
           logger.warn({ listen: config.egress_proxy!.listen }, 'the egress proxy listens beyond loopback and asks no credentials: whoever reaches it can have tokens decrypted for the listed hosts; bind it to 127.0.0.1 in the application\'s pod');

@@ -24,6 +24,8 @@ export async function egressCa(config: Config, rotate: boolean): Promise<number>
   }
   const loaded = await loadOrCreateCa(proxy.ca);
   if (loaded.created) process.stderr.write(`Created the egress proxy CA in ${proxy.ca.cert_file} and ${proxy.ca.key_file} (key mode 0600).\n`);
+  if (loaded.interruptedRotation === 'finished') process.stderr.write(`An interrupted rotation of the egress proxy CA is finished: ${proxy.ca.cert_file} and ${proxy.ca.key_file} hold the new CA.\n`);
+  if (loaded.interruptedRotation === 'discarded') process.stderr.write(`An interrupted rotation of the egress proxy CA had replaced nothing: the CA in ${proxy.ca.cert_file} is kept and the rotation's files are removed.\n`);
   if (loaded.insecurePermissions) process.stderr.write(`warning: ${proxy.ca.key_file} is readable by other users; chmod 600 it.\n`);
   process.stdout.write(loaded.ca.certPem);
   return 0;

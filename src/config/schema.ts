@@ -12,6 +12,7 @@ import { InvalidFieldPathsError } from '../errors.ts';
 import { compileFieldPaths } from '../fields/paths.ts';
 import { DEFAULT_LEVELS, DEFAULT_MASK_CHAR, MASK_KEEP_MAX, MASK_PRESETS, REVEAL_LEVELS } from '../fields/reveal.ts';
 import { hasInvisibleText, hasUnsafeText } from '../store/identity-text.ts';
+import { parseHostMatch } from '../util/canonical-host.ts';
 import { crossCheck } from './cross-checks.ts';
 import { fileProblems, storeIsNew } from './files.ts';
 import { readCaFile, readJwksFile, readSecretFile, type Read } from './jwt-key-files.ts';
@@ -494,22 +495,15 @@ const egressSchema = z.strictObject({
 
 /**
  * An egress proxy host rule's `match` (DESIGN §15): a host name or IP literal, or
- * `*.domain` for its subdomains, with an optional `:port`. Compared in lower case.
+ * `*.domain` for its subdomains, with an optional `:port`; kept with its host in canonical
+ * form (util/canonical-host.ts), as the hosts requests name are compared.
  */
-export const EGRESS_HOST_PATTERN = /^(?:\*\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*(?::[0-9]{1,5})?$|^\[[0-9a-f:.]+\](?::[0-9]{1,5})?$/;
-
-const egressHostMatch = z
-  .string()
-  .transform((value) => value.toLowerCase())
-  .refine(
-    (value) => EGRESS_HOST_PATTERN.test(value) && value.length <= 260 && (!/:(\d+)$/.test(value) || validPort(/:(\d+)$/.exec(value)![1]!)),
-    'expected a host such as api.stripe.com or *.stripe.com, optionally with :port (1-65535)',
-  );
-
-function validPort(text: string): boolean {
-  const port = Number(text);
-  return port >= 1 && port <= 65535;
-}
+const egressHostMatch = z.string().transform((value, ctx) => {
+  const match = parseHostMatch(value);
+  if (match !== null) return match.text;
+  ctx.addIssue({ code: 'custom', message: 'expected a host such as api.stripe.com, 10.0.0.7, [2001:db8::1] or *.stripe.com, optionally with :port (1-65535)' });
+  return z.NEVER;
+});
 
 const egressProxyRouteSchema = z.strictObject({
   match: routeMatchSchema,

@@ -69,7 +69,7 @@ export async function createCertificateAuthority(commonName: string, now = new D
   return { cert: certificatePem(cert.rawData), key: await privateKeyPem(keys.privateKey) };
 }
 
-/** A leaf for `host` (a DNS name or an IP literal), signed by `ca`, for TLS servers. */
+/** A leaf for `hosts` (DNS names or IP literals, IPv6 without brackets; the first is the CN), signed by `ca`, for TLS servers. */
 export async function issueLeafCertificate(ca: CertificateAuthority, hosts: string | readonly string[], now = new Date()): Promise<IssuedCertificate> {
   const names = typeof hosts === 'string' ? [hosts] : hosts;
   const host = names[0]!;
@@ -79,7 +79,8 @@ export async function issueLeafCertificate(ca: CertificateAuthority, hosts: stri
   const notAfter = Math.min(now.getTime() + LEAF_VALIDITY_DAYS * DAY_MS, new Date(ca.cert.validTo).getTime());
   const cert = await lib.X509CertificateGenerator.create({
     issuer: issuer.subjectName,
-    subject: distinguishedName(host.length <= 64 ? host : host.slice(0, 64)),
+    // A CN holds at most 64 characters (RFC 5280 ub-common-name); the SAN holds the name.
+    subject: distinguishedName(host.slice(0, 64)),
     notBefore: new Date(now.getTime() - BACKDATE_MS),
     notAfter: new Date(notAfter),
     signingAlgorithm: SIGNING,
@@ -139,14 +140,13 @@ function distinguishedName(commonName: string): Array<Record<string, string[]>> 
   return [{ O: [ORGANIZATION] }, { CN: [commonName] }];
 }
 
-/** A SAN entry: iPAddress for IP literals, dNSName otherwise. */
+/** A SAN entry: iPAddress for IP literals (IPv6 without brackets), dNSName otherwise. */
 function generalName(host: string): { type: 'ip' | 'dns'; value: string } {
-  const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
-  const family = isIP(bare);
-  if (family === 4) return { type: 'ip', value: bare };
-  // The URL parser writes IPv6 in its canonical form, in hex groups only (no embedded IPv4).
-  if (family === 6) return { type: 'ip', value: new URL(`http://[${bare}]/`).hostname.slice(1, -1) };
-  return { type: 'dns', value: bare };
+  const family = isIP(host);
+  if (family === 4) return { type: 'ip', value: host };
+  // The URL parser writes IPv6 in hex groups only: the library does not read a dotted tail.
+  if (family === 6) return { type: 'ip', value: new URL(`http://[${host}]/`).hostname.slice(1, -1) };
+  return { type: 'dns', value: host };
 }
 
 /** PEM as node:crypto and OpenSSL write it: 64-column lines, ending with a newline. */

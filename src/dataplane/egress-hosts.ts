@@ -4,10 +4,10 @@
  * response transforms. A request that matches a host but none of its routes gets the
  * host-level rules; a host with no rules at all passes its requests unchanged.
  */
-import { isIP } from 'node:net';
 import type { EgressProxyHost } from '../config/schema.ts';
 import { compileGlob, findRoute, type RelayRoute } from './relay.ts';
 import { compileTransformRoute, type TransformRoute } from './transform-routes.ts';
+import { parseHostMatch } from '../util/canonical-host.ts';
 
 /** One set of rules: a route's, or the host's own. */
 export interface ProxyRules extends TransformRoute {
@@ -18,7 +18,7 @@ export interface ProxyRules extends TransformRoute {
 type ProxyRoute = ProxyRules & Pick<RelayRoute, 'method' | 'path'>;
 
 export interface HostRule {
-  /** The `match` as configured, lower case: the metrics label and the api log's name. */
+  /** The `match` with its host in canonical form: the metrics label and the api log's name. */
   readonly match: string;
   /**
    * `*.example.com`: the names it covers are not known when it is written, so they are
@@ -31,9 +31,8 @@ export interface HostRule {
 
 interface CompiledHost {
   readonly rule: HostRule;
-  /** The host name, or for `*.example.com` the suffix `.example.com`. */
+  /** The host name in its canonical form, or for `*.example.com` the suffix `.example.com`. */
   readonly name: string;
-  readonly wildcard: boolean;
   /** Null: the scheme's default port (443 through CONNECT, 80 for `http://`). */
   readonly port: number | null;
 }
@@ -43,29 +42,39 @@ export type Scheme = 'https' | 'http';
 const DEFAULT_PORT: Readonly<Record<Scheme, number>> = { https: 443, http: 80 };
 
 export class EgressHosts {
-  private readonly exact: readonly CompiledHost[];
+  /** Exact hosts by `host port`, the port empty for the scheme's default. */
+  private readonly exact = new Map<string, HostRule>();
   /** Longest suffix first: the most specific wildcard wins. */
   private readonly wildcards: readonly CompiledHost[];
 
   constructor(hosts: readonly EgressProxyHost[]) {
-    const compiled = hosts.map(compileHost);
-    this.exact = compiled.filter((host) => !host.wildcard);
-    this.wildcards = compiled.filter((host) => host.wildcard).sort((a, b) => b.name.length - a.name.length);
+    const wildcards: CompiledHost[] = [];
+    for (const host of hosts.map(compileHost)) {
+      if (host.rule.wildcard) wildcards.push(host);
+      // The schema refuses the same match twice; the first one is kept, as before.
+      else if (!this.exact.has(exactKey(host.name, host.port))) this.exact.set(exactKey(host.name, host.port), host.rule);
+    }
+    this.wildcards = wildcards.sort((a, b) => b.name.length - a.name.length);
   }
 
   /**
-   * The rule for `host` (lower case, no brackets, no trailing dot) at `port`. An exact
-   * name is preferred to a wildcard; a wildcard never matches the bare domain, nor an IP
-   * address.
+   * The rule for `host` (in its canonical form: canonicalHost) at `port`. An exact name is
+   * preferred to a wildcard, and an exact port to the scheme's default; a wildcard never
+   * matches the bare domain, nor an IP address (its suffix is a name, whose last label is
+   * not numeric, and an address's is).
    */
   find(host: string, port: number, scheme: Scheme): HostRule | null {
-    const portMatches = (candidate: CompiledHost) => (candidate.port ?? DEFAULT_PORT[scheme]) === port;
-    for (const candidate of this.exact) if (candidate.name === host && portMatches(candidate)) return candidate.rule;
-    // A wildcard names hosts, never addresses: `*.0.0.1` does not cover 127.0.0.1.
-    if (isIP(host) !== 0) return null;
-    for (const candidate of this.wildcards) if (host.endsWith(candidate.name) && portMatches(candidate)) return candidate.rule;
+    const exact = this.exact.get(exactKey(host, port)) ?? (port === DEFAULT_PORT[scheme] ? this.exact.get(exactKey(host, null)) : undefined);
+    if (exact !== undefined) return exact;
+    for (const candidate of this.wildcards) {
+      if (host.endsWith(candidate.name) && (candidate.port ?? DEFAULT_PORT[scheme]) === port) return candidate.rule;
+    }
     return null;
   }
+}
+
+function exactKey(host: string, port: number | null): string {
+  return `${host} ${port ?? ''}`;
 }
 
 /** The rules for a request to a host: its first matching route's, else the host's. */
@@ -77,15 +86,15 @@ export function rulesFor(rule: HostRule, method: string, paths: readonly string[
 
 type Transform = NonNullable<EgressProxyHost['request']>;
 
-/** `host`, `*.domain`, `[v6]`, each with an optional `:port` (the schema checked the form). */
+/**
+ * `host`, `*.domain`, `[v6]`, each with an optional `:port`. The schema has written the
+ * host in its canonical form already; it is read the same way again here, so that rules
+ * given any other way are compared as requests are.
+ */
 function compileHost(config: EgressProxyHost): CompiledHost {
-  const match = config.match.toLowerCase();
-  const bracket = /^\[([^\]]+)\](?::(\d+))?$/.exec(match);
-  const plain = bracket === null ? /^([^:]+)(?::(\d+))?$/.exec(match) : null;
-  const name = (bracket?.[1] ?? plain?.[1] ?? match).replace(/\.$/, '');
-  const port = bracket?.[2] ?? plain?.[2];
-  const wildcard = name.startsWith('*.');
-  const label = `egress-proxy:${match}`;
+  const host = parseHostMatch(config.match);
+  if (host === null) throw new Error(`egress_proxy host rule ${JSON.stringify(config.match)} is not a host name, IP address or *.domain`);
+  const label = `egress-proxy:${host.text}`;
   const rules = compileRules(label, config.configuration, config.request, config.query, config.response);
   const routes = config.routes.map(
     (route): ProxyRoute => ({
@@ -94,7 +103,7 @@ function compileHost(config: EgressProxyHost): CompiledHost {
       path: compileGlob(route.match.path),
     }),
   );
-  return { rule: { match, wildcard, routes, rules }, name: wildcard ? name.slice(1) : name, wildcard, port: port === undefined ? null : Number(port) };
+  return { rule: { match: host.text, wildcard: host.wildcard, routes, rules }, name: host.wildcard ? `.${host.host}` : host.host, port: host.port };
 }
 
 function compileRules(label: string, configuration: string, request: Transform | undefined, query: Transform | undefined, given: EgressProxyHost['response']): ProxyRules {

@@ -31,6 +31,7 @@ import { requestBody } from './route-request.ts';
 import { joinDecrypted } from './echo-guard.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { logRouteRequest, routeConfiguration } from './transform-routes.ts';
+import { canonicalAuthority, hostForUrl } from '../util/canonical-host.ts';
 
 /** Where the requests of one terminated `CONNECT` go. */
 interface Tunnel {
@@ -102,7 +103,7 @@ export class EgressProxy {
     const target = parseAuthority(req.url ?? '');
     if (target === null) {
       this.services.metrics.countEgressProxy(UNLISTED, 400);
-      answerAndClose(socket, new BadRequestError('CONNECT needs a target of the form host:port.'));
+      answerAndClose(socket, new BadRequestError(`CONNECT needs a target of the form host:port. ${NOT_A_HOST}`));
       return;
     }
     const rule = this.hosts.find(target.host, target.port, 'https');
@@ -202,13 +203,17 @@ export class EgressProxy {
       throw new BadRequestError('The egress proxy takes absolute-form http:// requests, and CONNECT for https.');
     }
     if (url.username !== '' || url.password !== '') throw new BadRequestError('The egress proxy does not take credentials in the request URL.');
-    const host = bareHost(url.hostname);
-    const port = url.port === '' ? 80 : Number(url.port);
+    // The authority as the client wrote it, read by the same rules as a CONNECT target:
+    // the URL parser would decode `%41` in a host, which no client sends.
+    const authority = /^http:\/\/([^/?#\\]*)/i.exec(ctx.req.url ?? '')?.[1] ?? '';
+    const parsed = canonicalAuthority(authority, 80);
+    if (parsed === null) throw new BadRequestError(NOT_A_HOST);
+    const { host, port } = parsed;
     const target = `${url.pathname}${url.search}`;
     const rule = this.hosts.find(host, port, 'http');
     if (rule !== null) return this.forwardListed(ctx, 'http', host, port, rule, target);
     if (this.config.unknown_hosts === 'deny') throw new EgressHostNotAllowedError(host);
-    return this.forwardUnlisted(ctx, url, target);
+    return this.forwardUnlisted(ctx, host, port, target);
   }
 
   /** A request to a listed host: its rules applied on the way out and on the way back. */
@@ -242,9 +247,9 @@ export class EgressProxy {
   }
 
   /** `unknown_hosts: tunnel` for plain http: passed on unchanged, to public addresses only. */
-  private async forwardUnlisted(ctx: RequestContext, url: URL, target: string): Promise<void> {
-    const host = bareHost(url.hostname);
+  private async forwardUnlisted(ctx: RequestContext, host: string, port: number, target: string): Promise<void> {
     if (isIP(host) !== 0 && !isPublicAddress(host)) throw new EgressHostNotAllowedError(host);
+    const url = new URL(`http://${hostForUrl(host)}:${port}${target}`);
     const destination: Destination = { url, origin: url.origin, path: target, authorization: null, trusted: false, entry: UNLISTED };
     ctx.destination = destination.origin;
     const request = await requestBody(ctx, this.services, null, null);
@@ -257,6 +262,7 @@ export class EgressProxy {
   }
 }
 
+const NOT_A_HOST = 'The host must be a DNS name (letters, digits, hyphens and dots) or an IP address, with no "%", and the port 1-65535.';
 const UNREADABLE_TARGET = 'The request path cannot be read the same way by every server: it holds an escaped ";", a control byte, a space or a stray "%".';
 
 function hostRuleOf(route: string): string {
@@ -268,30 +274,17 @@ function hostRuleOf(route: string): string {
  * a wildcard rule matched only at public ones (DESIGN §8), as allowlist entries are.
  */
 function listedDestination(scheme: Scheme, host: string, port: number, target: string, match: string, wildcard: boolean): Destination {
-  const authority = `${isIP(host) === 6 ? `[${host}]` : host}:${port}`;
+  const authority = `${hostForUrl(host)}:${port}`;
   const origin = `${scheme}://${authority}`;
   return { url: new URL(`${origin}${target}`), origin, path: target, authorization: null, trusted: !wildcard, entry: match };
 }
 
 /**
  * A CONNECT target (RFC 9110 §9.3.6, authority-form): `host:port` or `[v6]:port`, the
- * host lower-cased and without a trailing dot; null for anything else.
+ * host in its canonical form (canonicalHost); null for anything else.
  */
 export function parseAuthority(target: string): { host: string; port: number } | null {
-  const found = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})?)):([0-9]{1,5})$/.exec(target);
-  if (found === null) return null;
-  const port = Number(found[3]);
-  if (port < 1 || port > 65535) return null;
-  if (found[1] !== undefined) return isIP(found[1]) === 6 ? { host: found[1].toLowerCase(), port } : null;
-  const host = found[2]!.toLowerCase().replace(/\.$/, '');
-  if (host.includes('..') || host === '') return null;
-  return { host, port };
-}
-
-/** A URL's hostname as rules compare it: no brackets, no trailing dot. */
-function bareHost(hostname: string): string {
-  const bare = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname;
-  return bare.replace(/\.$/, '');
+  return canonicalAuthority(target, null);
 }
 
 /**

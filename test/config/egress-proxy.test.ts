@@ -67,9 +67,30 @@ egress_proxy:
   });
 
   it('refuses host matches that are not a host, a wildcard or a port', () => {
-    for (const match of ['https://api.stripe.com', 'api.stripe.com/v1', 'api.stripe.com:0', 'api.stripe.com:65536', '*.', 'a*.stripe.com', '*', 'api..stripe.com', 'api stripe.com', '[::1', '']) {
+    const nearMisses = [
+      // A wildcard covers names: `*.0.0.1` would read as the address 0.0.0.1.
+      '*.0.0.1', '*.[::1]', '*.127.0.0.1',
+      // What no host is: escapes, a zone id, empty labels, `_`, a numeric last label that is no IPv4 address.
+      '%41pi.stripe.com', 'api.stripe.com%2e', '[fe80::1%25eth0]', 'api.stripe.com..', '.api.stripe.com', 'api_x.stripe.com', '1.2.3.4.5', '999.1.1.1', 'api.1', '-api.stripe.com', 'api-.stripe.com',
+      '[127.0.0.1]', '::1', '[::1]:', 'api.stripe.com:443:443',
+    ];
+    for (const match of ['https://api.stripe.com', 'api.stripe.com/v1', 'api.stripe.com:0', 'api.stripe.com:65536', '*.', 'a*.stripe.com', '*', 'api..stripe.com', 'api stripe.com', '[::1', '', ...nearMisses]) {
       const problems = problemsOf(hostsYaml(`    - { match: "${match}", configuration: payments }\n`));
       assert.ok(problems.some((p) => /^egress_proxy\.hosts\.0\.match: expected a host/.test(p)), `${match}: ${problems.join('\n')}`);
+    }
+  });
+
+  it('keeps each match with its host in the canonical form requests are compared in', () => {
+    const written = ['API.Stripe.com.', 'Bücher.example', '[0:0::1]:9443', '[::FFFF:127.0.0.1]:8443', '127.1', '0x7f.0.0.2:81', '2130706435', '*.Twilio.COM.:8443', 'ＡＰＩ.example.org'];
+    const config = loadConfig({ text: `${SEED}${hostsYaml(written.map((match) => `    - { match: "${match}", configuration: payments }\n`).join(''))}`, env: {} });
+    assert.deepEqual(
+      config.egress_proxy!.hosts.map((host) => host.match),
+      ['api.stripe.com', 'xn--bcher-kva.example', '[::1]:9443', '127.0.0.1:8443', '127.0.0.1', '127.0.0.2:81', '127.0.0.3', '*.twilio.com:8443', 'api.example.org'],
+    );
+    // Two spellings of one host are the same host twice.
+    for (const [a, b] of [['api.stripe.com', 'API.Stripe.com.'], ['127.0.0.1', '2130706433'], ['[::1]:9443', '[0:0:0::1]:9443'], ['10.0.0.7', '[::ffff:10.0.0.7]']]) {
+      const problems = problemsOf(hostsYaml(`    - { match: "${a}", configuration: payments }\n    - { match: "${b}", configuration: payments }\n`));
+      assert.ok(problems.some((p) => /^egress_proxy\.hosts\.1\.match: duplicate match/.test(p)), `${a} / ${b}: ${problems.join('\n')}`);
     }
   });
 

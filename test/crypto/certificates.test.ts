@@ -49,7 +49,7 @@ test('leaves: SAN dNSName or iPAddress, CA:false and digitalSignature (critical)
     ['api.stripe.com', 'DNS:api.stripe.com'],
     ['127.0.0.1', 'IP Address:127.0.0.1'],
     ['2001:db8::1', 'IP Address:2001:DB8:0:0:0:0:0:1'],
-    ['[2001:db8::2]', 'IP Address:2001:DB8:0:0:0:0:0:2'],
+    ['2001:db8:0:0::2', 'IP Address:2001:DB8:0:0:0:0:0:2'],
     ['::ffff:10.1.2.3', 'IP Address:0:0:0:0:0:FFFF:A01:203'],
   ] as const) {
     const leaf = await issueLeafCertificate(ca, host, now);

@@ -134,7 +134,7 @@ test('the process exits 1 when the egress proxy CA key does not belong to its ce
   );
   const { code, output } = await serve(path, {});
   assert.equal(code, 1, output);
-  assert.ok(output.includes(`The egress proxy CA (${join(dir, 'ca.pem')}, ${join(dir, 'ca.key')}) cannot be used: the key does not belong to the certificate.`), output);
+  assert.ok(output.includes(`The egress proxy CA (${join(dir, 'ca.pem')}, ${join(dir, 'ca.key')}) cannot be used: the key does not belong to the certificate; restore the pair, or run svc-sidecar egress-ca --rotate for a new one.`), output);
   assert.equal(readFileSync(join(dir, 'ca.pem'), 'utf8'), first.cert);
   assert.equal(readFileSync(join(dir, 'ca.key'), 'utf8'), second.key);
 });
