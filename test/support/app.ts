@@ -94,7 +94,7 @@ ${seed}`;
     },
   });
   const env = { SVC_MASTER_KEY: randomBytes(32).toString('base64') };
-  const app = createApp(config, { logger: createLogger('debug', sink), env, ...options });
+  const app = await createApp(config, { logger: createLogger('debug', sink), env, ...options });
   const { main, admin: adminAddress } = await app.listen();
   t.after(() => app.close());
   return {
@@ -136,7 +136,7 @@ export async function call(base: string, path: string, options: CallOptions = {}
  * a reload of the config file does: the same applySeed, with the real password hashing and
  * key wrapping.
  */
-export function reseed(running: Running, seed: string): SeedResult {
+export async function reseed(running: Running, seed: string): Promise<SeedResult> {
   const config = loadConfig({ text: `store: { path: ":memory:" }\n${seed}`, env: {} });
   return applySeed(running.app.services.store, config.seed, seedDeps(running.app.services.master));
 }

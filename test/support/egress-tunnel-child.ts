@@ -49,7 +49,7 @@ ${SPELLINGS ? `  hosts: [{ match: "${PUBLIC}:${port}", configuration: payments }
 `,
   env: {},
 });
-const app = createApp(config, {
+const app = await createApp(config, {
   logger: createLogger('silent'),
   env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') },
   ...(SPELLINGS

@@ -19,7 +19,7 @@ const { createApp } = await import('../../src/app.ts');
 const { loadConfig } = await import('../../src/config/load.ts');
 const { createLogger } = await import('../../src/telemetry/logger.ts');
 
-const app = createApp(loadConfig({ text: process.argv[2]!, env: {} }), { logger: createLogger('silent'), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
+const app = await createApp(loadConfig({ text: process.argv[2]!, env: {} }), { logger: createLogger('silent'), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
 await app.listen();
 const x509 = loaded.some((url) => url.includes('/node_modules/@peculiar/x509/'));
 await app.close();
