@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { App } from '../../src/app.ts';
 import { call, KEYS, startApp } from '../support/app.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const LIST = '/api/v3/api-keys';
 const KEY = /^svc_[A-Za-z0-9]{40}$/;
@@ -13,12 +14,12 @@ function json(body: unknown): string {
 }
 
 function userId(app: App, email: string): number {
-  return app.services.store.users.findByEmail(email)!.id;
+  return (syncRepositories(app.services.store).users.findByEmail(email))!.id;
 }
 
 function activityOf(app: App, requestId: string | null) {
   app.services.logs.flush();
-  return app.services.store.logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
+  return syncRepositories(app.services.store).logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
 }
 
 /** Any working endpoint: roles.view is held by every seeded role. */
@@ -47,7 +48,7 @@ test('GET /api-keys is a plain array of keys without secrets', async (t) => {
   assert.deepEqual(res.json[5].permissions, [{ name: 'data.encrypt' }]);
   for (const [name, key] of Object.entries(KEYS)) {
     assert.ok(!res.text.includes(key), `the ${name} key is not shown`);
-    const hash = app.services.store.apiKeys.findByName(name === 'encryptOnly' ? 'encrypt-only' : name)!.keyHash;
+    const hash = (await app.services.store.apiKeys.findByName(name === 'encryptOnly' ? 'encrypt-only' : name))!.keyHash;
     assert.ok(!res.text.includes(hash.toString('hex')) && !res.text.includes(hash.toString('base64')), `the ${name} hash is not shown`);
   }
   assert.ok(!/key_hash|keyHash|password/.test(res.text));
@@ -71,7 +72,7 @@ test('POST /api-keys creates a key shown once, stored only as a hash, working at
   assert.deepEqual(res.json.permissions, [{ name: 'data.encrypt' }, { name: 'data.decrypt' }]);
   assert.deepEqual(res.json.configurations.map((c: { id: string }) => c.id), [payments]);
 
-  const stored = app.services.store.apiKeys.findById(res.json.id)!;
+  const stored = (await app.services.store.apiKeys.findById(res.json.id))!;
   assert.ok(!stored.keyHash.equals(Buffer.from(key)), 'not stored in clear');
   assert.equal(stored.keyHash.length, 32);
 
@@ -123,14 +124,14 @@ test('POST /api-keys for another user needs users.manage; a developer can make k
   const byOwner = await call(url, LIST, { body: json({ name: 'for-dev', user_id: dev, permissions: ['data.encrypt'] }) });
   assert.equal(byOwner.status, 201);
   assert.equal(byOwner.json.user.email, 'dev@example.com');
-  assert.equal(app.services.store.apiKeys.findById(byOwner.json.id)?.userId, dev);
+  assert.equal((await app.services.store.apiKeys.findById(byOwner.json.id))?.userId, dev);
 
   for (const key of [KEYS.viewer, KEYS.encryptOnly]) {
     const res = await call(url, LIST, { key, body: json({ name: 'nope' }) });
     assert.equal(res.status, 403);
   }
-  assert.equal(app.services.store.apiKeys.findByName('nope'), undefined);
-  assert.equal(app.services.store.apiKeys.findByName('sneaky'), undefined);
+  assert.equal(await app.services.store.apiKeys.findByName('nope'), undefined);
+  assert.equal(await app.services.store.apiKeys.findByName('sneaky'), undefined);
 });
 
 test('a key cannot mint a key that can do more than itself', async (t) => {
@@ -152,8 +153,8 @@ test('a key cannot mint a key that can do more than itself', async (t) => {
   assert.equal((await call(url, LIST, { key: oneKey, body: json({ name: 'any', permissions: ['data.encrypt'], configurations: [payments] }) })).status, 403);
   const same = await call(url, LIST, { key: oneKey, body: json({ name: 'same', permissions: ['data.encrypt'], configurations: [other] }) });
   assert.equal(same.status, 201);
-  assert.equal(app.services.store.apiKeys.findByName('wider'), undefined);
-  assert.equal(app.services.store.apiKeys.findByName('any'), undefined);
+  assert.equal(await app.services.store.apiKeys.findByName('wider'), undefined);
+  assert.equal(await app.services.store.apiKeys.findByName('any'), undefined);
 });
 
 test('POST /api-keys answers 422 with exact messages', async (t) => {
@@ -181,7 +182,7 @@ test('POST /api-keys answers 422 with exact messages', async (t) => {
   }
   const first = await call(url, LIST, { body: json({ permissions: ['x'] }) });
   assert.equal(first.json.message, 'The name field is required. (and 1 more error)');
-  assert.equal(app.services.store.apiKeys.list().length, 7, 'nothing was created');
+  assert.equal((await app.services.store.apiKeys.list()).length, 7, 'nothing was created');
 });
 
 test('revoke: 204, and the key is refused on the very next request', async (t) => {
@@ -216,7 +217,7 @@ test('revoke: 204, and the key is refused on the very next request', async (t) =
   assert.equal(await works(url, key), 401);
 
   // A key can revoke itself; its next request fails.
-  const self = app.services.store.apiKeys.findByName('owner')!;
+  const self = (await app.services.store.apiKeys.findByName('owner'))!;
   assert.equal((await call(url, `${LIST}/${self.id}/revoke`)).status, 204);
   assert.equal(await works(url, KEYS.owner), 401);
 });
@@ -248,7 +249,7 @@ test('rotate: a new secret replaces the old one at once', async (t) => {
 
 test('api-key endpoints: 401, 403 and 404', async (t) => {
   const { url, app } = await startApp(t);
-  const id = app.services.store.apiKeys.findByName('dev')!.id;
+  const id = (await app.services.store.apiKeys.findByName('dev'))!.id;
   const endpoints: Array<[string, string, string?]> = [
     ['GET', LIST],
     ['POST', LIST, json({ name: 'x' })],
@@ -289,7 +290,7 @@ test('regression: a narrowed key cannot rotate a stronger key to take its secret
   // The owner's key limited to rotating keys: it may rotate only keys no stronger than itself.
   const limited = await call(url, LIST, { body: json({ name: 'rotator', permissions: ['api-keys.rotate', 'api-keys.revoke', 'roles.view'] }) });
   const key = limited.json.key as string;
-  const owner = store.apiKeys.findByName('owner')!;
+  const owner = (await store.apiKeys.findByName('owner'))!;
   const rotated = await call(url, `${LIST}/${owner.id}/rotate`, { key });
   assert.equal(rotated.status, 403);
   assert.equal(rotated.json.key, undefined);
@@ -302,7 +303,7 @@ test('regression: a narrowed key cannot rotate a stronger key to take its secret
   assert.equal(devs.status, 201);
   assert.equal((await call(url, `${LIST}/${devs.json.id}/revoke`, { key })).status, 403);
   assert.equal((await call(url, `${LIST}/${devs.json.id}/rotate`, { key })).status, 403);
-  assert.equal(store.apiKeys.findById(devs.json.id)!.status, 'active');
+  assert.equal((await store.apiKeys.findById(devs.json.id))!.status, 'active');
   // The owner's unrestricted key (users.manage) may.
   assert.equal((await call(url, `${LIST}/${devs.json.id}/revoke`)).status, 204);
 });

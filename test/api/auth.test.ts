@@ -6,6 +6,7 @@ import { LoginThrottle } from '../../src/auth/login-throttle.ts';
 import { TooManyRequestsError } from '../../src/errors.ts';
 import { call, KEYS, reseed, SEED, startApp, type Running } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const LOGIN = '/api/v2/auth/login';
 const LOGOUT = '/api/v2/auth/logout';
@@ -60,7 +61,7 @@ function activity(running: Running): Array<{ action: string; description: string
 /** `cst` defaults to the current credentials stamp of the user `sub` names; null leaves it out. */
 async function signed(running: Running, claims: { sub?: string; iss?: string; exp: number; iat?: number; jti?: string; cst?: string | null }, secret?: Uint8Array): Promise<string> {
   const key = secret ?? running.app.services.master.deriveSecret(ACCESS_TOKEN_SECRET_LABEL);
-  const stamp = claims.cst === undefined ? (running.app.services.store.users.findById(Number(claims.sub))?.updatedAt ?? 'no user') : claims.cst;
+  const stamp = claims.cst === undefined ? ((await running.app.services.store.users.findById(Number(claims.sub)))?.updatedAt ?? 'no user') : claims.cst;
   const jwt = new SignJWT(stamp === null ? {} : { cst: stamp }).setProtectedHeader({ alg: 'HS256' }).setJti(claims.jti ?? 'test-jti').setIssuedAt(claims.iat ?? Math.floor(Date.now() / 1000) - 10).setExpirationTime(claims.exp);
   if (claims.sub !== undefined) jwt.setSubject(claims.sub);
   jwt.setIssuer(claims.iss ?? ACCESS_TOKEN_ISSUER);
@@ -75,7 +76,7 @@ test('login returns a bearer token valid for access_token_ttl, signed for its us
   assert.equal(res.json.token_type, 'bearer');
   assert.equal(res.json.expires_in, 3600);
   const claims = decodeJwt(res.json.access_token);
-  const ada = running.app.services.store.users.findByEmail('ada@example.com')!;
+  const ada = (await running.app.services.store.users.findByEmail('ada@example.com'))!;
   assert.equal(claims.sub, String(ada.id));
   assert.equal(claims.iss, 'svc-sidecar');
   assert.equal(claims.exp! - claims.iat!, 3600);
@@ -235,7 +236,7 @@ test('invalid, tampered, expired, foreign and orphaned tokens are 401 Unauthoriz
   const running = await start(t);
   const { url } = running;
   const good = await tokenFor(url, 'dev@example.com', PASSWORDS.dev);
-  const ada = running.app.services.store.users.findByEmail('ada@example.com')!;
+  const ada = (await running.app.services.store.users.findByEmail('ada@example.com'))!;
   const now = Math.floor(Date.now() / 1000);
   const [header, payload, signature] = good.split('.') as [string, string, string];
   const claims = JSON.parse(Buffer.from(payload, 'base64url').toString());
@@ -267,7 +268,7 @@ test('invalid, tampered, expired, foreign and orphaned tokens are 401 Unauthoriz
 
   // A user disabled after login loses their tokens at once.
   assert.equal((await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: bearer(good) })).status, 200);
-  running.app.services.store.users.update(running.app.services.store.users.findByEmail('dev@example.com')!.id, { disabled: true });
+  await running.app.services.store.users.update((await running.app.services.store.users.findByEmail('dev@example.com'))!.id, { disabled: true });
   assert.equal((await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: bearer(good) })).status, 401);
 });
 
@@ -275,7 +276,7 @@ test('regression: sessions end with their credentials — tokens from before a p
   const running = await start(t);
   const { url } = running;
   const store = running.app.services.store;
-  const dev = () => store.users.findByEmail('dev@example.com')!;
+  const dev = () => (syncRepositories(store).users.findByEmail('dev@example.com'))!;
   const acts = async (token: string) => {
     const res = await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: bearer(token) });
     return res.status === 200 ? res.json.email : [res.status, res.json];
@@ -287,27 +288,27 @@ test('regression: sessions end with their credentials — tokens from before a p
   const other = await tokenFor(url, 'ada@example.com', PASSWORDS.ada);
   assert.equal(await acts(first), 'dev@example.com');
   const newPassword = 'a brand new dev password';
-  reseed(running, AUTH_SEED.replace(`password: "${PASSWORDS.dev}"`, `password: "${newPassword}"`));
+  await reseed(running, AUTH_SEED.replace(`password: "${PASSWORDS.dev}"`, `password: "${newPassword}"`));
   assert.deepEqual(await acts(first), ended, 'after a password change');
   assert.equal(await acts(other), 'ada@example.com', "another user's token is untouched");
   const second = await tokenFor(url, 'dev@example.com', newPassword);
   assert.equal(await acts(second), 'dev@example.com', 'a token issued after the change works');
 
   // A disable ends them, and enabling the user again does not bring them back.
-  store.users.update(dev().id, { disabled: true });
+  await store.users.update(dev().id, { disabled: true });
   assert.deepEqual(await acts(second), ended, 'while disabled');
-  store.users.update(dev().id, { disabled: false });
+  await store.users.update(dev().id, { disabled: false });
   assert.deepEqual(await acts(second), ended, 'after being enabled again');
   const third = await tokenFor(url, 'dev@example.com', newPassword);
   assert.equal(await acts(third), 'dev@example.com');
 
   // A role change ends them too.
-  store.users.setRoles(dev().id, [store.roles.findByName('viewer')!.id]);
+  await store.users.setRoles(dev().id, [(await store.roles.findByName('viewer'))!.id]);
   assert.deepEqual(await acts(third), ended, 'after a role change');
   const fourth = await tokenFor(url, 'dev@example.com', newPassword);
   assert.equal(await acts(fourth), 'dev@example.com');
   // Setting the same roles again is no change.
-  store.users.setRoles(dev().id, [store.roles.findByName('viewer')!.id]);
+  await store.users.setRoles(dev().id, [(await store.roles.findByName('viewer'))!.id]);
   assert.equal(await acts(fourth), 'dev@example.com');
 });
 
@@ -316,7 +317,7 @@ test('logout revokes the token it was sent with, and only that one', async (t) =
   const { url } = running;
   const store = running.app.services.store;
   // A revocation of a long-expired token: the first logout purges it.
-  store.tokenRevocations.revoke('stale-jti', '2000-01-01T00:00:00.000Z');
+  await store.tokenRevocations.revoke('stale-jti', '2000-01-01T00:00:00.000Z');
   const first = await tokenFor(url, 'ada@example.com', PASSWORDS.ada);
   const second = await tokenFor(url, 'ada@example.com', PASSWORDS.ada);
 
@@ -332,8 +333,8 @@ test('logout revokes the token it was sent with, and only that one', async (t) =
   assert.equal((await call(url, ME, { method: 'GET', key: KEYS.viewer, headers: bearer(second) })).json.email, 'ada@example.com');
 
   const jti = decodeJwt(first).jti!;
-  assert.equal(store.tokenRevocations.isRevoked(jti), true);
-  assert.equal(store.tokenRevocations.isRevoked('stale-jti'), false, 'expired revocations are purged');
+  assert.equal(await store.tokenRevocations.isRevoked(jti), true);
+  assert.equal(await store.tokenRevocations.isRevoked('stale-jti'), false, 'expired revocations are purged');
   const row = sqliteConnection(store).prepare('SELECT expires_at FROM token_revocations WHERE jti = ?').get(jti) as { expires_at: string };
   assert.equal(row.expires_at, new Date(decodeJwt(first).exp! * 1000).toISOString());
   const logouts = activity(running).filter((e) => e.action === 'auth.logout');

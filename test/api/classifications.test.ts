@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import type { App } from '../../src/app.ts';
 import { call, KEYS, reseed, SEED, startApp } from '../support/app.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const LIST = '/api/v3/classifications';
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
@@ -26,28 +27,28 @@ function ids(app: App) {
     return value;
   };
   return {
-    ada: must(store.users.findByEmail('ada@example.com'), 'ada').id,
-    dev: must(store.users.findByEmail('dev@example.com'), 'dev').id,
-    owner: must(store.roles.findByName('owner'), 'owner').id,
-    developer: must(store.roles.findByName('developer'), 'developer').id,
-    viewer: must(store.roles.findByName('viewer'), 'viewer').id,
-    workspace: must(store.configurations.findByName('workspace'), 'workspace').id,
-    payments: must(store.configurations.findByName('payments'), 'payments').id,
-    phi: store.classifications.findBySlug('phi')?.id ?? 0,
-    ward: store.classifications.findBySlug('ward')?.id ?? 0,
+    ada: must(syncRepositories(store).users.findByEmail('ada@example.com'), 'ada').id,
+    dev: must(syncRepositories(store).users.findByEmail('dev@example.com'), 'dev').id,
+    owner: must(syncRepositories(store).roles.findByName('owner'), 'owner').id,
+    developer: must(syncRepositories(store).roles.findByName('developer'), 'developer').id,
+    viewer: must(syncRepositories(store).roles.findByName('viewer'), 'viewer').id,
+    workspace: must(syncRepositories(store).configurations.findByName('workspace'), 'workspace').id,
+    payments: must(syncRepositories(store).configurations.findByName('payments'), 'payments').id,
+    phi: (syncRepositories(store).classifications.findBySlug('phi'))?.id ?? 0,
+    ward: (syncRepositories(store).classifications.findBySlug('ward'))?.id ?? 0,
   };
 }
 
 function activityOf(app: App, requestId: string | null) {
   app.services.logs.flush();
-  return app.services.store.logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
+  return syncRepositories(app.services.store).logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
 }
 
 /** Inserts `count` classifications straight into the store, in one transaction. */
-function insertMany(app: App, count: number, name = (i: number) => `Item ${String(i).padStart(4, '0')}`): void {
+async function insertMany(app: App, count: number, name = (i: number) => `Item ${String(i).padStart(4, '0')}`): Promise<void> {
   const { store } = app.services;
-  store.transaction(() => {
-    for (let i = 1; i <= count; i++) store.classifications.create({ name: name(i), bgColor: '#000000', fgColor: '#ffffff' });
+  await store.transaction(async (tx) => {
+    for (let i = 1; i <= count; i++) await tx.classifications.create({ name: name(i), bgColor: '#000000', fgColor: '#ffffff' });
   });
 }
 
@@ -234,10 +235,10 @@ test('DELETE /classifications/{id} answers 204, then 404', async (t) => {
 test('every classification endpoint answers 401 without a valid, active key', async (t) => {
   const { url, app } = await startApp(t);
   const { store } = app.services;
-  const dev = store.apiKeys.findByName('dev');
+  const dev = await store.apiKeys.findByName('dev');
   assert.ok(dev);
   assert.equal((await get(url, LIST, KEYS.dev)).status, 200, 'the key works before it is revoked');
-  store.apiKeys.revoke(dev.id);
+  await store.apiKeys.revoke(dev.id);
   const requests: Array<[string, string, string | undefined]> = [
     ['GET', LIST, undefined],
     ['POST', LIST, JSON.stringify({ name: 'x', ...COLORS })],
@@ -252,7 +253,7 @@ test('every classification endpoint answers 401 without a valid, active key', as
       assert.deepEqual(res.json, { message: 'Unauthorized.' });
     }
   }
-  assert.equal(store.classifications.list().length, 4, 'nothing was created or deleted');
+  assert.equal((await store.classifications.list()).length, 4, 'nothing was created or deleted');
 });
 
 test('viewers may read but not write; a key scoped to other permissions may not read', async (t) => {
@@ -343,7 +344,7 @@ test('POST /classifications validates every field with Laravel messages', async 
   await expect422(await post(url, { name: 'x', ...COLORS, users: [999999] }), 'The selected users.0 is invalid.', {
     'users.0': ['The selected users.0 is invalid.'],
   });
-  assert.equal(app.services.store.classifications.list().length, 5, 'only the valid 32-character name was created');
+  assert.equal((await app.services.store.classifications.list()).length, 5, 'only the valid 32-character name was created');
   assert.equal((await call(url, LIST, { body: '[1]' })).status, 400);
   assert.equal((await call(url, LIST, { body: '{"name":', })).status, 400);
   assert.equal((await call(url, LIST, { body: '{}', contentType: 'text/plain' })).status, 415);
@@ -365,7 +366,7 @@ test('PATCH /classifications/{id} applies the create rules to the fields it send
   await expect422(await patch(url, id.phi, { roles: [id.owner, 12345] }), 'The selected roles.1 is invalid.', {
     'roles.1': ['The selected roles.1 is invalid.'],
   });
-  const phi = app.services.store.classifications.findById(id.phi);
+  const phi = await app.services.store.classifications.findById(id.phi);
   assert.equal(phi?.name, 'PHI');
   assert.equal(phi?.fgColor, '#ffffff');
 });
@@ -376,12 +377,12 @@ test('PATCH /classifications/{id} applies the create rules to the fields it send
 test('search matches name, slug and description, case-insensitively, with % and _ literal', async (t) => {
   const { url, app } = await startApp(t);
   const { store } = app.services;
-  store.classifications.create({ name: 'Foo Bar', bgColor: '#000000', fgColor: '#ffffff' });
-  store.classifications.create({ name: 'Card data', description: 'Primary Account Numbers', bgColor: '#000000', fgColor: '#ffffff' });
-  store.classifications.create({ name: '100% safe', bgColor: '#000000', fgColor: '#ffffff' });
-  store.classifications.create({ name: '100 safe', bgColor: '#000000', fgColor: '#ffffff' });
-  store.classifications.create({ name: 'a_b', bgColor: '#000000', fgColor: '#ffffff' });
-  store.classifications.create({ name: 'axb', bgColor: '#000000', fgColor: '#ffffff' });
+  await store.classifications.create({ name: 'Foo Bar', bgColor: '#000000', fgColor: '#ffffff' });
+  await store.classifications.create({ name: 'Card data', description: 'Primary Account Numbers', bgColor: '#000000', fgColor: '#ffffff' });
+  await store.classifications.create({ name: '100% safe', bgColor: '#000000', fgColor: '#ffffff' });
+  await store.classifications.create({ name: '100 safe', bgColor: '#000000', fgColor: '#ffffff' });
+  await store.classifications.create({ name: 'a_b', bgColor: '#000000', fgColor: '#ffffff' });
+  await store.classifications.create({ name: 'axb', bgColor: '#000000', fgColor: '#ffffff' });
   const search = async (q: string) => names(await get(url, `${LIST}?search=${encodeURIComponent(q)}`));
   assert.deepEqual(await search('phi'), ['PHI']);
   assert.deepEqual(await search('WaR'), ['Ward']);
@@ -399,8 +400,8 @@ test('search matches name, slug and description, case-insensitively, with % and 
 test('sort and direction order the list, ties broken by id; unknown values are 422', async (t) => {
   const { url, app } = await startApp(t);
   const { store } = app.services;
-  const same = [1, 2, 3].map(() => store.classifications.create({ name: 'Same', bgColor: '#000000', fgColor: '#ffffff' }).id);
-  store.classifications.create({ name: 'alpha', bgColor: '#000000', fgColor: '#ffffff' });
+  const same = [1, 2, 3].map(() => (syncRepositories(store).classifications.create({ name: 'Same', bgColor: '#000000', fgColor: '#ffffff' })).id);
+  await store.classifications.create({ name: 'alpha', bgColor: '#000000', fgColor: '#ffffff' });
   const list = async (q: string) => (await get(url, `${LIST}?${q}`)).json.data as Array<{ id: number; name: string }>;
   assert.deepEqual((await list('')).map((c) => c.name), ['alpha', 'Nobody', 'PCI', 'PHI', 'Same', 'Same', 'Same', 'Ward'], 'names sort case-insensitively');
   assert.deepEqual((await list('sort=name&direction=desc')).map((c) => c.name), ['Ward', 'Same', 'Same', 'Same', 'PHI', 'PCI', 'Nobody', 'alpha']);
@@ -640,7 +641,7 @@ test('regression: membership never empties into access — a deleted provider co
   for (const key of [KEYS.owner, KEYS.dev, KEYS.grace]) assert.deepEqual(await decryptAs(url, phiToken, key), DENIED, 'PHI admits nobody now');
 
   // A seed reload that no longer lists PCI's role.
-  reseed(running, SEED.replace('fg_color: "#ffffff", roles: [owner] }', 'fg_color: "#ffffff", roles: [] }'));
-  assert.deepEqual(app.services.store.classifications.members(app.services.store.classifications.findBySlug('pci')!.id).roleIds, []);
+  await reseed(running, SEED.replace('fg_color: "#ffffff", roles: [owner] }', 'fg_color: "#ffffff", roles: [] }'));
+  assert.deepEqual((await app.services.store.classifications.members((await app.services.store.classifications.findBySlug('pci'))!.id)).roleIds, []);
   for (const key of [KEYS.owner, KEYS.dev]) assert.deepEqual(await decryptAs(url, pci, key), DENIED, 'PCI admits nobody now');
 });

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { App } from '../../src/app.ts';
 import { call, KEYS, startApp } from '../support/app.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const TOKEN = /^svc:[1-9][0-9]*:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+:\$$/;
 const LIST = '/api/v3/configurations';
@@ -18,7 +19,7 @@ function valuesOf(configuration: { values: Array<{ key: string; value: string }>
 
 function activityOf(app: App, requestId: string | null) {
   app.services.logs.flush();
-  return app.services.store.logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
+  return syncRepositories(app.services.store).logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
 }
 
 test('GET /configurations returns the page envelope of every configuration', async (t) => {
@@ -182,9 +183,9 @@ test('POST /configurations creates an encryption configuration with a keyring an
   assert.equal(res.json.created_at, res.json.updated_at);
 
   // The stored keyring: one wrapped key, bound to this configuration's id.
-  const stored = app.services.store.configurations.findById(res.json.id)!;
+  const stored = (await app.services.store.configurations.findById(res.json.id))!;
   assert.equal(stored.keyringId?.length, 16);
-  const keys = app.services.store.configurations.keys(res.json.id);
+  const keys = await app.services.store.configurations.keys(res.json.id);
   assert.equal(keys.length, 1);
   for (const secret of [stored.keyringId!.toString('hex'), stored.keyringId!.toString('base64'), keys[0]!.wrapped.toString('base64'), keys[0]!.wrapped.toString('hex')]) {
     assert.ok(!res.text.includes(secret), 'no key material in the response');
@@ -233,7 +234,7 @@ test('POST /configurations with a provider creates a provider configuration', as
   assert.equal(res.json.type, 'provider');
   assert.equal(res.json.provider, 'google');
   assert.deepEqual(res.json.values, [{ key: 'provider', value: 'google' }]);
-  assert.equal(app.services.store.configurations.keys(res.json.id).length, 0, 'a provider configuration has no keys');
+  assert.equal((await app.services.store.configurations.keys(res.json.id)).length, 0, 'a provider configuration has no keys');
   const explicit = await call(url, LIST, { body: json({ name: 'gws2', type: 'provider', provider: 'google' }) });
   assert.equal(explicit.status, 201);
   assert.equal(explicit.json.type, 'provider');
@@ -283,7 +284,7 @@ test('POST /configurations answers 422 with exact messages', async (t) => {
   const many = await call(url, LIST, { body: json({ name: '', type: 'x', values: { a: '1', b: '2' } }) });
   assert.equal(many.status, 422);
   assert.equal(many.json.message, 'The name field is required. (and 3 more errors)');
-  assert.equal(app.services.store.configurations.list().length, 4, 'nothing was created');
+  assert.equal((await app.services.store.configurations.list()).length, 4, 'nothing was created');
   const notObject = await call(url, LIST, { body: '[1]' });
   assert.equal(notObject.status, 400);
   const notJson = await call(url, LIST, { body: '{"name":', contentType: 'application/json' });
@@ -358,7 +359,7 @@ test('PUT /configurations/{id} changes name, destinations and fields; fixed valu
   const renamed = await call(url, `${LIST}/${workspace.id}`, { method: 'PUT', body: json({ name: 'gws', values: workspace.values }) });
   assert.equal(renamed.status, 200);
   assert.equal(renamed.json.name, 'gws');
-  assert.equal(app.services.store.configurations.findById(workspace.id)?.extra['groups'] !== undefined, true, 'provider groups survive an update');
+  assert.equal((await app.services.store.configurations.findById(workspace.id))?.extra['groups'] !== undefined, true, 'provider groups survive an update');
 });
 
 test('PUT /configurations/{id} with an empty or null name is refused with 422, never read as "unchanged"', async (t) => {
@@ -390,7 +391,7 @@ test('DELETE /configurations/{id} removes it and its codec; its slug stops worki
   assert.equal((await call(url, `${LIST}/${id}`, { method: 'GET' })).status, 404);
   assert.equal((await call(url, `${LIST}/${id}`, { method: 'DELETE' })).status, 404);
   assert.equal((await call(url, '/api/v3/encryption/payments/decrypt', { body: enc.text })).status, 404);
-  assert.equal(app.services.store.configurations.keys(id).length, 0, 'its keys are gone');
+  assert.equal((await app.services.store.configurations.keys(id)).length, 0, 'its keys are gone');
   const after = await call(url, LIST, { method: 'GET' });
   assert.equal(after.json.total, 3);
   const [entry] = activityOf(app, res.headers.get('x-svc-request-id'));
@@ -417,7 +418,7 @@ test('rotate adds key version 2: new tokens use it, version-1 tokens still decry
   assert.equal(valuesOf(res.json).key_version, '2');
   assert.equal(valuesOf(res.json).min_decryption_version, '1');
   assert.ok(res.json.updated_at >= payments.updated_at);
-  assert.deepEqual(app.services.store.configurations.keys(payments.id).map((k) => k.version), [1, 2]);
+  assert.deepEqual((await app.services.store.configurations.keys(payments.id)).map((k) => k.version), [1, 2]);
   const [entry] = activityOf(app, res.headers.get('x-svc-request-id'));
   assert.equal(entry?.action, 'configuration.rotated');
   assert.equal(entry?.description, 'Rotated the key of configuration "payments" to version 2.');

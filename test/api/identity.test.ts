@@ -30,7 +30,7 @@ test('regression: one identity per person — an email that normalises to a take
     assert.equal(twin.status, 422, email);
     assert.deepEqual(twin.json.errors, { email: ['The email has already been taken.'] }, email);
   }
-  assert.equal(app.services.store.users.list().filter((u) => u.name === 'Twin').length, 0);
+  assert.equal((await app.services.store.users.list()).filter((u) => u.name === 'Twin').length, 0);
 
   // Each spelling logs in as the one kate.
   for (const email of LOOKALIKES) {
@@ -46,8 +46,8 @@ test('regression: one identity per person — an email that normalises to a take
 
   // A seed that names the user in another case adopts the same row (the config file takes
   // ASCII emails only, so its lookalikes are case variants).
-  reseed({ app, url, port: 0, logs: () => '', adminUrl: null }, SEED.replace('  api_keys:', '    - { name: Kate K, email: KATE@Example.com, roles: [viewer] }\n  api_keys:'));
-  const kates = app.services.store.users.list().filter((u) => u.email.startsWith('kate'));
+  await reseed({ app, url, port: 0, logs: () => '', adminUrl: null }, SEED.replace('  api_keys:', '    - { name: Kate K, email: KATE@Example.com, roles: [viewer] }\n  api_keys:'));
+  const kates = (await app.services.store.users.list()).filter((u) => u.email.startsWith('kate'));
   assert.deepEqual(kates.map((u) => [u.email, u.name]), [['kate@example.com', 'Kate K']]);
 });
 
@@ -71,9 +71,9 @@ const message = (attribute: string) => `The ${attribute} field must not contain 
 test('names and descriptions refuse control characters and bidirectional formatting characters (422)', async (t) => {
   const { url, app } = await startApp(t);
   const store = app.services.store;
-  const phi = store.classifications.findBySlug('phi')!.id;
-  const provider = store.configurations.findByName('workspace')!.id;
-  const other = store.configurations.findByName('other')!.id;
+  const phi = (await store.classifications.findBySlug('phi'))!.id;
+  const provider = (await store.configurations.findByName('workspace'))!.id;
+  const other = (await store.configurations.findByName('other'))!.id;
   const cases: Array<{ what: string; method: string; path: string; body: (bad: string) => unknown; field: string; attribute: string }> = [
     { what: 'user name', method: 'POST', path: USERS, body: (bad) => ({ name: `Ada${bad}min`, email: 'named@example.com' }), field: 'name', attribute: 'name' },
     { what: 'user email', method: 'POST', path: USERS, body: (bad) => ({ name: 'New', email: `new${bad}@example.com` }), field: 'email', attribute: 'email' },
@@ -110,8 +110,8 @@ test('names and descriptions refuse control characters and bidirectional formatt
 test('the seed refuses names with control or bidirectional formatting characters', async (t) => {
   const { url, app } = await startApp(t);
   const running = { app, url, port: 0, logs: () => '', adminUrl: null };
-  assert.throws(
-    () => reseed(running, SEED.replace('{ name: PHI,', '{ name: "PHI\u202Etxt.exe",').replace('{ name: Vi Ewer,', '{ name: "Vi\\u0007Ewer",')),
+  await assert.rejects(
+    reseed(running, SEED.replace('{ name: PHI,', '{ name: "PHI\u202Etxt.exe",').replace('{ name: Vi Ewer,', '{ name: "Vi\\u0007Ewer",')),
     (err: Error) => {
       assert.match(err.message, /seed\.users\[2\]\.name: must not contain control characters or bidirectional formatting characters/);
       assert.match(err.message, /seed\.classifications\[0\]\.name: must not contain control characters or bidirectional formatting characters/);

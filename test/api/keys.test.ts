@@ -4,6 +4,7 @@ import type { App } from '../../src/app.ts';
 import { TokenCodec } from '../../src/crypto/token.ts';
 import { call, KEYS, startApp, type Running } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const LIST = '/api/v3/configurations';
 const ENC = '/api/v3/encryption/payments/encrypt';
@@ -20,7 +21,7 @@ const FIELDS = 'card.number, amount, vip, profile, items.*.ssn';
 
 function activityOf(app: App, requestId: string | null) {
   app.services.logs.flush();
-  return app.services.store.logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
+  return syncRepositories(app.services.store).logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
 }
 
 async function configurationId(url: string, name: string): Promise<string> {
@@ -86,7 +87,7 @@ test('rewrap turns version-1 tokens into version-2 tokens with the same plaintex
 
   // Logged as an encrypt of 6 fields (card, amount, vip, profile, 2 ssns) plus the pan.
   app.services.logs.flush();
-  const [usage] = app.services.store.logs.listUsage({ requestId: res.headers.get('x-svc-request-id')!, limit: 10, offset: 0 });
+  const [usage] = await app.services.store.logs.listUsage({ requestId: res.headers.get('x-svc-request-id')!, limit: 10, offset: 0 });
   assert.equal(usage?.mode, 'encrypt');
   assert.equal(usage?.fieldCount, 7);
 });
@@ -211,7 +212,7 @@ test('destroying a key version: confirmation, current version refused, tokens of
   assert.deepEqual(noPermission.json, FORBIDDEN);
   assert.equal((await call(url, DEC, { body: v1 })).status, 200, 'nothing was destroyed yet');
 
-  const wrappedBefore = app.services.store.configurations.keys(id)[0]!.wrapped;
+  const wrappedBefore = (await app.services.store.configurations.keys(id))[0]!.wrapped;
   assert.ok(wrappedBefore.length > 32);
   // Rotated a moment ago: only with force (the grace period has its own test).
   const res = await destroy('1', { confirm: 'payments/v1', force: true });
@@ -317,7 +318,7 @@ test('a version that was current less than keys.destroy_after (24h) ago is not d
   const destroy = (body: unknown) => call(url, `${LIST}/${id}/keys/1/destroy`, { body: JSON.stringify(body) });
   const v1 = await encryptedV1(running);
   assert.equal((await call(url, `${LIST}/${id}/rotate`)).status, 200);
-  const supersededAt = app.services.store.configurations.keys(id)[0]!.supersededAt!;
+  const supersededAt = (await app.services.store.configurations.keys(id))[0]!.supersededAt!;
   const until = new Date(Date.parse(supersededAt) + 24 * 3600 * 1000).toISOString();
   const message = `Key version 1 was current less than keys.destroy_after ago and may still be in use: it can be destroyed from ${until}, or now with force: true.`;
 
@@ -335,7 +336,7 @@ test('a version that was current less than keys.destroy_after (24h) ago is not d
   // A wrong confirmation is still a 422 first: force does not skip it.
   assert.equal((await destroy({ confirm: 'payments/v2', force: true })).status, 422);
   assert.equal((await call(url, DEC, { body: v1 })).text, DOC, 'nothing was destroyed');
-  assert.equal(app.services.store.configurations.keys(id)[0]!.destroyedAt, null);
+  assert.equal((await app.services.store.configurations.keys(id))[0]!.destroyedAt, null);
 
   // A minute short of the grace period: still refused. Past it: destroyed without force.
   const supersede = (msAgo: number) =>

@@ -14,6 +14,7 @@ import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../src/store/log
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call, KEYS, SEED, startApp, type Running } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const ENDPOINTS = ['/api/v3/logs/unified', '/api/v3/logs/activity', '/api/v3/logs/api', '/api/v3/logs/usage'];
 const ENC = '/api/v3/encryption/payments/encrypt';
@@ -25,7 +26,7 @@ const get = (running: Running, path: string, key: string | null = KEYS.owner) =>
 const minutesAgo = (m: number) => new Date(Date.now() - m * 60_000).toISOString();
 
 function userId(running: Running, email: string): number {
-  const user = running.app.services.store.users.findByEmail(email);
+  const user = syncRepositories(running.app.services.store).users.findByEmail(email);
   assert.ok(user, email);
   return user.id;
 }
@@ -49,7 +50,7 @@ const apiRow = (createdAt: string, extra: Partial<NewApiLog> = {}): NewApiLog =>
 });
 const usageRow = (running: Running, createdAt: string, extra: Partial<NewUsageLog> = {}): NewUsageLog => ({
   requestId: 'r-usage',
-  configurationId: running.app.services.store.configurations.findBySlug('payments')!.id,
+  configurationId: (syncRepositories(running.app.services.store).configurations.findBySlug('payments'))!.id,
   mode: 'decrypt',
   fieldCount: 1,
   bytes: 1,
@@ -101,8 +102,8 @@ test('an encrypt request appears as an api entry and a usage entry, in every vie
   const bytes = Buffer.byteLength(body);
   running.app.services.logs.flush();
 
-  const ada = running.app.services.store.users.findByEmail('ada@example.com')!;
-  const payments = running.app.services.store.configurations.findBySlug('payments')!;
+  const ada = (await running.app.services.store.users.findByEmail('ada@example.com'))!;
+  const payments = (await running.app.services.store.configurations.findBySlug('payments'))!;
   const unified = await get(running, '/api/v3/logs/unified?request_id=trace-1');
   assert.equal(unified.status, 200);
   assert.equal(unified.json.total, 2);
@@ -151,7 +152,7 @@ test('an encrypt request appears as an api entry and a usage entry, in every vie
   assert.equal(a.path, ENC);
   assert.equal(a.status_code, 200);
   assert.equal(a.request_id, 'trace-1');
-  assert.deepEqual(a.api_key, { id: running.app.services.store.apiKeys.findByName('owner')!.id, prefix: KEYS.owner.slice(0, 12) });
+  assert.deepEqual(a.api_key, { id: (await running.app.services.store.apiKeys.findByName('owner'))!.id, prefix: KEYS.owner.slice(0, 12) });
   assert.equal(a.configuration.id, payments.id);
   assert.equal(a.destination, null);
   assert.ok(a.duration_ms >= 0);
@@ -203,7 +204,7 @@ test('activity entries: shape, newest first, relative times, user filter as user
   const running = await startApp(t, MANUAL_FLUSH);
   const ada = userId(running, 'ada@example.com');
   const dev = userId(running, 'dev@example.com');
-  running.app.services.store.logs.insertActivity([
+  await running.app.services.store.logs.insertActivity([
     activity(minutesAgo(3 * 24 * 60), { action: 'api-key.created', description: 'Created API key "ci".', userId: dev, causerEmail: 'dev@example.com' }),
     activity(minutesAgo(5), { userId: ada, causerEmail: 'ada@example.com', requestId: 'r-5' }),
     activity(minutesAgo(120), { action: 'auth.login', description: 'ada@example.com logged in.', userId: ada, causerEmail: 'ada@example.com' }),
@@ -419,7 +420,7 @@ ${SEED}`,
       done();
     },
   });
-  const app = createApp(config, { logger: createLogger('warn', sink), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
+  const app = await createApp(config, { logger: createLogger('warn', sink), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
   const { main } = await app.listen();
   let closed = false;
   t.after(async () => {
@@ -607,7 +608,7 @@ test('a cursor is refused (422) when altered, malformed, or used with another li
 
   // Another deployment (another master key) does not accept this one's cursors.
   const other = await startApp(t, MANUAL_FLUSH);
-  other.app.services.store.logs.insertActivity(Array.from({ length: 8 }, (_, i) => activity(minutesAgo(50 - i), { userId: userId(other, 'ada@example.com') })));
+  await other.app.services.store.logs.insertActivity(Array.from({ length: 8 }, (_, i) => activity(minutesAgo(50 - i), { userId: userId(other, 'ada@example.com') })));
   assert.equal((await get(other, `/api/v3/logs/activity?per_page=3&user=${userId(other, 'ada@example.com')}&cursor=${cursor}`)).status, 422);
 });
 
@@ -638,7 +639,7 @@ test('bounded pages on 120,000 entries: the last page by cursor is the last page
   }
   const lastPage = rows / 10;
   // The cursor the page before the last returns.
-  const [row] = logs.listUnified(['activity', 'api', 'usage'], { limit: 1, offset: rows - 11 });
+  const [row] = await logs.listUnified(['activity', 'api', 'usage'], { limit: 1, offset: rows - 11 });
   const { logCursors } = await import('../../src/api/log-cursor.ts');
   const cursor = logCursors(running.app.services.master).encode(
     { list: 'unified', kinds: ['activity', 'api', 'usage'], userId: undefined, requestId: undefined, perPage: 10 },

@@ -152,7 +152,7 @@ async function buildWorld(t: TestContext): Promise<World> {
   const users = await must(partial, 'GET', '/api/v3/users');
   const roles = await must(partial, 'GET', '/api/v3/roles');
   // The `gone` egress route's configuration is deleted while the service runs: its 503.
-  const doomed = running.app.services.store.configurations.findByName('doomed')!;
+  const doomed = (await running.app.services.store.configurations.findByName('doomed'))!;
   await must(partial, 'DELETE', `/api/v3/configurations/${doomed.id}`);
   const configurations = await must(partial, 'GET', '/api/v3/configurations');
   const classifications = await must(partial, 'GET', '/api/v3/classifications');

@@ -15,6 +15,7 @@ import type { App } from '../../src/app.ts';
 import { PERMISSIONS_FILE, renderPermissions } from '../../scripts/write-openapi.ts';
 import { call, startApp } from '../support/app.ts';
 import type { TestContext } from 'node:test';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const ROLES = ['owner', 'administrator', 'developer', 'viewer'] as const;
 type Role = (typeof ROLES)[number];
@@ -133,22 +134,22 @@ class Fixture {
   }
 
   classification(): number {
-    return this.store.classifications.create({ name: this.unique('Doomed '), bgColor: '#000000', fgColor: '#ffffff' }).id;
+    return (syncRepositories(this.store).classifications.create({ name: this.unique('Doomed '), bgColor: '#000000', fgColor: '#ffffff' })).id;
   }
 
   providerConfiguration(): string {
-    return this.store.configurations.create({ id: randomUUID(), name: this.unique('provider-'), type: 'provider', provider: 'google' }).id;
+    return (syncRepositories(this.store).configurations.create({ id: randomUUID(), name: this.unique('provider-'), type: 'provider', provider: 'google' })).id;
   }
 
   paymentsId(): string {
-    return this.store.configurations.findByName('payments')!.id;
+    return (syncRepositories(this.store).configurations.findByName('payments'))!.id;
   }
 
   /** A key of the viewer's: handing it to anyone gives no more than every role holds. */
   apiKey(): string {
     const secret = generateApiKey();
-    const viewer = this.store.users.findByEmail(EMAIL.viewer)!;
-    return this.store.apiKeys.create({ name: this.unique('victim-'), prefix: apiKeyPrefix(secret), keyHash: hashApiKey(secret), userId: viewer.id, permissions: [], configurations: [] }).id;
+    const viewer = (syncRepositories(this.store).users.findByEmail(EMAIL.viewer))!;
+    return (syncRepositories(this.store).apiKeys.create({ name: this.unique('victim-'), prefix: apiKeyPrefix(secret), keyHash: hashApiKey(secret), userId: viewer.id, permissions: [], configurations: [] })).id;
   }
 
   /** An encryption configuration at key version 2, whose version 1 may be destroyed. */
@@ -369,22 +370,22 @@ seed:
 
 /** The members of a classification that admit the target through `admission`, and, with `admin`, admin by the same way. */
 function membersFor(store: App['services']['store'], admission: Admission, admin: boolean): { users?: number[]; roles?: number[]; provider_container_id?: string; gws_groups?: Array<{ id: string }> } {
-  const id = (email: string) => store.users.findByEmail(email)!.id;
-  const role = (name: string) => store.roles.findByName(name)!.id;
+  const id = (email: string) => (syncRepositories(store).users.findByEmail(email))!.id;
+  const role = (name: string) => (syncRepositories(store).roles.findByName(name))!.id;
   if (admission === 'user') return { users: [id('target@example.com'), ...(admin ? [id('admin@example.com')] : [])] };
   if (admission === 'role') return { roles: [role('developer'), ...(admin ? [role('administrator')] : [])] };
-  return { provider_container_id: store.configurations.findByName('directory')!.id, gws_groups: [{ id: 'g-staff' }, ...(admin ? [{ id: 'g-admin' }] : [])] };
+  return { provider_container_id: (syncRepositories(store).configurations.findByName('directory'))!.id, gws_groups: [{ id: 'g-staff' }, ...(admin ? [{ id: 'g-admin' }] : [])] };
 }
 
 /** Makes admin a member of classification `id` by the way `admission` says. */
 function admitAdmin(store: App['services']['store'], id: number, admission: Admission): void {
   if (admission === 'group') {
-    const directory = store.configurations.findByName('directory')!;
+    const directory = (syncRepositories(store).configurations.findByName('directory'))!;
     const groups = [...(directory.extra['groups'] as unknown[]), { id: 'g-admin', members: ['admin@example.com'] }];
-    store.configurations.update(directory.id, { extra: { ...directory.extra, groups } });
+    syncRepositories(store).configurations.update(directory.id, { extra: { ...directory.extra, groups } });
   }
   const members = membersFor(store, admission, true);
-  store.classifications.update(id, {
+  syncRepositories(store).classifications.update(id, {
     userIds: members.users,
     roleIds: members.roles,
     providers: members.gws_groups === undefined ? undefined : [{ configurationId: members.provider_container_id!, gwsGroups: members.gws_groups }],
@@ -395,7 +396,7 @@ test('no minting path yields a credential that decrypts a classification its cal
   for (const admission of ADMISSIONS) {
     const { url, app } = await startApp(t, '', mintSeed(admission));
     const store = app.services.store;
-    const secret = store.classifications.create({ name: `Secret ${admission}`, bgColor: '#000000', fgColor: '#ffffff' });
+    const secret = await store.classifications.create({ name: `Secret ${admission}`, bgColor: '#000000', fgColor: '#ffffff' });
     admitTarget(store, secret.id, admission);
     const token = await call(url, '/api/v3/encryption/payments/encrypt', { key: MINT.boss, body: '{"a":"x"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': String(secret.id) } });
     assert.equal(token.status, 200);
@@ -403,8 +404,8 @@ test('no minting path yields a credential that decrypts a classification its cal
     assert.equal(await decrypts(MINT.target), 200, `${admission}: the target is admitted`);
     assert.equal(await decrypts(MINT.admin), 403, `${admission}: admin is not`);
 
-    const target = store.users.findByEmail('target@example.com')!.id;
-    const targetKey = store.apiKeys.findByName('target')!.id;
+    const target = (await store.users.findByEmail('target@example.com'))!.id;
+    const targetKey = (await store.apiKeys.findByName('target'))!.id;
     let n = 0;
     let admitted = false;
     const paths: Array<{ what: string; run: () => Promise<{ status: number; json: any }>; exceeds: boolean }> = [
@@ -427,9 +428,9 @@ test('no minting path yields a credential that decrypts a classification its cal
           const members = membersFor(store, admission, admitted);
           const more =
             admission === 'user'
-              ? { users: [...members.users!, store.users.findByEmail('other@example.com')!.id] }
+              ? { users: [...members.users!, (syncRepositories(store).users.findByEmail('other@example.com'))!.id] }
               : admission === 'role'
-                ? { roles: [...members.roles!, store.roles.findByName('viewer')!.id] }
+                ? { roles: [...members.roles!, (syncRepositories(store).roles.findByName('viewer'))!.id] }
                 : { ...members, gws_groups: [...members.gws_groups!, { id: 'g-new' }] };
           return call(url, `/api/v3/classifications/${secret.id}`, { method: 'PATCH', key: MINT.admin, body: JSON.stringify(more) });
         },
@@ -461,7 +462,7 @@ test('no minting path yields a credential that decrypts a classification its cal
 /** Makes the target a member of classification `id` by the way `admission` says. */
 function admitTarget(store: App['services']['store'], id: number, admission: Admission): void {
   const members = membersFor(store, admission, false);
-  store.classifications.update(id, {
+  syncRepositories(store).classifications.update(id, {
     userIds: members.users,
     roleIds: members.roles,
     providers: members.gws_groups === undefined ? undefined : [{ configurationId: members.provider_container_id!, gwsGroups: members.gws_groups }],
@@ -493,7 +494,7 @@ seed:
 test('regression: an administrator not admitted to PHI cannot mint its way in â€” a key for ada, a user with the owner role, rotating ada\'s key', async (t) => {
   const { url, app } = await startApp(t, '', ATTACK_SEED);
   const store = app.services.store;
-  const ada = store.users.findByEmail('ada@example.com')!;
+  const ada = (await store.users.findByEmail('ada@example.com'))!;
   const phi = await call(url, '/api/v3/encryption/payments/encrypt', { key: ATTACK.ada, body: '{"a":"diagnosis"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': 'phi' } });
   const pci = await call(url, '/api/v3/encryption/payments/encrypt', { key: ATTACK.ada, body: '{"a":"card"}', headers: { 'x-svc-fields': 'a', 'x-svc-classification': 'pci' } });
   const decrypt = (apiKey: string, body: string) => call(url, '/api/v3/encryption/payments/decrypt', { key: apiKey, body });
@@ -501,16 +502,16 @@ test('regression: an administrator not admitted to PHI cannot mint its way in â€
 
   const minted = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'for-ada', user_id: ada.id, permissions: ['data.decrypt'] }) });
   assert.deepEqual([minted.status, minted.json], [403, UNAUTHORIZED], 'a key for ada');
-  assert.equal(store.apiKeys.findByName('for-ada'), undefined);
+  assert.equal(await store.apiKeys.findByName('for-ada'), undefined);
 
   const asOwner = { name: 'Mallory', email: 'mallory@example.com', password: 'a long enough password', roles: ['owner'] };
   for (const apiKey of [ATTACK.admin, ATTACK.adminAll]) {
     const created = await call(url, '/api/v3/users', { key: apiKey, body: JSON.stringify(asOwner) });
     assert.deepEqual([created.status, created.json], [403, UNAUTHORIZED], 'a user with the owner role (PCI admits owners)');
   }
-  assert.equal(store.users.findByEmail('mallory@example.com'), undefined);
+  assert.equal(await store.users.findByEmail('mallory@example.com'), undefined);
 
-  const rotated = await call(url, `/api/v3/api-keys/${store.apiKeys.findByName('ada')!.id}/rotate`, { key: ATTACK.admin });
+  const rotated = await call(url, `/api/v3/api-keys/${(await store.apiKeys.findByName('ada'))!.id}/rotate`, { key: ATTACK.admin });
   assert.deepEqual([rotated.status, rotated.json], [403, UNAUTHORIZED], "rotating ada's key");
   assert.equal((await decrypt(ATTACK.ada, phi.text)).status, 200, "ada's key still works");
   assert.equal((await decrypt(ATTACK.ada, pci.text)).status, 200);
@@ -520,7 +521,7 @@ test('regression: an administrator not admitted to PHI cannot mint its way in â€
   const narrow = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'ada-users', user_id: ada.id, permissions: ['users.manage'] }) });
   assert.deepEqual([narrow.status, narrow.json], [403, UNAUTHORIZED], 'a narrow key for an owner');
   // What admin could decrypt itself it may still hand out: a key for itself without data.decrypt.
-  const admin = store.users.findByEmail('admin@example.com')!;
+  const admin = (await store.users.findByEmail('admin@example.com'))!;
   const harmless = await call(url, '/api/v3/api-keys', { key: ATTACK.admin, body: JSON.stringify({ name: 'admin-users', user_id: admin.id, permissions: ['users.manage'] }) });
   assert.equal(harmless.status, 201, harmless.text);
 });
@@ -532,25 +533,25 @@ test('regression: an administrator cannot create an owner who then adds itself t
   const asOwner = { name: 'Mallory', email: 'mallory@example.com', password: 'a long enough password', roles: ['owner'] };
   const created = await call(url, '/api/v3/users', { key: ATTACK.adminAll, body: JSON.stringify(asOwner) });
   assert.deepEqual([created.status, created.json], [403, UNAUTHORIZED]);
-  assert.equal(store.users.findByEmail('mallory@example.com'), undefined);
+  assert.equal(await store.users.findByEmail('mallory@example.com'), undefined);
 });
 
 test('owners are exempt (break-glass), and each exempt action says so in the activity log', async (t) => {
   const { url, app } = await startApp(t, '', ATTACK_SEED.replace('users: [ada@example.com] }', 'users: [admin@example.com] }'));
   const store = app.services.store;
-  const admin = store.users.findByEmail('admin@example.com')!;
+  const admin = (await store.users.findByEmail('admin@example.com'))!;
   // ada (owner) is not admitted to PHI, which lists only admin.
   const forAdmin = await call(url, '/api/v3/api-keys', { key: ATTACK.ada, body: JSON.stringify({ name: 'break-glass', user_id: admin.id, permissions: ['data.decrypt'] }) });
   assert.equal(forAdmin.status, 201, forAdmin.text);
-  const phiId = store.classifications.findBySlug('phi')!.id;
-  const patched = await call(url, `/api/v3/classifications/${phiId}`, { method: 'PATCH', key: ATTACK.ada, body: JSON.stringify({ users: [admin.id, store.users.findByEmail('ada@example.com')!.id] }) });
+  const phiId = (await store.classifications.findBySlug('phi'))!.id;
+  const patched = await call(url, `/api/v3/classifications/${phiId}`, { method: 'PATCH', key: ATTACK.ada, body: JSON.stringify({ users: [admin.id, (await store.users.findByEmail('ada@example.com'))!.id] }) });
   assert.equal(patched.status, 200, patched.text);
   // Within what ada may decrypt (PCI admits owners): no exemption needed, none recorded.
   const plain = await call(url, '/api/v3/api-keys', { key: ATTACK.ada, body: JSON.stringify({ name: 'plain', permissions: ['data.decrypt'] }) });
   assert.equal(plain.status, 201);
 
   app.services.logs.flush();
-  const entries = store.logs.listActivity({ limit: 50, offset: 0 }).filter((e) => e.action === 'api-key.created' || e.action === 'classification.updated');
+  const entries = (await store.logs.listActivity({ limit: 50, offset: 0 })).filter((e) => e.action === 'api-key.created' || e.action === 'classification.updated');
   const byAction = (action: string, name: string) => entries.find((e) => e.action === action && e.description.includes(name))!;
   assert.match(byAction('api-key.created', '"break-glass"').description, /Exempt as owner \(break-glass\): it can decrypt classification "PHI" \(id \d+\), which the caller is not admitted to\.$/);
   assert.match(byAction('classification.updated', '"PHI"').description, /Exempt as owner \(break-glass\): the caller is not admitted to classification "PHI"\.$/);

@@ -34,12 +34,12 @@ async function start(t: TestContext): Promise<Running & { ids: { ada: number; bi
   const running = await startApp(t, '', SEED);
   const store = running.app.services.store;
   const ids = {
-    ada: store.users.findByEmail('ada@example.com')!.id,
-    bill: store.users.findByEmail('bill@example.com')!.id,
-    dev: store.users.findByEmail('dev@example.com')!.id,
-    developer: store.roles.findByName('developer')!.id,
-    administrator: store.roles.findByName('administrator')!.id,
-    pci: store.classifications.findBySlug('pci')!.id,
+    ada: (await store.users.findByEmail('ada@example.com'))!.id,
+    bill: (await store.users.findByEmail('bill@example.com'))!.id,
+    dev: (await store.users.findByEmail('dev@example.com'))!.id,
+    developer: (await store.roles.findByName('developer'))!.id,
+    administrator: (await store.roles.findByName('administrator'))!.id,
+    pci: (await store.classifications.findBySlug('pci'))!.id,
   };
   return Object.assign(running, { ids });
 }
@@ -194,7 +194,7 @@ test('changing reveal rules needs a caller admitted to the classification; sendi
   const exempt = await call(url, `${LIST}/${other.json.id}`, { method: 'PATCH', key: K.ada, body: JSON.stringify({ reveal: [grant] }), headers: { 'x-svc-request-id': 'exempt-1' } });
   assert.equal(exempt.status, 200);
   running.app.services.logs.flush();
-  const [entry] = running.app.services.store.logs.listActivity({ requestId: 'exempt-1', limit: 1, offset: 0 });
+  const [entry] = await running.app.services.store.logs.listActivity({ requestId: 'exempt-1', limit: 1, offset: 0 });
   assert.match(entry!.description, /Exempt as owner \(break-glass\): the caller is not admitted to classification "Other"\.$/);
 });
 

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import type { App } from '../../src/app.ts';
 import { verifyPassword } from '../../src/auth/passwords.ts';
 import { call, KEYS, startApp } from '../support/app.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const USERS = '/api/v3/users';
 const ROLES = '/api/v3/roles';
@@ -15,7 +16,7 @@ function json(body: unknown): string {
 
 function activityOf(app: App, requestId: string | null) {
   app.services.logs.flush();
-  return app.services.store.logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
+  return syncRepositories(app.services.store).logs.listActivity({ requestId: requestId ?? '', limit: 10, offset: 0 });
 }
 
 test('GET /users returns the page envelope of users with their roles', async (t) => {
@@ -82,7 +83,7 @@ test('GET /users pages at several sizes', async (t) => {
 test('POST /users creates a user with a hashed password and roles by name or id', async (t) => {
   const { url, app, logs } = await startApp(t);
   const password = 'a long enough secret';
-  const viewerRole = app.services.store.roles.findByName('viewer')!;
+  const viewerRole = (await app.services.store.roles.findByName('viewer'))!;
   const res = await call(url, USERS, { body: json({ name: 'Lin Lee', email: 'lin@example.com', password, roles: ['developer', viewerRole.id, 'developer'] }) });
   assert.equal(res.status, 201);
   assert.equal(res.json.name, 'Lin Lee');
@@ -93,10 +94,10 @@ test('POST /users creates a user with a hashed password and roles by name or id'
   assert.ok(!res.text.includes(password));
   assert.ok(!/password|scrypt/.test(res.text));
 
-  const stored = app.services.store.users.findById(res.json.id)!;
+  const stored = (await app.services.store.users.findById(res.json.id))!;
   assert.match(stored.passwordHash!, /^scrypt\$/);
   assert.ok(verifyPassword(password, stored.passwordHash!));
-  assert.deepEqual([...app.services.store.users.permissionsOf(stored.id)].sort().slice(0, 3), ['api-keys.create', 'api-keys.view', 'classifications.view']);
+  assert.deepEqual([...(await app.services.store.users.permissionsOf(stored.id))].sort().slice(0, 3), ['api-keys.create', 'api-keys.view', 'classifications.view']);
 
   const listed = await call(url, `${USERS}?per_page=100`, { method: 'GET' });
   assert.deepEqual(listed.json.data.at(-1), res.json);
@@ -113,7 +114,7 @@ test('POST /users creates a user with a hashed password and roles by name or id'
   const bare = await call(url, USERS, { body: json({ name: 'No Login', email: 'nologin@example.com' }) });
   assert.equal(bare.status, 201);
   assert.deepEqual(bare.json.roles, []);
-  assert.equal(app.services.store.users.findById(bare.json.id)?.passwordHash, null);
+  assert.equal((await app.services.store.users.findById(bare.json.id))?.passwordHash, null);
   assert.equal(activityOf(app, bare.headers.get('x-svc-request-id'))[0]?.description, 'Created user nologin@example.com.');
 });
 
@@ -139,7 +140,7 @@ test('POST /users answers 422 with exact messages', async (t) => {
     const message = messages.length === 1 ? messages[0] : `${messages[0]} (and ${messages.length - 1} more error)`;
     assert.deepEqual(res.json, { message, errors }, what);
   }
-  assert.equal(app.services.store.users.list().length, 5, 'nothing was created');
+  assert.equal((await app.services.store.users.list()).length, 5, 'nothing was created');
 });
 
 test('user and role endpoints: 401 and 403', async (t) => {
@@ -160,7 +161,7 @@ test('user and role endpoints: 401 and 403', async (t) => {
     assert.equal(res.status, 403);
     assert.deepEqual(res.json, { message: 'User does not have the right permissions.' });
   }
-  assert.equal(app.services.store.users.findByEmail('x@example.com'), undefined);
+  assert.equal(await app.services.store.users.findByEmail('x@example.com'), undefined);
 });
 
 test('a key cannot create a user with more permissions than it has', async (t) => {

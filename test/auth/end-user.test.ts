@@ -14,6 +14,7 @@ import { loadConfig } from '../../src/config/load.ts';
 import { openStore, type Store } from '../../src/store/db.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { asymmetric, AUDIENCE, hs256, ISSUER, jwks, sign, startJwksServer, TEST_CA_FILE, tempDir, unsigned, writeFile, type SigningKey } from '../support/jwt.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 interface Subject {
   readonly identity: EndUserIdentity;
@@ -44,9 +45,9 @@ function identityOf(t: TestContext, jwtYaml: string): Subject {
     await identity.close();
     store.close();
   });
-  const role = (name: string) => store.roles.findByName(name)!.id;
-  store.users.create({ name: 'Kate', email: 'kate@example.com', roleIds: [role('developer')] });
-  store.users.create({ name: 'Vic', email: 'vic@example.com', roleIds: [role('viewer')], disabled: true });
+  const role = (name: string) => (syncRepositories(store).roles.findByName(name))!.id;
+  syncRepositories(store).users.create({ name: 'Kate', email: 'kate@example.com', roleIds: [role('developer')] });
+  syncRepositories(store).users.create({ name: 'Vic', email: 'vic@example.com', roleIds: [role('viewer')], disabled: true });
   const as = (headers: Record<string, string>) => identity.resolve(headers, store);
   return { identity, store, as, bearer: (token) => as({ authorization: `Bearer ${token}` }), logs: () => chunks.join('') };
 }
@@ -75,8 +76,8 @@ test('HS256 through secret_file: a valid token identifies the svc user its email
   const subject = hs256Identity(t);
   const token = await sign(subject.signer, { sub: 'auth0|kate', email: 'Kate@Example.COM' });
   const user = await subject.bearer(token);
-  const kate = subject.store.users.findByEmail('kate@example.com')!;
-  assert.deepEqual(user, { subject: 'auth0|kate', userId: kate.id, roleIds: [subject.store.roles.findByName('developer')!.id], email: 'kate@example.com', groups: [] });
+  const kate = (await subject.store.users.findByEmail('kate@example.com'))!;
+  assert.deepEqual(user, { subject: 'auth0|kate', userId: kate.id, roleIds: [(await subject.store.roles.findByName('developer'))!.id], email: 'kate@example.com', groups: [] });
   // The same token again: the same answer (from the cache of verified tokens).
   assert.deepEqual(await subject.bearer(token), user);
   // A secret file written with CRLF reads the same.
@@ -192,13 +193,13 @@ test('a verified token whose email names no svc user identifies an end user with
   assert.deepEqual(await subject.bearer(token), {
     subject: 'u-77',
     userId: null,
-    roleIds: [subject.store.roles.findByName('developer')!.id],
+    roleIds: [(await subject.store.roles.findByName('developer'))!.id],
     email: 'nobody@example.com',
     groups: ['g-nurses'],
   });
   // Kate's own roles and the claimed ones together.
   const kate = await subject.bearer(await sign(subject.signer, { sub: 'k', email: 'kate@example.com', roles: 'owner' }));
-  assert.deepEqual(kate?.roleIds, [subject.store.roles.findByName('owner')!.id, subject.store.roles.findByName('developer')!.id].sort((a, b) => a - b));
+  assert.deepEqual(kate?.roleIds, [(await subject.store.roles.findByName('owner'))!.id, (await subject.store.roles.findByName('developer'))!.id].sort((a, b) => a - b));
   // Claims of the wrong type grant nothing; they do not make the reader anonymous.
   const odd = await subject.bearer(await sign(subject.signer, { sub: 'u-78', email: 42, roles: { developer: true }, groups: Array.from({ length: 257 }, (_, i) => `g-${i}`) }));
   assert.deepEqual(odd, { subject: 'u-78', userId: null, roleIds: [], email: '', groups: [] });
@@ -211,14 +212,14 @@ test('an email the provider has not verified names no svc user; a disabled svc u
     const user = await subject.bearer(await sign_({ sub: 'x', email: 'kate@example.com', email_verified: flag, roles: ['viewer'] }));
     assert.equal(user?.userId, null, `email_verified: ${JSON.stringify(flag)}`);
     assert.equal(user?.email, '');
-    assert.deepEqual(user?.roleIds, [subject.store.roles.findByName('viewer')!.id], 'the roles claim still counts');
+    assert.deepEqual(user?.roleIds, [(await subject.store.roles.findByName('viewer'))!.id], 'the roles claim still counts');
   }
   assert.notEqual((await subject.bearer(await sign_({ sub: 'x', email: 'kate@example.com', email_verified: true })))?.userId, null);
   assert.equal(await subject.bearer(await sign_({ sub: 'v', email: 'vic@example.com', roles: ['owner'] })), null, 'disabled user');
   assert.equal(await subject.bearer(await sign_({ sub: 'v', email: 'VIC@example.com.' })), null, 'disabled user, another spelling');
   const kelvin = await subject.bearer(await sign_({ email: '\u212Aate@example.com' }));
   assert.equal(kelvin?.subject, '\u212Aate@example.com', 'no sub: the user claim as sent');
-  assert.equal(kelvin?.userId, subject.store.users.findByEmail('kate@example.com')!.id, 'compared normalised');
+  assert.equal(kelvin?.userId, (await subject.store.users.findByEmail('kate@example.com'))!.id, 'compared normalised');
   for (const sub of ['kate\nforged line', 'admin\u202Egnp', 'x'.repeat(257)]) {
     assert.equal(await subject.bearer(await sign_({ sub, email: 'kate@example.com' })), null, JSON.stringify(sub.slice(0, 20)));
   }
@@ -227,14 +228,14 @@ test('an email the provider has not verified names no svc user; a disabled svc u
 
 test('claims by dotted name read nested claims (realm_access.roles); a top-level claim of the whole name wins (namespaced claims)', async (t) => {
   const subject = hs256Identity(t, `roles_claim: realm_access.roles\ngroups_claim: https://example.com/groups\nuser_claim: preferred_email`);
-  const developer = subject.store.roles.findByName('developer')!.id;
-  const viewer = subject.store.roles.findByName('viewer')!.id;
+  const developer = (await subject.store.roles.findByName('developer'))!.id;
+  const viewer = (await subject.store.roles.findByName('viewer'))!.id;
   const user = await subject.bearer(await sign(subject.signer, { sub: 's', preferred_email: 'kate@example.com', realm_access: { roles: ['viewer'] }, 'https://example.com/groups': ['g-1'] }));
   assert.deepEqual(user?.roleIds, [developer, viewer]);
   assert.deepEqual(user?.groups, ['g-1']);
   assert.equal(user?.email, 'kate@example.com');
   const both = await subject.bearer(await sign(subject.signer, { sub: 's', 'realm_access.roles': ['owner'], realm_access: { roles: ['viewer'] } }));
-  assert.deepEqual(both?.roleIds, [subject.store.roles.findByName('owner')!.id], 'the top-level claim named realm_access.roles');
+  assert.deepEqual(both?.roleIds, [(await subject.store.roles.findByName('owner'))!.id], 'the top-level claim named realm_access.roles');
   const inherited = await subject.bearer(await sign(subject.signer, { sub: 's', realm_access: { roles: { length: 1, 0: 'owner' } } }));
   assert.deepEqual(inherited?.roleIds, [], 'an object that looks like a list is none');
   const proto = await subject.bearer(await sign(subject.signer, JSON.parse('{"sub":"s","realm_access":{"__proto__":{"roles":["owner"]}}}')));
@@ -246,7 +247,7 @@ test('RS256 and ES256 through jwks_file; a key outside the set is refused; witho
   const es = await asymmetric('ES256');
   const subject = await jwksFileIdentity(t, rs, es);
   assert.equal((await subject.bearer(await sign(rs, { sub: 'r' })))?.subject, 'r');
-  assert.equal((await subject.bearer(await sign(es, { sub: 'e', email: 'kate@example.com' })))?.userId, subject.store.users.findByEmail('kate@example.com')!.id);
+  assert.equal((await subject.bearer(await sign(es, { sub: 'e', email: 'kate@example.com' })))?.userId, (await subject.store.users.findByEmail('kate@example.com'))!.id);
   const outsider = await asymmetric('ES256', es.kid);
   assert.equal(await subject.bearer(await sign(outsider, { sub: 'o' })), null, 'another key under a kid of the set');
   assert.equal(await subject.bearer(await sign(await asymmetric('ES256', 'unknown-kid'), { sub: 'o' })), null, 'a kid the set does not have');
@@ -313,10 +314,10 @@ test('a remembered verification still ends at exp, and a change of the svc user 
   const subject = hs256Identity(t, `${CHECKS}\nclock_tolerance: 0s`);
   const token = await sign(subject.signer, { sub: 'kate', email: 'kate@example.com' }, { expiresIn: 2 });
   assert.notEqual((await subject.bearer(token))?.userId, null);
-  const kate = subject.store.users.findByEmail('kate@example.com')!;
-  subject.store.users.update(kate.id, { disabled: true });
+  const kate = (await subject.store.users.findByEmail('kate@example.com'))!;
+  await subject.store.users.update(kate.id, { disabled: true });
   assert.equal(await subject.bearer(token), null, 'disabled: anonymous on the next request');
-  subject.store.users.update(kate.id, { disabled: false });
+  await subject.store.users.update(kate.id, { disabled: false });
   assert.notEqual(await subject.bearer(token), null);
   await new Promise((resolve) => setTimeout(resolve, 2100));
   assert.equal(await subject.bearer(token), null, 'expired: anonymous, though verified before');

@@ -58,7 +58,7 @@ function parseSecrets(stdout: string): Record<string, string> {
 
 async function serveStore(t: TestContext, configPath: string): Promise<{ url: string; app: App }> {
   const sink = new Writable({ write: (_chunk, _enc, done) => done() });
-  const app = createApp(loadConfig({ path: configPath, env: {} }), { logger: createLogger('warn', sink), env: {} });
+  const app = await createApp(loadConfig({ path: configPath, env: {} }), { logger: createLogger('warn', sink), env: {} });
   const { main } = await app.listen();
   t.after(() => app.close());
   return { url: `http://127.0.0.1:${main.port}`, app };

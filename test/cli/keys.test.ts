@@ -13,6 +13,7 @@ import { openStore } from '../../src/store/db.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 const KEY = `svc_${'Cli'.padEnd(40, '0')}`;
@@ -65,7 +66,7 @@ seed:
 `,
   );
   const sink = new Writable({ write: (_chunk, _enc, done) => done() });
-  const app = createApp(loadConfig({ path, env: {} }), { logger: createLogger('warn', sink), env: {} });
+  const app = await createApp(loadConfig({ path, env: {} }), { logger: createLogger('warn', sink), env: {} });
   const { main } = await app.listen();
   t.after(() => app.close());
   return { dir, path, url: `http://127.0.0.1:${main.port}`, app, keys: (...args) => ['keys', ...args, '--config', path] };
@@ -98,7 +99,7 @@ test('keys rotate prints the new version, and the running service writes it at o
   const v3 = await encrypt(f, DOC);
   assert.match(v3.json.card.number, /^svc:3:/);
   assert.equal((await decrypt(f, v1.text)).text, DOC);
-  assert.deepEqual(f.app.services.store.configurations.keys(f.app.services.store.configurations.findByName('payments')!.id).map((k) => k.version), [1, 2, 3]);
+  assert.deepEqual((await f.app.services.store.configurations.keys((await f.app.services.store.configurations.findByName('payments'))!.id)).map((k) => k.version), [1, 2, 3]);
   const [entry] = activity(f, 'configuration.rotated');
   assert.match(entry!, /^Rotated the key of configuration "payments" to version 2, by svc-sidecar keys rotate as OS user "[^"]+"\.$/);
 });
@@ -176,8 +177,8 @@ test('keys destroy: confirmation required, the current version refused, then the
   assert.match(wrong.stderr, /confirm: The confirm field must be "payments\/v1"\./);
   assert.equal((await decrypt(f, v1.text)).status, 200, 'still there');
 
-  const id = f.app.services.store.configurations.findByName('payments')!.id;
-  const wrapped = f.app.services.store.configurations.keys(id)[0]!.wrapped;
+  const id = (await f.app.services.store.configurations.findByName('payments'))!.id;
+  const wrapped = (await f.app.services.store.configurations.keys(id))[0]!.wrapped;
   const wrappedText = wrapped.toString('latin1');
   // Fold the WAL into svc.db first, as time would: the page holding the key then sits in
   // the database file, where only the destroy's own checkpoint replaces it.
@@ -247,8 +248,8 @@ test('destroyKey leaves no copy of the wrapped key in the database file or its W
   const store = openStore(path);
   t.after(() => store.close());
   const wrapped = [randomBytes(60), randomBytes(60)];
-  const configuration = store.configurations.create({ name: 'c', type: 'encryption', keyringId: randomBytes(16), firstWrappedKey: wrapped[0]! });
-  store.configurations.addKey(configuration.id, 2, wrapped[1]!);
+  const configuration = syncRepositories(store).configurations.create({ name: 'c', type: 'encryption', keyringId: randomBytes(16), firstWrappedKey: wrapped[0]! });
+  syncRepositories(store).configurations.addKey(configuration.id, 2, wrapped[1]!);
   // A running service's connection: it keeps the WAL file in place, and with it any page
   // image the destroying connection does not checkpoint away itself.
   const service = new DatabaseSync(path);
@@ -260,12 +261,12 @@ test('destroyKey leaves no copy of the wrapped key in the database file or its W
   const holding = () => readdirSync(dir).filter((name) => pieces.some((piece) => readFileSync(join(dir, name)).includes(piece)));
   assert.deepEqual(holding(), ['svc.db']);
 
-  assert.equal(store.configurations.destroyKey(configuration.id, 1), 'destroyed');
+  assert.equal(syncRepositories(store).configurations.destroyKey(configuration.id, 1), 'destroyed');
   assert.deepEqual(holding(), []);
   assert.ok(readdirSync(dir).some((name) => readFileSync(join(dir, name)).includes(wrapped[1]!)), 'version 2 is untouched');
-  assert.equal(store.configurations.destroyKey(configuration.id, 1), 'already-destroyed');
-  assert.equal(store.configurations.destroyKey(configuration.id, 2), 'current');
-  assert.equal(store.configurations.destroyKey(configuration.id, 3), 'not-found');
+  assert.equal(syncRepositories(store).configurations.destroyKey(configuration.id, 1), 'already-destroyed');
+  assert.equal(syncRepositories(store).configurations.destroyKey(configuration.id, 2), 'current');
+  assert.equal(syncRepositories(store).configurations.destroyKey(configuration.id, 3), 'not-found');
   assert.equal((sqliteConnection(store).prepare('PRAGMA secure_delete').get() as { secure_delete: number }).secure_delete, 0, 'the connection setting is restored');
 });
 
@@ -281,7 +282,7 @@ test('keys destroy follows keys.destroy_after from the configuration file: 0s le
 
 test('the CLI never re-applies the seed to a live store: an API key rotated through the API stays rotated', async (t) => {
   const f = await fixture(t);
-  const ops = f.app.services.store.apiKeys.findByName('ops')!;
+  const ops = (await f.app.services.store.apiKeys.findByName('ops'))!;
   const rotated = await call(f.url, `/api/v3/api-keys/${ops.id}/rotate`, { key: KEY });
   assert.equal(rotated.status, 200);
   const newKey: string = rotated.json.key;

@@ -34,9 +34,9 @@ function tempDir(t: TestContext): string {
   return dir;
 }
 
-function start(text: string) {
+async function start(text: string) {
   const sink = new Writable({ write: (_chunk, _enc, done) => done() });
-  return createApp(loadConfig({ text, env: {} }), { env: { SVC_MASTER_KEY: MASTER }, logger: createLogger('silent', sink) });
+  return await createApp(loadConfig({ text, env: {} }), { env: { SVC_MASTER_KEY: MASTER }, logger: createLogger('silent', sink) });
 }
 
 test('a listen address given as a bare port, a number or a string, says host:port with that port', () => {
@@ -162,7 +162,7 @@ test('with an existing store, createApp checks the routes against the store afte
   const files = `store: { path: "${join(dir, 'svc.db')}" }\nlogging: { level: silent }\n`;
   // A first start leaves names in the store that the next file's seed does not declare
   // (as the management API would).
-  const first = start(`${files}
+  const first = await start(`${files}
 seed:
   configurations: [{ name: payments }, { name: api-made }]
   classifications:
@@ -180,8 +180,8 @@ seed:
   // The schema pass cannot know what the store holds, so it lets these through...
   assert.equal(loadConfig({ text, env: {} }).egress[0]?.configuration, 'api-made');
   // ...and the start refuses the names the store does not hold, all of them at once.
-  assert.throws(
-    () => start(text),
+  await assert.rejects(
+    start(text),
     (err: unknown) => {
       assert.ok(err instanceof ConfigError, String(err));
       assert.deepEqual([...err.problems].sort(), [
@@ -200,7 +200,7 @@ store: { path: ":memory:" }
 logging: { level: silent }
 state: { source: control-plane, control_plane: { url: "http://127.0.0.1:1", api_key: "svc_${'a'.repeat(40)}" } }
 ${ROUTES_YAML.replace(/ {4}- \{ match: \{ path: \/b \}.*\n/, '')}`;
-  const app = start(text);
+  const app = await start(text);
   await app.close();
 });
 
@@ -241,7 +241,7 @@ function serve(config: string): Promise<{ code: number | null; stderr: string }>
 test('serve with a route naming what an existing store does not hold exits 1 listing it like any other config problem', async (t) => {
   const dir = tempDir(t);
   const files = `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: "${join(dir, 'svc.db')}" }\nlogging: { level: silent }\n`;
-  await start(`${files}seed: { configurations: [{ name: payments }] }\n`).close();
+  await (await start(`${files}seed: { configurations: [{ name: payments }] }\n`)).close();
   const config = join(dir, 'svc.yaml');
   writeFileSync(config, `${files}egress: [{ name: vendor, destination: "https://vendor.example", configuration: paymnets }]\n`);
   const run = await serve(config);

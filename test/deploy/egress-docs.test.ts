@@ -24,7 +24,7 @@ test('the configuration example of docs/egress.md loads and starts', async (t) =
     .replace(/\.\/data\//g, `${dir}/data/`)}`;
   const config = loadConfig({ text, env: {} });
   assert.equal(config.egress_proxy!.hosts.length, 2);
-  const app = createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
+  const app = await createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
   await app.listen();
   await app.close();
   assert.ok(existsSync(join(dir, 'data', 'egress-ca.pem')) && existsSync(join(dir, 'data', 'egress-ca.key')));

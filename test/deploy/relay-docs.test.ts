@@ -22,7 +22,7 @@ test('every configuration example of docs/relay.md loads and starts', async () =
       .replace(/admin_listen: [^\s#]+/, 'admin_listen: "off"');
     const config = loadConfig({ text, env: {} });
     assert.ok(config.relay?.protect !== undefined, 'the example shows the guard');
-    const app = createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
+    const app = await createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
     await app.listen();
     await app.close();
   }

@@ -43,7 +43,7 @@ ${SEED}`,
 }
 
 async function startAndStop(dir: string, env: NodeJS.ProcessEnv): Promise<void> {
-  const app = createApp(config(dir), { env, logger: createLogger('silent') });
+  const app = await createApp(config(dir), { env, logger: createLogger('silent') });
   await app.close();
 }
 
@@ -53,8 +53,8 @@ test('a store refuses a master key other than the one its keys are wrapped under
   await startAndStop(dir, a);
   await startAndStop(dir, a);
   const b = { SVC_MASTER_KEY: randomBytes(32).toString('base64') };
-  assert.throws(
-    () => createApp(config(dir), { env: b, logger: createLogger('silent') }),
+  await assert.rejects(
+    createApp(config(dir), { env: b, logger: createLogger('silent') }),
     (err: unknown) => err instanceof MasterKeyMismatchError && err.message === `The master key does not match the one this store was created with (store: ${join(dir, 'svc.db')}).`,
   );
 });
@@ -66,10 +66,10 @@ test('a store from before check values is checked against a key it holds, then r
   const store = openStore(join(dir, 'svc.db'));
   sqliteConnection(store).exec("DELETE FROM store_meta WHERE name = 'master_key_check'");
   store.close();
-  assert.throws(() => createApp(config(dir), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') }), MasterKeyMismatchError);
+  await assert.rejects(createApp(config(dir), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') }), MasterKeyMismatchError);
   await startAndStop(dir, a);
   const again = openStore(join(dir, 'svc.db'));
-  assert.match(again.meta.get('master_key_check') ?? '', /^[0-9a-f]{64}$/);
+  assert.match((await again.meta.get('master_key_check')) ?? '', /^[0-9a-f]{64}$/);
   again.close();
 });
 
@@ -78,7 +78,7 @@ test('no development key is generated next to a store that holds wrapped keys', 
   await startAndStop(dir, {});
   assert.ok(existsSync(join(dir, 'master.key')), 'the first start generated a development key');
   rmSync(join(dir, 'master.key'));
-  assert.throws(() => createApp(config(dir), { env: {}, logger: createLogger('silent') }), MasterKeyMissingError);
+  await assert.rejects(createApp(config(dir), { env: {}, logger: createLogger('silent') }), MasterKeyMissingError);
   assert.equal(existsSync(join(dir, 'master.key')), false, 'no new key was written');
 });
 
