@@ -25,8 +25,7 @@ export function onRollback(db: DatabaseSync, listener: () => void): void {
  * SQLite resolves RELEASE / ROLLBACK TO against the innermost savepoint of that name.
  */
 export function runInTransaction<T>(db: DatabaseSync, fn: () => T): T {
-  const nested = db.isTransaction;
-  db.exec(nested ? 'SAVEPOINT svc_nested' : 'BEGIN IMMEDIATE');
+  const nested = begin(db);
   let result: T;
   try {
     result = fn();
@@ -39,24 +38,18 @@ export function runInTransaction<T>(db: DatabaseSync, fn: () => T): T {
     rollback(db, nested);
     throw error;
   }
-  try {
-    db.exec(nested ? 'RELEASE svc_nested' : 'COMMIT');
-  } catch (error) {
-    rollback(db, nested);
-    throw error;
-  }
+  commit(db, nested);
   return result;
 }
 
 /**
  * runInTransaction for a callback that answers with a promise: the same BEGIN IMMEDIATE or
  * savepoint, committed once the promise settles. The connection is shared by the whole
- * process, so the caller must keep anything but `fn`'s own statements off it meanwhile
- * (sqlite/open.ts refuses them).
+ * process, so the caller keeps everything but `fn`'s own statements off it meanwhile
+ * (sqlite/gate.ts).
  */
 export async function runInTransactionAsync<T>(db: DatabaseSync, fn: () => Promise<T>): Promise<T> {
-  const nested = db.isTransaction;
-  db.exec(nested ? 'SAVEPOINT svc_nested' : 'BEGIN IMMEDIATE');
+  const nested = begin(db);
   let result: T;
   try {
     result = await fn();
@@ -64,13 +57,24 @@ export async function runInTransactionAsync<T>(db: DatabaseSync, fn: () => Promi
     rollback(db, nested);
     throw error;
   }
+  commit(db, nested);
+  return result;
+}
+
+/** Opens the transaction, or a savepoint inside one; true for a savepoint. */
+function begin(db: DatabaseSync): boolean {
+  const nested = db.isTransaction;
+  db.exec(nested ? 'SAVEPOINT svc_nested' : 'BEGIN IMMEDIATE');
+  return nested;
+}
+
+function commit(db: DatabaseSync, nested: boolean): void {
   try {
     db.exec(nested ? 'RELEASE svc_nested' : 'COMMIT');
   } catch (error) {
     rollback(db, nested);
     throw error;
   }
-  return result;
 }
 
 function rollback(db: DatabaseSync, nested: boolean): void {
