@@ -30,6 +30,7 @@ import type { Store } from '../src/store/db.ts';
 import { createLogger } from '../src/telemetry/logger.ts';
 import { prng } from './lib/records.ts';
 import { machineInfo } from './lib/report.ts';
+import { syncRepositories } from '../src/store/sqlite/connection.ts';
 
 const CLASSIFICATIONS = 10_000;
 const USERS = 200;
@@ -51,22 +52,22 @@ type Autocannon = (options: { url: string; connections: number; duration: number
 // ---------------------------------------------------------------------------------------
 // Child: the service
 
-function populate(store: Store): { itemId: number } {
+async function populate(store: Store): Promise<{ itemId: number }> {
   // The same seed every run, so every run measures the same data.
   const random = prng(42);
   const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)] as T;
-  const roleIds = store.roles.list().map((r) => r.id);
-  const workspace = store.configurations.findByName('workspace');
+  const roleIds = (await store.roles.list()).map((r) => r.id);
+  const workspace = await store.configurations.findByName('workspace');
   if (workspace === undefined) throw new Error('the bench seed has no workspace configuration');
   let itemId = 0;
-  store.transaction(() => {
+  await store.transaction(async (tx) => {
     const userIds: number[] = [];
     for (let i = 0; i < USERS; i++) {
-      userIds.push(store.users.create({ name: `User ${i}`, email: `user${i}@bench.example`, roleIds: [pick(roleIds)] }).id);
+      userIds.push((await tx.users.create({ name: `User ${i}`, email: `user${i}@bench.example`, roleIds: [pick(roleIds)] })).id);
     }
     for (let i = 0; i < CLASSIFICATIONS; i++) {
       const word = pick(WORDS);
-      const created = store.classifications.create({
+      const created = await tx.classifications.create({
         name: `${word} ${i}`,
         description: i % 3 === 0 ? null : `${pick(WORDS)} records of team ${i % 97}`,
         bgColor: '#aa0000',
@@ -114,17 +115,17 @@ seed:
     - { name: workspace, type: provider, provider: google }
 `,
   });
-  const app = createApp(config, { logger: createLogger('warn'), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
+  const app = await createApp(config, { logger: createLogger('warn'), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
   const store = app.services.store;
   const startedAt = performance.now();
-  const { itemId } = populate(store);
+  const { itemId } = await populate(store);
   const populateSeconds = Math.round(performance.now() - startedAt) / 1000;
 
-  const page = store.classifications.page(TARGET_QUERY);
+  const page = await store.classifications.page(TARGET_QUERY);
   const inProcess = {
-    query: timeIt(() => store.classifications.page(TARGET_QUERY), 300),
+    query: timeIt(() => syncRepositories(store).classifications.page(TARGET_QUERY), 300),
     views: timeIt(() => {
-      const members = store.classifications.membersOf(page.items.map((c) => c.id));
+      const members = syncRepositories(store).classifications.membersOf(page.items.map((c) => c.id));
       const views = new MemberViews(store);
       return page.items.map((c) => classificationView(store, c, members.get(c.id), views));
     }, 300),

@@ -27,6 +27,7 @@ import { loadConfig } from '../src/config/load.ts';
 import { LOG_KINDS, type LogKind, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../src/store/logs.ts';
 import { createLogger } from '../src/telemetry/logger.ts';
 import { machineInfo } from './lib/report.ts';
+import { syncRepositories } from '../src/store/sqlite/connection.ts';
 
 const KEY = `svc_${'Bench'.padEnd(40, '0')}`;
 const PER_PAGE = 10;
@@ -52,10 +53,11 @@ seed:
 `,
   env: {},
 });
-const app = createApp(config, { logger: createLogger('warn'), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
+const app = await createApp(config, { logger: createLogger('warn'), env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
 
 function populate(): void {
-  const { logs, configurations } = app.services.store;
+  // Bulk rows straight into the SQLite file: the bench measures reading them.
+  const { logs, configurations } = syncRepositories(app.services.store);
   const configurationId = configurations.findByName('payments')!.id;
   const start = Date.now() - ROWS * 1000;
   const batch = { activity: [] as NewActivityLog[], api: [] as NewApiLog[], usage: [] as NewUsageLog[] };
@@ -86,7 +88,7 @@ interface ListCase {
 
 /** The cursor the page before `page` returns: the position of that page's last row. */
 function cursorFor(list: ListCase, page: number): string {
-  const { logs } = app.services.store;
+  const { logs } = syncRepositories(app.services.store);
   const offset = (page - 1) * PER_PAGE - 1;
   const [row] = list.name === 'unified' ? logs.listUnified(list.kinds, { limit: 1, offset }).map((e) => ({ ...e.log, kind: e.kind })) : logs.listApi({ limit: 1, offset }).map((r) => ({ ...r, kind: 'api' as const }));
   if (row === undefined) throw new Error(`${list.name}: no row at offset ${offset}`);
@@ -144,7 +146,7 @@ async function main(): Promise<void> {
     await timeGet(base, past);
     const pastMs: number[] = [];
     const walkMs: number[] = [];
-    const { logs } = app.services.store;
+    const { logs } = syncRepositories(app.services.store);
     const query = { limit: PER_PAGE, offset: (1_000_000_000 - 1) * PER_PAGE };
     for (let r = 0; r < ROUNDS; r++) {
       pastMs.push((await timeGet(base, past)).ms);

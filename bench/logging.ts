@@ -88,7 +88,7 @@ seed:
   configurations: [{ name: payments, proxy_slug: payments }]`,
     env: {},
   });
-  const app = createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
+  const app = await createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
   const { main } = await app.listen();
   process.send!({ port: main.port });
   process.on('message', async (message: string) => {
@@ -107,8 +107,8 @@ seed:
       written: writer.written,
       dropped: writer.dropped,
       failedBatches: writer.failedBatches,
-      apiRows: store.logs.count('api'),
-      usageRows: store.logs.count('usage'),
+      apiRows: await store.logs.count('api'),
+      usageRows: await store.logs.count('usage'),
     };
     store.close();
     rmSync(dir, { recursive: true, force: true });

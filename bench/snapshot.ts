@@ -48,17 +48,17 @@ process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
 const master = new MasterKey(randomBytes(32));
 const mac = new SnapshotMac(master);
 
-function populate(store: Store): void {
-  store.transaction(() => {
-    const roleIds = store.roles.list().map((r) => r.id);
+async function populate(store: Store): Promise<void> {
+  await store.transaction(async (tx) => {
+    const roleIds = (await store.roles.list()).map((r) => r.id);
     const userIds: number[] = [];
     for (let i = 0; i < USERS; i++) {
-      userIds.push(store.users.create({ name: `User ${i}`, email: `user${i}@example.com`, passwordHash: 'scrypt$16384$8$1$' + 'a'.repeat(86), roleIds: [roleIds[i % roleIds.length]!] }).id);
+      userIds.push((await tx.users.create({ name: `User ${i}`, email: `user${i}@example.com`, passwordHash: 'scrypt$16384$8$1$' + 'a'.repeat(86), roleIds: [roleIds[i % roleIds.length]!] })).id);
     }
     for (let i = 0; i < CONFIGURATIONS; i++) {
       const id = randomUUID();
       const key = Keyring.generateKey();
-      store.configurations.create({
+      await tx.configurations.create({
         id,
         name: `configuration ${i}`,
         type: 'encryption',
@@ -70,7 +70,7 @@ function populate(store: Store): void {
       });
     }
     for (let i = 0; i < CLASSIFICATIONS; i++) {
-      store.classifications.create({
+      await tx.classifications.create({
         name: `Classification ${i}`,
         description: `Data of kind ${i}, kept apart`,
         bgColor: '#aa0000',
@@ -81,7 +81,7 @@ function populate(store: Store): void {
     }
     for (let i = 0; i < API_KEYS; i++) {
       const secret = randomBytes(32);
-      store.apiKeys.create({ name: `key ${i}`, prefix: `svc_${i}`.padEnd(12, 'x'), keyHash: secret, userId: userIds[i % USERS]! });
+      await tx.apiKeys.create({ name: `key ${i}`, prefix: `svc_${i}`.padEnd(12, 'x'), keyHash: secret, userId: userIds[i % USERS]! });
     }
   });
 }
@@ -91,10 +91,10 @@ function median(samples: readonly number[]): number {
   return sorted[sorted.length >> 1]!;
 }
 
-async function time(rounds: number, run: (round: number) => Promise<void> | void, before?: (round: number) => void): Promise<number[]> {
+async function time(rounds: number, run: (round: number) => Promise<void> | void, before?: (round: number) => Promise<unknown> | void): Promise<number[]> {
   const samples: number[] = [];
   for (let round = -1; round < rounds; round++) {
-    before?.(round);
+    await before?.(round);
     const started = performance.now();
     await run(round);
     if (round >= 0) samples.push(performance.now() - started);
@@ -104,7 +104,7 @@ async function time(rounds: number, run: (round: number) => Promise<void> | void
 
 const cp = openStore(join(dir, 'cp.db'));
 const populateStarted = performance.now();
-populate(cp);
+await populate(cp);
 const populateMs = performance.now() - populateStarted;
 const publisher = new SnapshotPublisher(cp, mac, { foreignRecheckMs: 0 });
 const logRow = () => [{ requestId: randomBytes(8).toString('hex'), method: 'GET', path: '/x', statusCode: 200, durationMs: 1, ip: '', createdAt: new Date().toISOString() }];
@@ -132,8 +132,8 @@ const snapshot = verifySnapshot(published.body, mac);
 let replica: Store | null = null;
 results['apply full'] = await time(
   ROUNDS,
-  () => {
-    applySnapshot(replica!, snapshot, published.gzipped);
+  async () => {
+    await applySnapshot(replica!, snapshot, published.gzipped);
   },
   (round) => {
     replica?.close();
@@ -144,14 +144,14 @@ const target = replica as Store | null;
 if (target === null) throw new Error('no replica store');
 
 /** Changes the control plane, publishes, and applies the new snapshot to the replica, timing the apply only. */
-async function applyAfter(change: (round: number) => void): Promise<number[]> {
+async function applyAfter(change: (round: number) => Promise<unknown> | void): Promise<number[]> {
   const samples: number[] = [];
   for (let round = -1; round < ROUNDS; round++) {
-    change(round);
+    await change(round);
     const next = await publisher.current();
     const verified = verifySnapshot(next.body, mac);
     const started = performance.now();
-    const outcome = applySnapshot(target!, verified, next.gzipped);
+    const outcome = await applySnapshot(target!, verified, next.gzipped);
     const elapsed = performance.now() - started;
     if (outcome.kind !== 'applied') throw new Error('the change was not applied');
     if (round >= 0) samples.push(elapsed);
@@ -160,18 +160,18 @@ async function applyAfter(change: (round: number) => void): Promise<number[]> {
 }
 
 results['apply: 1 classification renamed'] = await applyAfter(() => renameOne(cp));
-const keyIds = cp.apiKeys.list().map((k) => k.id);
-results['apply: 1 API key revoked'] = await applyAfter((round) => {
-  cp.apiKeys.revoke(keyIds[round + 1]!);
+const keyIds = (await cp.apiKeys.list()).map((k) => k.id);
+results['apply: 1 API key revoked'] = await applyAfter(async (round) => {
+  await cp.apiKeys.revoke(keyIds[round + 1]!);
 });
 
-results['restart from the persisted copy'] = await time(ROUNDS, () => {
-  const row = target.replication.getSync('applied')!;
-  applySnapshot(target, verifySnapshot(gunzipSync(row.body!), mac), row.body!, { force: true });
+results['restart from the persisted copy'] = await time(ROUNDS, async () => {
+  const row = (await target.replication.getSync('applied'))!;
+  await applySnapshot(target, verifySnapshot(gunzipSync(row.body!), mac), row.body!, { force: true });
 });
 
 // The replica now matches the control plane.
-if (target.classifications.findById(1)?.name !== cp.classifications.findById(1)?.name) throw new Error('replica and control plane differ');
+if ((await target.classifications.findById(1))?.name !== (await cp.classifications.findById(1))?.name) throw new Error('replica and control plane differ');
 
 const final = await publisher.current();
 const figures = {

@@ -99,7 +99,7 @@ egress_proxy:
     - { match: "127.0.0.1:${loopbackPort}", configuration: payments }`,
     env: {},
   });
-  const app = createApp(config, {
+  const app = await createApp(config, {
     env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') },
     resolve: (host, callback) => (host === TUNNEL_NAME ? callback(null, [{ address: PUBLIC, family: 4 }]) : callback(Object.assign(new Error('not found'), { code: 'ENOTFOUND' }), [])),
   });

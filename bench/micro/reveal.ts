@@ -20,6 +20,7 @@ import { compare, sampleGroup, sink, type Comparison, type SampleOptions, type V
 import { generateDocument } from '../lib/records.ts';
 import type { SuiteResult } from '../lib/report.ts';
 import { FIELD_PATHS, type MicroOptions } from './transformer.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const FIELD_COUNT = 5;
 const BODY_BYTES = 1024;
@@ -37,15 +38,15 @@ interface World {
 function setUp(): World {
   const store = openStore(':memory:');
   const codec = new TokenCodec(new Keyring(Keyring.generateId(), [{ version: 1, key: Keyring.generateKey() }]), { deterministic: false });
-  const configuration = store.configurations.create({ name: 'bench', type: 'encryption', keyringId: codec.keyring.id, firstWrappedKey: Buffer.alloc(60) });
-  const developer = store.roles.findByName('developer')!;
-  const administrator = store.roles.findByName('administrator')!;
-  const ada = store.users.create({ name: 'Ada', email: 'ada@example.com', roleIds: [store.roles.findByName('owner')!.id] });
-  const sue = store.users.create({ name: 'Sue', email: 'sue@example.com', roleIds: [developer.id] });
-  const vic = store.users.create({ name: 'Vic', email: 'vic@example.com', roleIds: [developer.id] });
+  const configuration = syncRepositories(store).configurations.create({ name: 'bench', type: 'encryption', keyringId: codec.keyring.id, firstWrappedKey: Buffer.alloc(60) });
+  const developer = (syncRepositories(store).roles.findByName('developer'))!;
+  const administrator = (syncRepositories(store).roles.findByName('administrator'))!;
+  const ada = syncRepositories(store).users.create({ name: 'Ada', email: 'ada@example.com', roleIds: [(syncRepositories(store).roles.findByName('owner'))!.id] });
+  const sue = syncRepositories(store).users.create({ name: 'Sue', email: 'sue@example.com', roleIds: [developer.id] });
+  const vic = syncRepositories(store).users.create({ name: 'Vic', email: 'vic@example.com', roleIds: [developer.id] });
   const colors = { bgColor: '#000000', fgColor: '#ffffff' };
-  const without = store.classifications.create({ name: 'Without', ...colors, userIds: [ada.id] });
-  const ruled = store.classifications.create({
+  const without = syncRepositories(store).classifications.create({ name: 'Without', ...colors, userIds: [ada.id] });
+  const ruled = syncRepositories(store).classifications.create({
     name: 'Ruled',
     ...colors,
     userIds: [ada.id],
@@ -67,7 +68,7 @@ function setUp(): World {
   return {
     store,
     codec,
-    member: { userId: ada.id, roleIds: [store.roles.findByName('owner')!.id], email: ada.email },
+    member: { userId: ada.id, roleIds: [(syncRepositories(store).roles.findByName('owner'))!.id], email: ada.email },
     masked: { userId: sue.id, roleIds: [developer.id], email: sue.email },
     plainBody: encrypt(without.id),
     ruledBody: encrypt(ruled.id),

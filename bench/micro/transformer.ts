@@ -23,6 +23,7 @@ import { JsonTransformer, transformBuffer, type FieldValue, type ValueHandler } 
 import { compare, sampleGroup, sink, type Comparison, type SampleOptions, type Variant, type VariantResult } from '../lib/measure.ts';
 import { chunk, generateDocument } from '../lib/records.ts';
 import type { SuiteResult } from '../lib/report.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 export const FIELD_PATHS = 'customer.ssn, customer.card.number, customer.card.cvc, customer.email, customer.address';
 const FIELD_COUNT = 5;
@@ -85,7 +86,7 @@ let keyStore: { store: Store; configurationId: string } | undefined;
 function keyInUse(codec: TokenCodec): KeyInUse {
   if (keyStore === undefined) {
     const store = openStore(':memory:');
-    const configuration = store.configurations.create({ name: 'bench', type: 'encryption', keyringId: codec.keyring.id, firstWrappedKey: Buffer.alloc(60) });
+    const configuration = syncRepositories(store).configurations.create({ name: 'bench', type: 'encryption', keyringId: codec.keyring.id, firstWrappedKey: Buffer.alloc(60) });
     keyStore = { store, configurationId: configuration.id };
   }
   return new KeyInUse(keyStore.store, keyStore.configurationId, codec);

@@ -368,17 +368,17 @@ test('absolute-form http:// to a listed host applies the same rules, except that
   assert.match(denied, /^HTTP\/1\.1 403 /);
 
   const logs = proxy.app.services;
-  let entries: ReturnType<typeof logs.store.logs.listApi> = [];
+  let entries: Awaited<ReturnType<typeof logs.store.logs.listApi>> = [];
   for (let i = 0; i < 100 && !entries.some((e) => e.requestId === 'ep-log-1'); i++) {
     logs.logs.flush();
     await new Promise((r) => setTimeout(r, 20));
-    entries = logs.store.logs.listApi({ limit: 100, offset: 0 });
+    entries = await logs.store.logs.listApi({ limit: 100, offset: 0 });
   }
   const entry = entries.find((e) => e.requestId === 'ep-log-1');
   assert.ok(entry, JSON.stringify(entries.map((e) => e.path)));
   assert.equal(entry.path, `egress-proxy:127.0.0.1:${echo.port} POST /charges`);
   assert.equal(entry.statusCode, 201);
-  assert.equal(entry.configurationId, logs.store.configurations.findByName('payments')!.id);
+  assert.equal(entry.configurationId, (await logs.store.configurations.findByName('payments'))!.id);
   assert.equal(entry.destination, `http://127.0.0.1:${echo.port}`);
   assert.ok(!entries.some((e) => e.path.includes('localhost')), 'the refused request left no api log entry');
 });

@@ -209,9 +209,9 @@ test('authentication and permissions', async (t) => {
   assert.equal((await call(url, '/api/v3/encryption/other-config/encrypt', { body, headers, key: KEYS.scoped })).status, 200);
   // Revoked → 401 on the very next request.
   const store = running.app.services.store;
-  const dev = store.apiKeys.findByName('dev')!;
+  const dev = (await store.apiKeys.findByName('dev'))!;
   assert.equal((await call(url, ENC, { body, headers, key: KEYS.dev })).status, 200);
-  store.apiKeys.revoke(dev.id);
+  await store.apiKeys.revoke(dev.id);
   assert.equal((await call(url, ENC, { body, headers, key: KEYS.dev })).status, 401);
 });
 

@@ -190,7 +190,7 @@ egress:
   assert.deepEqual(JSON.parse(res.body), DESTROYED);
 });
 
-test('regression: a version destroyed by another connection (the CLI, another instance) fails the very next check, whatever earlier requests were told', (t) => {
+test('regression: a version destroyed by another connection (the CLI, another instance) fails the very next check, whatever earlier requests were told', async (t) => {
   const path = join(mkdtempSync(join(tmpdir(), 'svc-key-in-use-')), 'svc.db');
   const service = openStore(path);
   const cli = openStore(path);
@@ -199,15 +199,15 @@ test('regression: a version destroyed by another connection (the CLI, another in
     cli.close();
   });
   const keyringId = randomBytes(16);
-  const configuration = service.configurations.create({ name: 'payments', type: 'encryption', proxySlug: 'payments', keyringId, firstWrappedKey: randomBytes(60), fields: ['card'], destinations: ['https://vendor.example/'] });
+  const configuration = await service.configurations.create({ name: 'payments', type: 'encryption', proxySlug: 'payments', keyringId, firstWrappedKey: randomBytes(60), fields: ['card'], destinations: ['https://vendor.example/'] });
   // The codec a request took before the rotation: version 1 is its current one.
   const codec = new TokenCodec(new Keyring(keyringId, [{ version: 1, key: randomBytes(32) }]), { deterministic: false });
   assert.equal(new KeyInUse(service, configuration.id, codec).failure(5), null, 'an earlier request: version 1 is alive');
   // The service has just looked at other connections' commits, so its change stamp alone
   // would not see the CLI's for a while.
   service.changeStamp();
-  cli.configurations.addKey(configuration.id, 2, randomBytes(60));
-  assert.equal(cli.configurations.destroyKey(configuration.id, 1), 'destroyed');
+  await cli.configurations.addKey(configuration.id, 2, randomBytes(60));
+  assert.equal(await cli.configurations.destroyKey(configuration.id, 1), 'destroyed');
   assert.ok(new KeyInUse(service, configuration.id, codec).failure(5) instanceof KeyDestroyedDuringRequestError, 'the next request that wrote version 1 tokens fails');
   assert.equal(new KeyInUse(service, configuration.id, codec).failure(0), null, 'no token written, nothing lost');
 });

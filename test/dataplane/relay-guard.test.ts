@@ -281,7 +281,7 @@ test('a guard naming a configuration that is not in the store stops the start; o
     (err: Error) => /relay\.protect\.configuration: no configuration is named "missing"/.test(err.message) && /relay\.protect\.classification: no classification/.test(err.message),
   );
   const svc = await start(t, '{ keys: [ssn], configuration: other }');
-  const other = svc.service.services.store.configurations.findByName('other')!;
+  const other = (await svc.service.services.store.configurations.findByName('other'))!;
   assert.equal((await call(svc.url, `/api/v3/configurations/${other.id}`, { method: 'DELETE' })).status, 204);
   const res = await send(svc.relay, '/p', `{"ssn":"${SSN}"}`, 'application/json');
   assert.equal(res.status, 503);

@@ -57,7 +57,7 @@ server: { listen: 127.0.0.1:0, admin_listen: "off" }
 store: { path: ${JSON.stringify(storePath)} }
 ${yaml}
 ${SEED}`;
-  const service = createApp(loadConfig({ text, env: {} }), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
+  const service = await createApp(loadConfig({ text, env: {} }), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('silent') });
   let closed: Promise<void> | null = null;
   const close = () => (closed ??= service.close());
   t.after(close);
@@ -404,12 +404,12 @@ egress:
   const egress = await fetch(`${mainUrl}/egress/vendor/charges`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"card":{"number":"x"}}' });
   assert.equal(egress.status, 200);
   await egress.text();
-  const payments = service.services.store.configurations.findByName('payments')!;
+  const payments = (await service.services.store.configurations.findByName('payments'))!;
   await close();
 
   const store = openStore(path);
   t.after(() => store.close());
-  const api = store.logs.listApi({ limit: 100, offset: 0 });
+  const api = await store.logs.listApi({ limit: 100, offset: 0 });
   const relayEntry = api.find((e) => e.path === 'relay:patients POST /patients/7');
   assert.ok(relayEntry, JSON.stringify(api.map((e) => e.path)));
   assert.equal(relayEntry.requestId, 'relay-req-1');
@@ -421,7 +421,7 @@ egress:
   assert.ok(egressEntry, JSON.stringify(api.map((e) => e.path)));
   assert.equal(egressEntry.configurationId, payments.id);
   assert.ok(!api.some((e) => e.path.includes('unrouted')), 'pass-through is not logged');
-  const usage = store.logs.listUsage({ limit: 100, offset: 0 });
+  const usage = await store.logs.listUsage({ limit: 100, offset: 0 });
   assert.ok(usage.some((u) => u.mode === 'encrypt' && u.fieldCount === 1 && u.configurationId === payments.id));
 });
 

@@ -14,6 +14,7 @@ import { compileFieldPaths, FieldMatcher } from '../../src/fields/paths.ts';
 import { UNLIMITED } from '../../src/fields/value.ts';
 import { call, startApp, type Running } from '../support/app.ts';
 import { startEcho } from '../support/destinations.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const key = (name: string) => `svc_${name.padEnd(40, '0')}`;
 const K = { ada: key('Ada'), bill: key('Bill'), sue: key('Sue'), dev: key('Dev'), vic: key('Vic'), grace: key('Grace'), out: key('Out') } as const;
@@ -242,7 +243,7 @@ test('usage logs record the counts per level, and svc_fields_total counts decryp
 /** Decrypts `body` (JSON or a form) with a handler deciding by `policy`. */
 function decryptWith(running: Running, body: string, policy: RevealPolicy, form = false): { out: string; handler: DecryptHandler } {
   const services = running.app.services;
-  const codec = services.codecs.get(services.store.configurations.findBySlug('payments')!);
+  const codec = services.codecs.get((syncRepositories(services.store).configurations.findBySlug('payments'))!);
   const handler = new DecryptHandler(codec, policy, null);
   const format = form ? FORM_FORMAT : JSON_FORMAT;
   const matcher = form ? compileFieldPaths('card')! : FieldMatcher.anyToken();
@@ -260,8 +261,8 @@ test('a reader is an input: an end user by id, roles, email or group claim, or a
   const { url } = running;
   const store = running.app.services.store;
   const tokens = await encrypt(url, 'mixed', '{"card":"4111 1111 1111 1234"}', 'card');
-  const sue = store.users.findByEmail('sue@example.com')!;
-  const developer = store.roles.findByName('developer')!;
+  const sue = (await store.users.findByEmail('sue@example.com'))!;
+  const developer = (await store.roles.findByName('developer'))!;
   const as = (who: ConstructorParameters<typeof ClassificationAccess>[1], relay = false) =>
     JSON.parse(decryptWith(running, tokens, new ClassificationAccess(store, who, { denyAsRedact: relay })).out).card;
 
@@ -280,8 +281,8 @@ test('a reader is an input: an end user by id, roles, email or group claim, or a
   assert.equal(relayed.out, '{"card":null}');
   assert.deepEqual(relayed.handler.reveal, { plain: 0, mask: 0, redact: 1, token: 0 });
   // A classification that no longer exists: denied, and on the relay redacted.
-  store.classifications.delete(store.classifications.findBySlug('levels')!.id);
-  assert.throws(() => decryptWith(running, levels, new ClassificationAccess(store, { userId: store.users.findByEmail('bill@example.com')!.id, roleIds: [], email: null })), { status: 403 });
+  await store.classifications.delete((await store.classifications.findBySlug('levels'))!.id);
+  assert.throws(() => decryptWith(running, levels, new ClassificationAccess(store, { userId: (syncRepositories(store).users.findByEmail('bill@example.com'))!.id, roleIds: [], email: null })), { status: 403 });
   assert.equal(decryptWith(running, levels, new ClassificationAccess(store, null, { denyAsRedact: true })).out, '{"card":null}');
 });
 
@@ -289,8 +290,8 @@ test('in a form, a redacted value keeps its name and loses its value; a masked o
   const running = await start(t);
   const store = running.app.services.store;
   const tokens = JSON.parse(await encrypt(running.url, 'levels', '{"card":"4111 1111 1111 1234"}', 'card')).card as string;
-  const vic = { userId: store.users.findByEmail('vic@example.com')!.id, roleIds: [], email: null };
-  const sue = { userId: store.users.findByEmail('sue@example.com')!.id, roleIds: [], email: null };
+  const vic = { userId: (await store.users.findByEmail('vic@example.com'))!.id, roleIds: [], email: null };
+  const sue = { userId: (await store.users.findByEmail('sue@example.com'))!.id, roleIds: [], email: null };
   assert.equal(decryptWith(running, `card=${tokens}&other=1`, new ClassificationAccess(store, vic), true).out, 'card=&other=1');
   assert.equal(decryptWith(running, `card=${tokens}`, new ClassificationAccess(store, sue), true).out, `card=${encodeURIComponent('•••• •••• •••• 1234').replaceAll('%20', '+')}`);
 });

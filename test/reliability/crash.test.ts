@@ -141,7 +141,7 @@ class Burst {
     const reply = await this.call('POST', '/api/v3/classifications', rid, { name, bg_color: '#112233', fg_color: '#ffffff' });
     if (!this.expect(reply, 201, 'create classification')) return;
     this.ack(rid, ['api', 'activity']);
-    this.ledger.classifications.set(reply.json.id, name);
+    await this.ledger.classifications.set(reply.json.id, name);
     this.counts.classifications++;
   }
 

@@ -60,7 +60,7 @@ ${seedWith(destinations)}`;
       done();
     },
   });
-  const app = createApp(loadConfig({ text, env: {} }), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('info', sink) });
+  const app = await createApp(loadConfig({ text, env: {} }), { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') }, logger: createLogger('info', sink) });
   const { main, relay } = await app.listen();
   t.after(() => app.close());
   return { app, port: main.port, relayPort: relay!.port, url: `http://127.0.0.1:${main.port}`, logs: () => chunks.join('') };

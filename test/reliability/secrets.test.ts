@@ -390,7 +390,7 @@ ${yamlFor(echo, closed)}`,
       done();
     },
   });
-  const app = createApp(config, { logger: createLogger('debug', sink), env: { SVC_MASTER_KEY: masterKey.toString('base64') } });
+  const app = await createApp(config, { logger: createLogger('debug', sink), env: { SVC_MASTER_KEY: masterKey.toString('base64') } });
   const { main } = await app.listen();
   t.after(() => app.close());
   const call = client(`http://127.0.0.1:${main.port}`);

@@ -15,6 +15,7 @@ import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 import { migrate, migrations, schemaVersion } from '../../src/store/sqlite/migrations.ts';
 import { OTHERS_CHECK_MS } from '../../src/store/sqlite/open.ts';
 import { runInTransaction } from '../../src/store/sqlite/transaction.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 function tempDir(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'svc-store-'));
@@ -50,19 +51,19 @@ test('an in-memory store is migrated and has foreign keys on', (t) => {
   assert.throws(() => sqliteConnection(store).prepare('INSERT INTO user_roles (user_id, role_id) VALUES (999, 999)').run(), /FOREIGN KEY/);
 });
 
-test('reopening runs no migration again and keeps the data', (t) => {
+test('reopening runs no migration again and keeps the data', async (t) => {
   const path = join(tempDir(t), 'svc.db');
   const first = openStore(path);
-  first.users.create({ name: 'Ada', email: 'ada@example.com', roleIds: [] });
+  await first.users.create({ name: 'Ada', email: 'ada@example.com', roleIds: [] });
   first.close();
   first.close(); // closing twice is harmless
 
   const second = openStore(path);
   t.after(() => second.close());
   assert.equal(schemaVersion(sqliteConnection(second)), latest);
-  assert.equal(second.users.list().length, 1);
+  assert.equal((await second.users.list()).length, 1);
   // Migration 1 inserts the built-in roles; a second run would have failed on UNIQUE or doubled them.
-  assert.equal(second.roles.list().length, 4);
+  assert.equal((await second.roles.list()).length, 4);
   assert.deepEqual(migrate(sqliteConnection(second)), { from: latest, to: latest });
 });
 
@@ -72,11 +73,11 @@ test('an async transaction callback is refused and rolled back', async (t) => {
   assert.throws(
     () =>
       runInTransaction(sqliteConnection(store), async () => {
-        store.users.create({ name: 'Async', email: 'async@example.com', roleIds: [] });
+        await store.users.create({ name: 'Async', email: 'async@example.com', roleIds: [] });
       }),
     /must be synchronous/,
   );
-  assert.equal(store.users.list().length, 0);
+  assert.equal((await store.users.list()).length, 0);
   assert.equal(sqliteConnection(store).isTransaction, false);
 });
 
@@ -104,7 +105,7 @@ test('the change stamp moves at once on this connection’s writes, within OTHER
   const afterDelete = store.changeStamp();
   assert.notEqual(afterDelete, afterUpdate);
   // Log entries are not rows any cache holds.
-  store.logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
+  await store.logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
   assert.equal(store.changeStamp(), afterDelete, 'an activity entry leaves the stamp alone');
   other.exec("INSERT INTO roles (name, description) VALUES ('stamp-other', '')");
   await sleep(OTHERS_CHECK_MS + 1);
@@ -118,8 +119,8 @@ test('othersCommitStamp moves with every commit of another connection and never 
   const other = new DatabaseSync(path);
   t.after(() => other.close());
   const start = store.othersCommitStamp();
-  store.users.create({ name: 'Own', email: 'own@example.com', roleIds: [] });
-  store.logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
+  syncRepositories(store).users.create({ name: 'Own', email: 'own@example.com', roleIds: [] });
+  syncRepositories(store).logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
   assert.equal(store.othersCommitStamp(), start, 'own commits leave it alone');
   other.exec("INSERT INTO roles (name, description) VALUES ('by-other', '')");
   const afterOther = store.othersCommitStamp();

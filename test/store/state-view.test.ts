@@ -8,6 +8,7 @@ import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
 import { OTHERS_CHECK_MS } from '../../src/store/sqlite/open.ts';
 import { Memo, stateOf } from '../../src/store/state-view.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const colors = { bgColor: '#000000', fgColor: '#ffffff' };
 const sha256 = (text: string): Buffer => createHash('sha256').update(text).digest();
@@ -25,13 +26,13 @@ function fileStore(t: TestContext): { store: Store; path: string } {
 
 /** A small state with one of everything the view holds, some of it related. */
 function populate(store: Store): { hash: Buffer; userId: number; classificationId: number; configurationId: string } {
-  const admin = store.roles.findByName('administrator')!;
-  const viewer = store.roles.findByName('viewer')!;
-  const user = store.users.create({ name: 'Kate', email: 'Kate@Example.com', roleIds: [viewer.id, admin.id] });
-  store.users.create({ name: 'Nobody', email: 'nobody@example.com', roleIds: [] });
+  const admin = (syncRepositories(store).roles.findByName('administrator'))!;
+  const viewer = (syncRepositories(store).roles.findByName('viewer'))!;
+  const user = syncRepositories(store).users.create({ name: 'Kate', email: 'Kate@Example.com', roleIds: [viewer.id, admin.id] });
+  syncRepositories(store).users.create({ name: 'Nobody', email: 'nobody@example.com', roleIds: [] });
   const hash = sha256('svc_key');
-  store.apiKeys.create({ name: 'ci', prefix: 'svc_key', keyHash: hash, userId: user.id, permissions: ['data.encrypt'], configurations: [] });
-  const configuration = store.configurations.create({
+  syncRepositories(store).apiKeys.create({ name: 'ci', prefix: 'svc_key', keyHash: hash, userId: user.id, permissions: ['data.encrypt'], configurations: [] });
+  const configuration = syncRepositories(store).configurations.create({
     name: 'payments',
     type: 'encryption',
     proxySlug: 'pay',
@@ -40,15 +41,15 @@ function populate(store: Store): { hash: Buffer; userId: number; classificationI
     fields: ['ssn'],
     destinations: ['https://api.vendor.example/'],
   });
-  store.configurations.create({ name: 'google', type: 'provider', provider: 'google', extra: { groups: [{ id: 'g-nurses', members: ['kate@example.com'] }] } });
-  const classification = store.classifications.create({
+  syncRepositories(store).configurations.create({ name: 'google', type: 'provider', provider: 'google', extra: { groups: [{ id: 'g-nurses', members: ['kate@example.com'] }] } });
+  const classification = syncRepositories(store).classifications.create({
     name: 'PHI',
     ...colors,
     userIds: [user.id],
     roleIds: [viewer.id],
     reveal: [{ to: { users: [], roles: [admin.id], groups: ['g-nurses'] }, level: 'mask', mask: { keep_first: 0, keep_last: 4, char: '*' } }],
   });
-  store.classifications.create({ name: 'Empty', ...colors });
+  syncRepositories(store).classifications.create({ name: 'Empty', ...colors });
   return { hash, userId: user.id, classificationId: classification.id, configurationId: configuration.id };
 }
 
@@ -57,28 +58,28 @@ test('every lookup of the view answers what the repositories answer', (t) => {
   const { hash } = populate(store);
   const state = stateOf(store);
 
-  for (const user of store.users.list()) {
+  for (const user of syncRepositories(store).users.list()) {
     assert.deepEqual(state.user(user.id), user);
-    assert.deepEqual(state.userByEmail(user.email), store.users.findByEmail(user.email));
-    assert.deepEqual(state.rolesOf(user.id), store.users.rolesOf(user.id));
+    assert.deepEqual(state.userByEmail(user.email), syncRepositories(store).users.findByEmail(user.email));
+    assert.deepEqual(state.rolesOf(user.id), syncRepositories(store).users.rolesOf(user.id));
   }
   // Normalised as findByEmail normalises: the Kelvin sign and upper case find kate.
-  assert.deepEqual(state.userByEmail('\u212Aate@EXAMPLE.com.'), store.users.findByEmail('\u212Aate@EXAMPLE.com.'));
+  assert.deepEqual(state.userByEmail('\u212Aate@EXAMPLE.com.'), syncRepositories(store).users.findByEmail('\u212Aate@EXAMPLE.com.'));
   assert.ok(state.userByEmail('\u212Aate@EXAMPLE.com.') !== undefined);
   assert.equal(state.userByEmail('someone@example.com'), undefined);
   assert.deepEqual(state.rolesOf(999), []);
 
-  for (const role of store.roles.list()) {
+  for (const role of syncRepositories(store).roles.list()) {
     assert.deepEqual(state.role(role.id), role);
     assert.deepEqual(state.roleByName(role.name), role);
   }
   assert.equal(state.roleByName('Admin'), undefined, 'role names are exact, as in the table');
 
-  assert.deepEqual(state.apiKeyByHash(hash), store.apiKeys.findByHash(hash));
+  assert.deepEqual(state.apiKeyByHash(hash), syncRepositories(store).apiKeys.findByHash(hash));
   assert.equal(state.apiKeyByHash(sha256('other')), undefined);
 
-  assert.deepEqual(state.configurations, store.configurations.list());
-  for (const configuration of store.configurations.list()) {
+  assert.deepEqual(state.configurations, syncRepositories(store).configurations.list());
+  for (const configuration of syncRepositories(store).configurations.list()) {
     assert.deepEqual(state.configuration(configuration.id), configuration);
     assert.deepEqual(state.configurationByName(configuration.name), configuration);
     if (configuration.proxySlug !== null) assert.deepEqual(state.configurationBySlug(configuration.proxySlug), configuration);
@@ -86,13 +87,13 @@ test('every lookup of the view answers what the repositories answer', (t) => {
   assert.equal(state.configurationByName('Payments'), undefined);
   assert.equal(state.configurationBySlug('payments'), undefined, 'the slug is pay, not the name');
 
-  assert.deepEqual(state.classifications, store.classifications.list());
-  for (const classification of store.classifications.list()) {
+  assert.deepEqual(state.classifications, syncRepositories(store).classifications.list());
+  for (const classification of syncRepositories(store).classifications.list()) {
     assert.deepEqual(state.classification(classification.id), classification);
     for (const value of [String(classification.id), classification.slug, `0${classification.id}`, `${classification.slug}x`]) {
-      assert.deepEqual(state.classificationByIdOrSlug(value), store.classifications.findByIdOrSlug(value), value);
+      assert.deepEqual(state.classificationByIdOrSlug(value), syncRepositories(store).classifications.findByIdOrSlug(value), value);
     }
-    assert.deepEqual(state.members(classification.id), store.classifications.members(classification.id));
+    assert.deepEqual(state.members(classification.id), syncRepositories(store).classifications.members(classification.id));
   }
   assert.equal(state.classificationByIdOrSlug('99999999999999999999'), undefined);
   assert.deepEqual(state.members(12345), { userIds: [], roleIds: [], providers: [] });
@@ -105,7 +106,7 @@ test('one view while nothing changes; a write through this connection replaces i
   assert.equal(stateOf(store), before, 'no write, same view');
   assert.equal(before.user(userId)?.disabled, false);
 
-  store.users.update(userId, { disabled: true });
+  syncRepositories(store).users.update(userId, { disabled: true });
   const after = stateOf(store);
   assert.notEqual(after, before);
   assert.equal(after.user(userId)?.disabled, true);
@@ -125,22 +126,21 @@ test('a commit by another connection (the CLI, another process) is seen within O
   assert.equal(stateOf(store).configurationByName('refunds')?.name, 'refunds');
 });
 
-test('regression: a view built inside a transaction that rolls back is not served after it', (t) => {
+test('regression: a view built inside a transaction that rolls back is not served after it', async (t) => {
   // A cache filled from rows that a rollback then removed outlived them: the change stamp
   // moved with the writes, not with the rollback, so the key below kept authenticating.
   const { store } = fileStore(t);
   const { userId } = populate(store);
   const hash = sha256('svc_rolled_back');
-  assert.throws(
-    () =>
-      store.transaction(() => {
-        store.apiKeys.create({ name: 'temporary', prefix: 'svc_rolled', keyHash: hash, userId, permissions: [], configurations: [] });
-        assert.equal(stateOf(store).apiKeyByHash(hash)?.name, 'temporary');
-        throw new Error('abandoned');
-      }),
+  await assert.rejects(
+    store.transaction(async (tx) => {
+      await tx.apiKeys.create({ name: 'temporary', prefix: 'svc_rolled', keyHash: hash, userId, permissions: [], configurations: [] });
+      assert.equal(stateOf(store).apiKeyByHash(hash)?.name, 'temporary');
+      throw new Error('abandoned');
+    }),
     /abandoned/,
   );
-  assert.equal(store.apiKeys.findByHash(hash), undefined);
+  assert.equal(syncRepositories(store).apiKeys.findByHash(hash), undefined);
   assert.equal(stateOf(store).apiKeyByHash(hash), undefined);
 });
 
@@ -186,6 +186,6 @@ test('memos live as long as their view and hold at most memo.max values', (t) =>
   assert.equal(state.memo(memo, 'c', build), 3, 'a third key starts the kind over');
   assert.equal(state.memo(memo, 'a', build), 4);
 
-  store.users.update(userId, { name: 'Kate B.' });
+  syncRepositories(store).users.update(userId, { name: 'Kate B.' });
   assert.equal(stateOf(store).memo(memo, 'a', build), 5, 'a new view, new memos');
 });

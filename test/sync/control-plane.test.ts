@@ -15,6 +15,7 @@ import { Backoff } from '../../src/sync/backoff.ts';
 import { FOREIGN_RECHECK_MS } from '../../src/sync/snapshot-publisher.ts';
 import { canonicalJson, snapshotDigest, verifySnapshot } from '../../src/sync/snapshot.ts';
 import { call, KEYS } from '../support/app.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 import {
   counter,
   FLEET_KEY,
@@ -129,7 +130,7 @@ test('replicas serve the control plane\'s state: same ids, shared keys, and writ
 
   const version = (await get(cp, SNAPSHOT, FLEET_KEY)).json.version;
   assert.equal(await gauge(r1), version, 'svc_state_version is the applied snapshot version');
-  assert.equal(r1.app.services.store.replication.getSync('applied')?.version, version);
+  assert.equal((await r1.app.services.store.replication.getSync('applied'))?.version, version);
 });
 
 test('create, update and revoke on the control plane reach both replicas within one poll interval (20 changes measured)', async (t) => {
@@ -211,7 +212,7 @@ test('key rotation and destruction reach the replicas: new tokens decrypt there,
   const destroyed = await call(cp.url, `/api/v3/configurations/${payments.id}/keys/1/destroy`, { body: json({ confirm: 'payments/v1', force: true }) });
   assert.equal(destroyed.status, 200);
   await waitFor('version 1 shredded on the replica', async () => ((await call(replica.url, DEC, { body: v1.text })).status === 422 ? true : undefined));
-  const [key1] = replica.app.services.store.configurations.keys(payments.id);
+  const [key1] = await replica.app.services.store.configurations.keys(payments.id);
   assert.equal(key1?.wrapped.length, 0, 'the replica holds no wrapped key for a destroyed version');
   assert.notEqual(key1?.destroyedAt, null);
   assert.equal((await call(replica.url, DEC, { body: v2.text })).text, doc);
@@ -223,25 +224,25 @@ test('values that move between rows in one snapshot (swapped slugs and emails) a
   const replica = await startReplica(t, join(dir, 'r.db'), cp.url, 'r');
   await waitReady(replica);
   const store = cp.app.services.store;
-  const phi = store.classifications.findBySlug('phi')!;
-  const pci = store.classifications.findBySlug('pci')!;
-  const dev = store.users.findByEmail('dev@example.com')!;
-  const viewer = store.users.findByEmail('viewer@example.com')!;
-  store.transaction(() => {
-    store.classifications.update(phi.id, { slug: 'swap' });
-    store.classifications.update(pci.id, { slug: 'phi' });
-    store.classifications.update(phi.id, { slug: 'pci' });
-    store.users.update(dev.id, { email: 'swap@example.com' });
-    store.users.update(viewer.id, { email: 'dev@example.com' });
-    store.users.update(dev.id, { email: 'viewer@example.com' });
+  const phi = (await store.classifications.findBySlug('phi'))!;
+  const pci = (await store.classifications.findBySlug('pci'))!;
+  const dev = (await store.users.findByEmail('dev@example.com'))!;
+  const viewer = (await store.users.findByEmail('viewer@example.com'))!;
+  await store.transaction(async (tx) => {
+    await tx.classifications.update(phi.id, { slug: 'swap' });
+    await tx.classifications.update(pci.id, { slug: 'phi' });
+    await tx.classifications.update(phi.id, { slug: 'pci' });
+    await tx.users.update(dev.id, { email: 'swap@example.com' });
+    await tx.users.update(viewer.id, { email: 'dev@example.com' });
+    await tx.users.update(dev.id, { email: 'viewer@example.com' });
   });
   // One transaction on the control plane, so both swaps arrive in the same snapshot.
   const replicated = replica.app.services.store;
-  await waitFor('the swap on the replica', () => (replicated.classifications.findBySlug('phi')?.id === pci.id ? true : undefined));
+  await waitFor('the swap on the replica', async () => ((await replicated.classifications.findBySlug('phi'))?.id === pci.id ? true : undefined));
   assert.equal(await counter(replica, 'reloadFailures'), 0);
-  assert.equal(replicated.classifications.findBySlug('phi')?.id, pci.id);
-  assert.equal(replicated.classifications.findBySlug('pci')?.id, phi.id);
-  assert.equal(replicated.users.findByEmail('dev@example.com')?.id, viewer.id);
+  assert.equal((await replicated.classifications.findBySlug('phi'))?.id, pci.id);
+  assert.equal((await replicated.classifications.findBySlug('pci'))?.id, phi.id);
+  assert.equal((await replicated.users.findByEmail('dev@example.com'))?.id, viewer.id);
   assert.equal((await get(replica, '/api/v3/classifications', KEYS.dev)).status, 200, 'keys still belong to their users');
 });
 
@@ -254,9 +255,9 @@ test('a change made by another process on the control plane\'s store (the CLI) r
   // A second connection to the control plane's file, as `svc-sidecar keys ...` or `init` opens.
   const other = openStore(cp.storePath);
   t.after(() => other.close());
-  const viewerKey = other.apiKeys.findByName('viewer')!;
+  const viewerKey = (await other.apiKeys.findByName('viewer'))!;
   const started = performance.now();
-  other.apiKeys.revoke(viewerKey.id);
+  await other.apiKeys.revoke(viewerKey.id);
   await waitFor('the revocation on the replica', async () => ((await get(replica, '/api/v3/classifications', KEYS.viewer)).status === 401 ? true : undefined), FOREIGN_RECHECK_MS + POLL_MS * 3 + 2_000);
   const elapsed = performance.now() - started;
   assert.ok(elapsed < FOREIGN_RECHECK_MS + POLL_MS * 3 + 2_000, `${elapsed.toFixed(0)} ms`);
@@ -332,7 +333,7 @@ test('a truncated, tampered, older or corrupt-gzip snapshot is rejected and the 
   const replica = await startReplica(t, join(dir, 'r.db'), fakeUrl, 'r');
   await waitReady(replica);
   const version = good.json.version as number;
-  assert.equal(replica.app.services.store.replication.getSync('applied')?.version, version);
+  assert.equal((await replica.app.services.store.replication.getSync('applied'))?.version, version);
   const classifications = (await get(replica, '/api/v3/classifications?per_page=100')).json.data;
 
   const tampered = JSON.parse(good.text);
@@ -360,13 +361,13 @@ test('a truncated, tampered, older or corrupt-gzip snapshot is rejected and the 
     answer = bad;
     await waitFor(`the ${name} snapshot to be rejected`, async () => ((await counter(replica, 'reloadFailures')) > failures ? true : undefined));
     assert.ok((await refused(replica, reason)) > refusals, `${name}: counted as refused for ${reason}`);
-    assert.equal(replica.app.services.store.replication.getSync('applied')?.version, version, `${name}: the applied version stays`);
+    assert.equal((await replica.app.services.store.replication.getSync('applied'))?.version, version, `${name}: the applied version stays`);
     assert.deepEqual((await get(replica, '/api/v3/classifications?per_page=100')).json.data, classifications, `${name}: the state stays`);
     assert.equal(await ready(replica), true);
     assert.equal(await gauge(replica), version);
   }
   // The persisted copy is still the good one.
-  const persisted = replica.app.services.store.replication.getSync('applied')!;
+  const persisted = (await replica.app.services.store.replication.getSync('applied'))!;
   assert.equal(JSON.parse(gunzipSync(persisted.body!).toString()).digest, good.json.digest);
 
   // A good, newer snapshot is taken again.
@@ -428,8 +429,8 @@ test('verification accepts the same content laid out differently, and nothing el
 
   // Keys JavaScript cannot keep in canonical order ("10" sorts before "9"; an object lists "9" first).
   const store = cp.app.services.store;
-  const workspace = store.configurations.findByName('workspace')!;
-  store.configurations.update(workspace.id, { extra: { ...workspace.extra, '10': 'ten', '9': 'nine' } });
+  const workspace = (await store.configurations.findByName('workspace'))!;
+  await store.configurations.update(workspace.id, { extra: { ...workspace.extra, '10': 'ten', '9': 'nine' } });
   const odd = await get(cp, SNAPSHOT, FLEET_KEY);
   const configurations = odd.json.state.configurations;
   assert.equal(odd.json.sections.configurations, createHash('sha256').update(canonicalJson(configurations)).digest('hex'));
@@ -471,7 +472,7 @@ test('logs from both replicas reach the control plane exactly once, retries incl
     shippedLogs.putCursor('usage', { lastId: 0, lastRequestId: '', idBase: 0 });
   }
   await waitFor('both replicas to re-ship', async () => {
-    const cursors = [r1, r2].map((r) => r.app.services.store.shippedLogs.getCursor('api').lastId);
+    const cursors = [r1, r2].map((r) => (syncRepositories(r.app.services.store).shippedLogs.getCursor('api')).lastId);
     return cursors.every((id) => id > 0) ? true : undefined;
   });
   for (const id of ids) assert.deepEqual(await countOnCp(id), { api: 1, usage: 1 }, `${id} is stored once`);

@@ -264,14 +264,14 @@ test('a log shipment answered 503 moves to the next URL; the error names the URL
   const port = (unavailable.address() as AddressInfo).port;
   const store = openStore(join(dir, 'r1.db'));
   t.after(() => store.close());
-  store.logs.insertApi(['ship-1', 'ship-2'].map((requestId) => ({ requestId, method: 'POST', path: ENC, statusCode: 200, durationMs: 2, ip: '127.0.0.1', createdAt: new Date().toISOString() })));
+  await store.logs.insertApi(['ship-1', 'ship-2'].map((requestId) => ({ requestId, method: 'POST', path: ENC, statusCode: 200, durationMs: 2, ip: '127.0.0.1', createdAt: new Date().toISOString() })));
   const shipper = new LogShipper({
     store,
     logger: createLogger('silent'),
     urls: [`http://svc:s3cret@127.0.0.1:${port}`, cp.url],
     apiKey: FLEET_KEY,
     replica: 'r1',
-    instance: store.shippedLogs.instanceId(),
+    instance: await store.shippedLogs.instanceId(),
     interval: HOUR_MS,
   });
   t.after(() => shipper.stop());

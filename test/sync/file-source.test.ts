@@ -13,6 +13,7 @@ import { createApp, type App } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const key = (name: string) => `svc_${name.padEnd(40, '0')}`;
 const OWNER = key('FileOwner');
@@ -85,7 +86,7 @@ async function start(t: TestContext, dir: string, text = fileText(dir), { closeA
       done();
     },
   });
-  const app = createApp(config, { logger: createLogger('debug', sink), env: ENV, configPath: path });
+  const app = await createApp(config, { logger: createLogger('debug', sink), env: ENV, configPath: path });
   const { main, admin } = await app.listen();
   if (closeAfter) t.after(() => app.close());
   assert.ok(admin);
@@ -150,7 +151,7 @@ test('a classification and an API key added to the file appear; removed, they ar
   const revoked = await call(running.url, '/api/v3/classifications', { method: 'GET', key: ADDED });
   assert.equal(revoked.status, 401);
   assert.deepEqual(revoked.json, { message: 'Unauthorized.' });
-  assert.equal(running.app.services.store.apiKeys.findByName('added')?.status, 'revoked', 'revoked, not deleted');
+  assert.equal((await running.app.services.store.apiKeys.findByName('added'))?.status, 'revoked', 'revoked, not deleted');
   assert.equal(await metric(running, 'svc_state_version'), 3);
   assert.equal(await metric(running, 'svc_state_reload_failures_total'), 0);
 
@@ -223,7 +224,7 @@ test('a broken file keeps the last good state and counts the failure; a fix appl
   running.write('');
   await until('four failures', async () => (await metric(running, 'svc_state_reload_failures_total')) === 4);
   assert.match(running.logs(), /seed: missing, which would remove everything the seed created/);
-  assert.equal(running.app.services.store.apiKeys.findByName('owner')?.status, 'active');
+  assert.equal((await running.app.services.store.apiKeys.findByName('owner'))?.status, 'active');
 
   running.write(fileText(dir, { classifications: ['{ name: Fixed, slug: fixed, bg_color: "#654321", fg_color: "#ffffff" }'] }));
   await until('the fix', async () => (await classification(running, 'fixed')) !== undefined);
@@ -248,10 +249,10 @@ test('removals: encryption configurations are kept, provider configurations dele
 
   // The file drops the user, their key and both configurations.
   running.write(fileText(dir));
-  await until('the user disabled', () => store.users.findByEmail('dev@example.com')?.disabled === true);
-  assert.equal(store.configurations.findByName('workspace'), undefined, 'the provider configuration is deleted');
-  assert.ok(store.configurations.findByName('vault'), 'the encryption configuration is kept, with its keys');
-  assert.equal(store.apiKeys.findByName('dev')?.status, 'revoked');
+  await until('the user disabled', () => (syncRepositories(store).users.findByEmail('dev@example.com'))?.disabled === true);
+  assert.equal(await store.configurations.findByName('workspace'), undefined, 'the provider configuration is deleted');
+  assert.ok(await store.configurations.findByName('vault'), 'the encryption configuration is kept, with its keys');
+  assert.equal((await store.apiKeys.findByName('dev'))?.status, 'revoked');
   assert.equal((await call(running.url, '/api/v3/classifications', { method: 'GET', key: DEV })).status, 401);
   assert.match(running.logs(), /configuration \\"vault\\" is no longer in the seed: kept with its keys/);
   // The kept configuration still decrypts what it encrypted.
@@ -267,8 +268,8 @@ test('removals: encryption configurations are kept, provider configurations dele
 
   // Declared again (with disabled: false), the user is back; its revoked key stays revoked.
   running.write(fileText(dir, { users: ['{ name: Dev, email: dev@example.com, roles: [developer], disabled: false }'], apiKeys: [`{ name: dev, user: dev@example.com, key: ${DEV} }`] }));
-  await until('the user enabled', () => store.users.findByEmail('dev@example.com')?.disabled === false);
-  assert.equal(store.apiKeys.findByName('dev')?.status, 'revoked');
+  await until('the user enabled', () => (syncRepositories(store).users.findByEmail('dev@example.com'))?.disabled === false);
+  assert.equal((await store.apiKeys.findByName('dev'))?.status, 'revoked');
   assert.match(running.logs(), /API key \\"dev\\" is revoked and stays revoked/);
 });
 
@@ -279,22 +280,22 @@ test('a password changed in the file applies; unchanged passwords keep their has
   const { store } = running.app.services;
   const login = (password: string) => call(running.url, '/api/v2/auth/login', { key: OWNER, body: JSON.stringify({ email: 'pat@example.com', password }) });
   assert.equal((await login('first-password')).status, 200);
-  const adaHash = store.users.findByEmail('ada@example.com')?.passwordHash;
+  const adaHash = (await store.users.findByEmail('ada@example.com'))?.passwordHash;
 
-  const firstHash = store.users.findByEmail('pat@example.com')?.passwordHash;
+  const firstHash = (await store.users.findByEmail('pat@example.com'))?.passwordHash;
   running.write(fileText(dir, { users: [pat('second-password')] }));
   // Waiting on the stored hash, not by trying to log in: failed attempts while the reload
   // is pending would trip the login throttle on a slow machine.
-  await until('the new password', () => store.users.findByEmail('pat@example.com')?.passwordHash !== firstHash);
+  await until('the new password', () => (syncRepositories(store).users.findByEmail('pat@example.com'))?.passwordHash !== firstHash);
   assert.equal((await login('second-password')).status, 200);
   assert.equal((await login('first-password')).status, 401);
-  const patHash = store.users.findByEmail('pat@example.com')?.passwordHash;
+  const patHash = (await store.users.findByEmail('pat@example.com'))?.passwordHash;
 
   // An unrelated change: no password is hashed again (hashes are salted, so a re-hash would show).
   running.write(fileText(dir, { users: [pat('second-password')], classifications: ['{ name: Other, slug: other, bg_color: "#123456", fg_color: "#ffffff" }'] }));
   await until('the unrelated change', async () => (await classification(running, 'other')) !== undefined);
-  assert.equal(store.users.findByEmail('pat@example.com')?.passwordHash, patHash);
-  assert.equal(store.users.findByEmail('ada@example.com')?.passwordHash, adaHash);
+  assert.equal((await store.users.findByEmail('pat@example.com'))?.passwordHash, patHash);
+  assert.equal((await store.users.findByEmail('ada@example.com'))?.passwordHash, adaHash);
   assert.ok(!running.logs().includes('second-password'));
 });
 

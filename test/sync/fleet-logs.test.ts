@@ -16,6 +16,8 @@ import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
 import { FLEET_KEY, get, json, LOGS, SCOPED_FLEET_KEY, SNAPSHOT, startControlPlane, startReplica, tempDir, waitFor, waitReady, type Node } from './nodes.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
+import type { ShippedApiLog } from '../../src/store/shipped-logs.ts';
 
 const ENC = '/api/v3/encryption/payments/encrypt';
 const BODY = '{"card":{"number":"4111 1111 1111 1111"}}';
@@ -58,7 +60,7 @@ test('rows sent in advance under a replica\'s name, row ids and request ids do n
     Array.from({ length: 10 }, (_, i) => apiRow({ id: i + 1, request_id: requestId, path: '/forged', status_code: 204 })),
   );
   const forgedUsage = victims.flatMap((requestId) =>
-    Array.from({ length: 10 }, (_, i) => ({ id: i + 1, request_id: requestId, configuration_id: cp.app.services.store.configurations.findByName('payments')!.id, api_key_id: null, user_id: null, mode: 'decrypt', field_count: 0, bytes: 0, created_at: new Date().toISOString() })),
+    Array.from({ length: 10 }, (_, i) => ({ id: i + 1, request_id: requestId, configuration_id: (syncRepositories(cp.app.services.store).configurations.findByName('payments'))!.id, api_key_id: null, user_id: null, mode: 'decrypt', field_count: 0, bytes: 0, created_at: new Date().toISOString() })),
   );
   const sent = await call(cp.url, LOGS, { body: json({ replica: 'r1', instance: randomBytes(16).toString('hex'), api: forged, usage: forgedUsage }), key: FLEET_KEY });
   assert.equal(sent.status, 200);
@@ -81,8 +83,8 @@ test('the instance id is made at the first start, kept, differs between replicas
   const r1 = await startReplica(t, join(dir, 'r1.db'), cp.url, 'r1');
   const r2 = await startReplica(t, join(dir, 'r2.db'), cp.url, 'r1');
   await Promise.all([waitReady(r1), waitReady(r2)]);
-  const id1 = r1.app.services.store.shippedLogs.instanceId();
-  const id2 = r2.app.services.store.shippedLogs.instanceId();
+  const id1 = await r1.app.services.store.shippedLogs.instanceId();
+  const id2 = await r2.app.services.store.shippedLogs.instanceId();
   assert.match(id1, /^[0-9a-f]{32}$/);
   assert.notEqual(id1, id2, 'two replicas with one name are still two instances');
 
@@ -101,17 +103,17 @@ test('the instance id is made at the first start, kept, differs between replicas
 
   await r1.close();
   const again = await startReplica(t, r1.storePath, cp.url, 'r1');
-  assert.equal(again.app.services.store.shippedLogs.instanceId(), id1, 'kept in the store');
+  assert.equal(await again.app.services.store.shippedLogs.instanceId(), id1, 'kept in the store');
 });
 
 test('shipped rows are held to the log lists\' schemas and may not be dated ahead: a table of near misses', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const store = cp.app.services.store;
-  const payments = store.configurations.findByName('payments')!.id;
-  const other = store.configurations.findByName('other')!.id;
-  const ada = store.users.findByEmail('ada@example.com')!.id;
-  const ownerKey = store.apiKeys.findByName('owner')!.id;
+  const payments = (await store.configurations.findByName('payments'))!.id;
+  const other = (await store.configurations.findByName('other'))!.id;
+  const ada = (await store.users.findByEmail('ada@example.com'))!.id;
+  const ownerKey = (await store.apiKeys.findByName('owner'))!.id;
   const minutes = (n: number) => new Date(Date.now() + n * 60_000).toISOString();
   const usageRow = (overrides: Record<string, unknown> = {}) => ({
     id: 1,
@@ -218,7 +220,7 @@ test('sync.max_batch bounds a batch (413 beyond it), and a replica halves its ba
 
   // A replica's store with 300 api rows, shipped with the default batch (1,000 of each kind).
   const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
-  local.logs.insertApi(Array.from({ length: 300 }, (_, i) => newApiRow(`halve-${i}`)));
+  await local.logs.insertApi(Array.from({ length: 300 }, (_, i) => newApiRow(`halve-${i}`)));
   const shipper = shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 300);
   assert.equal(storedFor(cp, local), 300, 'every row arrived, in batches of at most 100');
@@ -228,13 +230,13 @@ test('sync.max_batch bounds a batch (413 beyond it), and a replica halves its ba
 test('rows naming a configuration, key or user deleted while they waited are shipped without those ids, not held up', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
-  const payments = cp.app.services.store.configurations.findByName('payments')!.id;
+  const payments = (await cp.app.services.store.configurations.findByName('payments'))!.id;
   const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
-  local.logs.insertApi([
+  await local.logs.insertApi([
     { ...newApiRow('gone-1'), configurationId: 'deleted-configuration', userId: 424242, apiKeyId: 'deleted-key' },
     newApiRow('kept-1'),
   ]);
-  local.logs.insertUsage([
+  await local.logs.insertUsage([
     { requestId: 'gone-1', configurationId: 'deleted-configuration', mode: 'decrypt', fieldCount: 1, bytes: 5, createdAt: new Date().toISOString() },
     { requestId: 'kept-1', configurationId: payments, userId: 424242, mode: 'encrypt', fieldCount: 1, bytes: 5, createdAt: new Date().toISOString() },
   ]);
@@ -252,8 +254,8 @@ test('rows naming a configuration, key or user deleted while they waited are shi
   assert.equal(kept.api.length, 1);
   assert.equal(kept.usage.length, 1);
   assert.equal(kept.usage[0]!['user'], null);
-  assert.equal(local.logs.count('usage', {}), 2, 'the replica\'s own log is untouched');
-  assert.equal(local.shippedLogs.getCursor('usage').lastId, 2, 'and shipping moved on');
+  assert.equal(await local.logs.count('usage', {}), 2, 'the replica\'s own log is untouched');
+  assert.equal((await local.shippedLogs.getCursor('usage')).lastId, 2, 'and shipping moved on');
   await shipper.stop();
 });
 
@@ -261,12 +263,12 @@ test('a log table emptied by retention and numbered from 1 again still ships its
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
-  local.logs.insertApi([newApiRow('before-1'), newApiRow('before-2'), newApiRow('before-3')]);
+  await local.logs.insertApi([newApiRow('before-1'), newApiRow('before-2'), newApiRow('before-3')]);
   const shipper = shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 3);
   // Retention deletes every row; SQLite then numbers new rows from 1 again.
   sqliteConnection(local).exec('DELETE FROM api_logs');
-  local.logs.insertApi([newApiRow('after-1'), newApiRow('after-2')]);
+  await local.logs.insertApi([newApiRow('after-1'), newApiRow('after-2')]);
   assert.equal((sqliteConnection(local).prepare('SELECT min(id) AS id FROM api_logs').get() as { id: number }).id, 1);
   assert.equal(await shipper.shipOnce(), 2);
   assert.equal(storedFor(cp, local), 5, 'the new rows are not taken for the old ones');
@@ -289,7 +291,7 @@ test('a store of schema version 4 migrates: received rows kept, dedupe by (insta
   const store = openStore(path);
   t.after(() => store.close());
   assert.equal(schemaVersion(sqliteConnection(store)), migrations.length);
-  assert.deepEqual(store.shippedLogs.getCursor('api'), { lastId: 17, lastRequestId: 'req-17', idBase: 0 });
+  assert.deepEqual(syncRepositories(store).shippedLogs.getCursor('api'), { lastId: 17, lastRequestId: 'req-17', idBase: 0 });
   const old = sqliteConnection(store).prepare("SELECT replica, replica_instance, replica_log_id FROM api_logs WHERE request_id = 'old-1'").get();
   assert.deepEqual({ ...old }, { replica: 'r1', replica_instance: null, replica_log_id: 1 });
   const index = sqliteConnection(store).prepare("SELECT sql FROM sqlite_master WHERE name = 'api_logs_replica_row'").get() as { sql: string };
@@ -299,19 +301,19 @@ test('a store of schema version 4 migrates: received rows kept, dedupe by (insta
   // The same row id from the same instance lands once; from another instance, again.
   const row = { id: 1, request_id: 'new-1', method: 'GET', path: '/x', status_code: 200, api_key_id: null, user_id: null, configuration_id: null, destination: null, duration_ms: 1, ip: '', created_at: now };
   const a = 'a'.repeat(32);
-  assert.deepEqual(store.shippedLogs.receive('r1', a, { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
-  assert.deepEqual(store.shippedLogs.receive('r1', a, { api: [{ ...row, request_id: 'new-2' }], usage: [] }), { stored: 0, duplicates: 1 });
-  assert.deepEqual(store.shippedLogs.receive('r1', 'b'.repeat(32), { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
-  assert.deepEqual(store.shippedLogs.receive('r1', 'c'.repeat(32), { api: [{ ...row, request_id: 'old-1' }], usage: [] }), { stored: 1, duplicates: 0 }, 'rows from before the migration claim nothing');
+  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', a, { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
+  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', a, { api: [{ ...row, request_id: 'new-2' }], usage: [] }), { stored: 0, duplicates: 1 });
+  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', 'b'.repeat(32), { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
+  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', 'c'.repeat(32), { api: [{ ...row, request_id: 'old-1' }], usage: [] }), { stored: 1, duplicates: 0 }, 'rows from before the migration claim nothing');
 });
 
 test('the relay\'s end user travels with shipped api rows: sent only when set, stored and listed on the control plane; one the lists could not show is refused', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
-  local.logs.insertApi([{ ...newApiRow('eu-1'), endUser: 'auth0|kate' }, newApiRow('eu-2')]);
-  const rows = local.shippedLogs.rowsAfter('api', 0, 10);
-  assert.equal(rows[0]!.end_user, 'auth0|kate');
+  await local.logs.insertApi([{ ...newApiRow('eu-1'), endUser: 'auth0|kate' }, newApiRow('eu-2')]);
+  const rows = await local.shippedLogs.rowsAfter('api', 0, 10);
+  assert.equal((rows[0] as ShippedApiLog).end_user, 'auth0|kate');
   assert.ok(!('end_user' in rows[1]!), 'a row without an end user is sent as before, so an older control plane still takes it');
   const shipper = shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 2);
@@ -354,12 +356,12 @@ function newApiRow(requestId: string) {
 }
 
 function shipperFor(store: Store, cp: Node): LogShipper {
-  return new LogShipper({ store, logger: createLogger('silent'), urls: [cp.url], apiKey: FLEET_KEY, replica: 'local', instance: store.shippedLogs.instanceId(), interval: 60_000 });
+  return new LogShipper({ store, logger: createLogger('silent'), urls: [cp.url], apiKey: FLEET_KEY, replica: 'local', instance: syncRepositories(store).shippedLogs.instanceId(), interval: 60_000 });
 }
 
 /** Rows the control plane holds from `store`'s instance. */
 function storedFor(cp: Node, store: Store): number {
-  const instance = store.shippedLogs.instanceId();
+  const instance = syncRepositories(store).shippedLogs.instanceId();
   const api = sqliteConnection(cp.app.services.store).prepare('SELECT count(*) AS n FROM api_logs WHERE replica_instance = ?').get(instance) as { n: number };
   const usage = sqliteConnection(cp.app.services.store).prepare('SELECT count(*) AS n FROM usage_logs WHERE replica_instance = ?').get(instance) as { n: number };
   return api.n + usage.n;

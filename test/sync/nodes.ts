@@ -99,7 +99,7 @@ ${options.yaml}`,
     },
   });
   const logger = options.captureLogs === true ? createLogger('info', sink) : createLogger(LOG_LEVEL);
-  const app = createApp(config, { logger, env: ENV });
+  const app = await createApp(config, { logger, env: ENV });
   const { main } = await app.listen();
   let closed: Promise<void> | null = null;
   const close = () => (closed ??= app.close());

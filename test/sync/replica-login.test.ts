@@ -41,7 +41,7 @@ test('a replica refuses password login with 409; tokens from a login on the cont
   // Disabling Ada on the control plane (there is no API for it: the store, as the seed does)
   // ends her token on the replica with the next snapshot.
   const users = cp.app.services.store.users;
-  users.update(users.findByEmail('ada@example.com')!.id, { disabled: true });
+  await users.update((await users.findByEmail('ada@example.com'))!.id, { disabled: true });
   await waitFor('the disable on the replica', async () => {
     const me = await call(replica.url, '/api/v2/auth/userdetails', { method: 'GET', key: KEYS.dev, headers: bearer });
     return me.status === 401 ? true : undefined;

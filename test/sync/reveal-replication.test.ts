@@ -23,9 +23,9 @@ test('a replica applies reveal grants and defaults, and decrypts by them', async
   const replica = await startReplica(t, join(dir, 'r1.db'), cp.url, 'r1');
   await waitReady(replica);
   const store = cp.app.services.store;
-  const pci = store.classifications.findBySlug('pci')!;
-  const developer = store.roles.findByName('developer')!;
-  const grace = store.users.findByEmail('grace@example.com')!;
+  const pci = (await store.classifications.findBySlug('pci'))!;
+  const developer = (await store.roles.findByName('developer'))!;
+  const grace = (await store.users.findByEmail('grace@example.com'))!;
   const enc = await call(cp.url, ENC, { body: '{"card":"4111 1111 1111 1234"}', headers: { 'x-svc-fields': 'card', 'x-svc-classification': 'pci' } });
   assert.equal((await call(replica.url, DEC, { body: enc.text, key: KEYS.dev })).status, 403, 'before: developers are denied');
 
@@ -84,8 +84,8 @@ test('a snapshot without reveal rules (an earlier control plane) means none; rul
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const store = cp.app.services.store;
-  const pci = store.classifications.findBySlug('pci')!;
-  store.classifications.update(pci.id, { reveal: [{ to: { users: [], roles: [], groups: ['g1'] }, level: 'token', mask: null }], revealDefault: { level: 'redact', mask: null } });
+  const pci = (await store.classifications.findBySlug('pci'))!;
+  await store.classifications.update(pci.id, { reveal: [{ to: { users: [], roles: [], groups: ['g1'] }, level: 'token', mask: null }], revealDefault: { level: 'redact', mask: null } });
   const good = (await get(cp, SNAPSHOT, FLEET_KEY)).json;
 
   const older = structuredClone(good);
@@ -97,14 +97,14 @@ test('a snapshot without reveal rules (an earlier control plane) means none; rul
   const replicaStore = openStore(join(dir, 'replica.db'));
   t.after(() => replicaStore.close());
   const body = rebuilt(older);
-  applySnapshot(replicaStore, verifySnapshot(body, MAC), gzipSync(body));
-  const applied = replicaStore.classifications.findById(pci.id)!;
+  await applySnapshot(replicaStore, verifySnapshot(body, MAC), gzipSync(body));
+  const applied = (await replicaStore.classifications.findById(pci.id))!;
   assert.deepEqual(applied.reveal, []);
   assert.deepEqual(applied.revealDefault, { level: 'deny', mask: null });
 
   const withRules = Buffer.from(JSON.stringify(good));
-  applySnapshot(replicaStore, verifySnapshot(withRules, MAC, {}), gzipSync(withRules), { force: true });
-  assert.deepEqual(replicaStore.classifications.findById(pci.id)!.revealDefault, { level: 'redact', mask: null });
+  await applySnapshot(replicaStore, verifySnapshot(withRules, MAC, {}), gzipSync(withRules), { force: true });
+  assert.deepEqual((await replicaStore.classifications.findById(pci.id))!.revealDefault, { level: 'redact', mask: null });
 
   const broken = (edit: (row: any) => void) => {
     const copy = structuredClone(good);

@@ -35,6 +35,7 @@ import {
   type Node,
 } from './nodes.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
+import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const ENC = (slug: string) => `/api/v3/encryption/${slug}/encrypt`;
 const DEC = '/api/v3/encryption/payments/decrypt';
@@ -102,16 +103,16 @@ test('a key limited to configurations receives only those, their keys, and nothi
   assert.equal((await call(cp.url, ENC('other-config'), { body: '{"a":"b"}', headers: { 'x-svc-fields': 'a' } })).status, 200);
   assert.equal((await call(replica.url, ENC('other-config'), { body: '{"a":"b"}', headers: { 'x-svc-fields': 'a' } })).status, 404, 'no configuration outside the scope');
   const store = replica.app.services.store;
-  assert.deepEqual(store.configurations.list().map((c) => c.name), ['payments']);
-  assert.deepEqual(store.classifications.members(store.classifications.findBySlug('ward')!.id).providers, []);
-  assert.equal(store.apiKeys.findByName('scoped'), undefined);
+  assert.deepEqual((await store.configurations.list()).map((c) => c.name), ['payments']);
+  assert.deepEqual((await store.classifications.members((await store.classifications.findBySlug('ward'))!.id)).providers, []);
+  assert.equal(await store.apiKeys.findByName('scoped'), undefined);
 });
 
 test('snapshots carry no password hashes, and a replica keeps none (not even from a bootstrap seed)', async (t) => {
   const dir = tempDir(t);
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const snapshot = await get(cp, SNAPSHOT, FLEET_KEY);
-  assert.ok(cp.app.services.store.users.findByEmail('ada@example.com')?.passwordHash?.startsWith('scrypt'), 'the control plane holds one');
+  assert.ok((await cp.app.services.store.users.findByEmail('ada@example.com'))?.passwordHash?.startsWith('scrypt'), 'the control plane holds one');
   for (const user of snapshot.json.state.users) assert.deepEqual(Object.keys(user).filter((k) => k.includes('password')), [], user.email);
   assert.equal(snapshot.text.includes('scrypt'), false);
 
@@ -198,10 +199,10 @@ test('a forged snapshot (version 2^53-1) from a man in the middle is refused, an
   assert.ok(refusal !== undefined && refusal.includes('"kind":"mac"'), refusal);
   assert.equal(replica.logs().includes(forged.mac), false);
   for (const key of forged.state['api_keys']!) assert.equal(replica.logs().includes(String(key['key_hash'])), false);
-  assert.equal(replica.app.services.store.replication.getSync('applied')?.version, applied);
+  assert.equal((await replica.app.services.store.replication.getSync('applied'))?.version, applied);
 
   // The control plane revokes a key; the replica, still behind the middleman, must follow.
-  const viewer = cp.app.services.store.apiKeys.findByName('viewer')!;
+  const viewer = (await cp.app.services.store.apiKeys.findByName('viewer'))!;
   const started = performance.now();
   assert.equal((await call(cp.url, `/api/v3/api-keys/${viewer.id}/revoke`, {})).status, 204);
   await waitFor('the revocation on the replica', async () => ((await get(replica, '/api/v3/classifications', KEYS.viewer)).status === 401 ? true : undefined), 10_000, 50);
@@ -243,9 +244,9 @@ test('the control plane keeps versions near its clock: bursts run at most the le
     const lead = 5;
     const publisher = new SnapshotPublisher(store, MAC, { versionLeadSeconds: lead, clock: { wallMs: () => wall, monotonicMs: () => monotonic } });
     const versions: number[] = [];
-    const role = store.roles.list()[0]!;
+    const role = (await store.roles.list())[0]!;
     let n = 0;
-    const change = () => store.users.create({ name: `U${++n}`, email: `u${n}@example.com`, roleIds: [role.id] });
+    const change = () => syncRepositories(store).users.create({ name: `U${++n}`, email: `u${n}@example.com`, roleIds: [role.id] });
     // A burst: 20 changes, each followed by a poll, within the same instant.
     for (let i = 0; i < 20; i++) {
       change();
@@ -264,8 +265,8 @@ test('the control plane keeps versions near its clock: bursts run at most the le
 
     // A control plane restored from a store whose counter ran far ahead (a clock that was
     // wrong): new versions come once a second, so the lead does not grow any further.
-    const published = store.replication.getSync('published')!;
-    store.replication.putSync('published', { ...published, version: clock + 10_000 });
+    const published = (await store.replication.getSync('published'))!;
+    await store.replication.putSync('published', { ...published, version: clock + 10_000 });
     const restored = new SnapshotPublisher(store, MAC, { versionLeadSeconds: lead, clock: { wallMs: () => wall, monotonicMs: () => monotonic } });
     change();
     const first = (await restored.current()).version;

@@ -31,14 +31,14 @@ const silent = createLogger('silent');
 
 test('deletes rows older than the retention period, of every kind, and keeps the rest', async (t) => {
   const store = setup(t);
-  store.logs.insertActivity([activity(ago(31 * DAY)), activity(ago(29 * DAY))]);
-  store.logs.insertApi([api(ago(30 * DAY + 1000)), api(ago(30 * DAY - 1000)), api(ago(0))]);
-  store.logs.insertUsage([usage(ago(365 * DAY)), usage(ago(DAY))]);
+  await store.logs.insertActivity([activity(ago(31 * DAY)), activity(ago(29 * DAY))]);
+  await store.logs.insertApi([api(ago(30 * DAY + 1000)), api(ago(30 * DAY - 1000)), api(ago(0))]);
+  await store.logs.insertUsage([usage(ago(365 * DAY)), usage(ago(DAY))]);
   const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
   assert.deepEqual(await job.run(), { activity: 1, api: 1, usage: 1 });
-  assert.equal(store.logs.count('activity'), 1);
-  assert.equal(store.logs.count('api'), 2);
-  assert.equal(store.logs.count('usage'), 1);
+  assert.equal(await store.logs.count('activity'), 1);
+  assert.equal(await store.logs.count('api'), 2);
+  assert.equal(await store.logs.count('usage'), 1);
   assert.deepEqual(await job.run(), { activity: 0, api: 0, usage: 0 });
 });
 
@@ -61,32 +61,34 @@ async function countingTurns<T>(work: () => Promise<T>): Promise<{ result: T; tu
 test('a large delete yields to the event loop between chunks', async (t) => {
   const store = setup(t);
   const old = ago(40 * DAY);
-  store.logs.insertApi(Array.from({ length: DELETE_CHUNK * 3 + 10 }, () => api(old)));
-  store.logs.insertApi([api(ago(0))]);
+  await store.logs.insertApi(Array.from({ length: DELETE_CHUNK * 3 + 10 }, () => api(old)));
+  await store.logs.insertApi([api(ago(0))]);
   const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
   const { result: deleted, turns } = await countingTurns(() => job.run());
   assert.equal(deleted.api, DELETE_CHUNK * 3 + 10);
-  assert.equal(store.logs.count('api'), 1);
+  assert.equal(await store.logs.count('api'), 1);
   assert.ok(turns >= 3, `other work ran between chunks (${turns} turns)`);
 });
 
 test('stop() ends a run in progress after its current chunk', async (t) => {
   const store = setup(t);
   const old = ago(40 * DAY);
-  store.logs.insertUsage(Array.from({ length: DELETE_CHUNK * 4 }, () => usage(old)));
+  await store.logs.insertUsage(Array.from({ length: DELETE_CHUNK * 4 }, () => usage(old)));
   const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
   const run = job.run();
+  // Stopped once the first chunk is gone: the run is in progress.
+  while ((await store.logs.count('usage')) === DELETE_CHUNK * 4) await nextTurn();
   await job.stop();
   const deleted = await run;
   assert.ok(deleted.usage >= DELETE_CHUNK && deleted.usage < DELETE_CHUNK * 4, `stopped part way (${deleted.usage})`);
-  assert.equal(store.logs.count('usage'), DELETE_CHUNK * 4 - deleted.usage);
+  assert.equal(await store.logs.count('usage'), DELETE_CHUNK * 4 - deleted.usage);
   // Stopped for good: the store may close now.
   assert.deepEqual(await job.run(), { activity: 0, api: 0, usage: 0 });
 });
 
 test('concurrent runs are joined, not doubled', async (t) => {
   const store = setup(t);
-  store.logs.insertActivity([activity(ago(40 * DAY))]);
+  await store.logs.insertActivity([activity(ago(40 * DAY))]);
   const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
   const [a, b] = [job.run(), job.run()];
   assert.equal(a, b);
@@ -98,14 +100,14 @@ test('start() runs once at once and then on its interval', async (t) => {
   let now = NOW;
   const job = new RetentionJob(store, silent, { retention: DAY, interval: 20, now: () => now });
   t.after(() => job.stop());
-  store.logs.insertActivity([activity(ago(2 * DAY)), activity(ago(0))]);
+  await store.logs.insertActivity([activity(ago(2 * DAY)), activity(ago(0))]);
   job.start();
   await nextTurn();
-  assert.equal(store.logs.count('activity'), 1, 'the first run happens at start');
+  assert.equal(await store.logs.count('activity'), 1, 'the first run happens at start');
   now += 2 * DAY;
   const deadline = Date.now() + 5_000;
-  while (store.logs.count('activity') > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-  assert.equal(store.logs.count('activity'), 0, 'a later run deleted the row that aged out');
+  while (await store.logs.count('activity') > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  assert.equal(await store.logs.count('activity'), 0, 'a later run deleted the row that aged out');
 });
 
 test('the service applies logs.retention at start and stops the job on close', async () => {
@@ -117,12 +119,12 @@ logs: { retention: 1h }
 logging: { level: silent }`,
     env: {},
   });
-  const app = createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
+  const app = await createApp(config, { env: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
   const { store } = app.services;
-  store.logs.insertApi([api(new Date(Date.now() - 2 * 3_600_000).toISOString()), api(new Date().toISOString())]);
+  await store.logs.insertApi([api(new Date(Date.now() - 2 * 3_600_000).toISOString()), api(new Date().toISOString())]);
   await app.listen();
   await nextTurn();
-  assert.equal(store.logs.count('api'), 1);
+  assert.equal(await store.logs.count('api'), 1);
   await app.close();
   assert.equal(sqliteConnection(store).isOpen, false);
 });
@@ -140,13 +142,13 @@ function fileStore(t: TestContext): Store {
 test('a file store is swept on a worker thread while the event loop keeps turning', async (t) => {
   const store = fileStore(t);
   const old = ago(40 * DAY);
-  store.logs.insertApi(Array.from({ length: DELETE_CHUNK * 4 + 7 }, () => api(old)));
-  store.logs.insertUsage([usage(old), usage(ago(0))]);
+  await store.logs.insertApi(Array.from({ length: DELETE_CHUNK * 4 + 7 }, () => api(old)));
+  await store.logs.insertUsage([usage(old), usage(ago(0))]);
   const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
   const { result: deleted, turns } = await countingTurns(() => job.run());
   assert.deepEqual(deleted, { activity: 0, api: DELETE_CHUNK * 4 + 7, usage: 1 });
-  assert.equal(store.logs.count('api'), 0);
-  assert.equal(store.logs.count('usage'), 1);
+  assert.equal(await store.logs.count('api'), 0);
+  assert.equal(await store.logs.count('usage'), 1);
   assert.ok(turns > 10, `the event loop kept turning (${turns} turns)`);
 });
 
@@ -154,12 +156,14 @@ test('stop() on a thread run returns once the thread is done with the store', as
   const store = fileStore(t);
   const old = ago(40 * DAY);
   const total = DELETE_CHUNK * 6;
-  store.logs.insertUsage(Array.from({ length: total }, () => usage(old)));
+  await store.logs.insertUsage(Array.from({ length: total }, () => usage(old)));
   const job = new RetentionJob(store, silent, { retention: 30 * DAY, now: () => NOW });
   const run = job.run();
+  // Stopped once the first chunk is gone: the run is in progress.
+  while ((await store.logs.count('usage')) === DELETE_CHUNK * 4) await nextTurn();
   await job.stop();
   const deleted = await run;
   assert.ok(deleted.usage <= total);
-  assert.equal(store.logs.count('usage'), total - deleted.usage, 'every deleted row reported, nothing half done');
+  assert.equal(await store.logs.count('usage'), total - deleted.usage, 'every deleted row reported, nothing half done');
   assert.deepEqual(await job.run(), { activity: 0, api: 0, usage: 0 }, 'a stopped job does nothing');
 });

@@ -2,22 +2,18 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { StoreTarget } from './target.ts';
 
-// Store.transaction takes a synchronous callback today (node:sqlite commits before an await
-// would resume), so the calls inside one are not awaited; everything outside is.
-
 export function transactionsContract(target: StoreTarget): void {
-  test('transaction commits, and rolls back everything when the callback throws', async (t) => {
+  test('transaction commits, and rolls back everything when the callback rejects', async (t) => {
     const store = await target.open(t);
-    const id = await store.transaction(() => store.users.create({ name: 'A', email: 'a@example.com', roleIds: [] }).id);
+    const id = await store.transaction(async (tx) => (await tx.users.create({ name: 'A', email: 'a@example.com', roleIds: [] })).id);
     assert.ok(await store.users.findById(id));
 
     await assert.rejects(
-      async () =>
-        store.transaction(() => {
-          store.users.create({ name: 'B', email: 'b@example.com', roleIds: [1] });
-          store.users.update(id, { name: 'changed' });
-          throw new Error('boom');
-        }),
+      store.transaction(async (tx) => {
+        await tx.users.create({ name: 'B', email: 'b@example.com', roleIds: [1] });
+        await tx.users.update(id, { name: 'changed' });
+        throw new Error('boom');
+      }),
       /boom/,
     );
     assert.equal(await store.users.findByEmail('b@example.com'), undefined);
@@ -25,17 +21,31 @@ export function transactionsContract(target: StoreTarget): void {
     assert.equal(await target.sql.inTransaction(store), false);
   });
 
-  test('a nested transaction that throws rolls back only its own writes', async (t) => {
+  test('a transaction whose statement fails rolls back the statements before it', async (t) => {
     const store = await target.open(t);
-    await store.transaction(() => {
-      store.users.create({ name: 'Outer', email: 'outer@example.com', roleIds: [] });
-      assert.throws(() =>
-        store.transaction(() => {
-          store.users.create({ name: 'Inner', email: 'inner@example.com', roleIds: [] });
+    await assert.rejects(
+      store.transaction(async (tx) => {
+        await tx.users.create({ name: 'C', email: 'c@example.com', roleIds: [] });
+        // The same email again: a unique violation.
+        await tx.users.create({ name: 'C again', email: 'c@example.com', roleIds: [] });
+      }),
+    );
+    assert.equal(await store.users.findByEmail('c@example.com'), undefined);
+    assert.equal(await target.sql.inTransaction(store), false);
+  });
+
+  test('a nested transaction that rejects rolls back only its own writes', async (t) => {
+    const store = await target.open(t);
+    await store.transaction(async (tx) => {
+      await tx.users.create({ name: 'Outer', email: 'outer@example.com', roleIds: [] });
+      await assert.rejects(
+        tx.transaction(async (inner) => {
+          await inner.users.create({ name: 'Inner', email: 'inner@example.com', roleIds: [] });
           throw new Error('inner');
         }),
+        /inner/,
       );
-      store.transaction(() => store.users.create({ name: 'Inner2', email: 'inner2@example.com', roleIds: [] }));
+      await tx.transaction(async (inner) => inner.users.create({ name: 'Inner2', email: 'inner2@example.com', roleIds: [] }));
     });
     assert.deepEqual(
       (await store.users.list()).map((user) => user.name),
