@@ -102,7 +102,7 @@ export class Authenticator {
     return new Authenticator(
       store,
       new AccessTokens(master.deriveSecret(ACCESS_TOKEN_SECRET_LABEL), settings.access_token_ttl),
-      new LoginThrottle({ maxAttempts: settings.login_max_attempts, windowMs: settings.login_window }),
+      new LoginThrottle(store, { maxAttempts: settings.login_max_attempts, windowMs: settings.login_window }),
     );
   }
 
@@ -164,7 +164,7 @@ export class Authenticator {
   async login(email: string, password: string): Promise<LoginOutcome> {
     // One identity per person: `\u212Aate@example.com` shares the lockout of kate@example.com.
     const key = normalizeEmail(email);
-    this.throttle.attempt(key);
+    await this.throttle.attempt(key);
     // Read once, before the password is checked: the token carries this row's stamp, so a
     // change that lands while scrypt runs ends the token too.
     const user = await this.store.users.findByEmail(key);
@@ -172,7 +172,7 @@ export class Authenticator {
     const matches = await verifyPasswordAsync(password, hash);
     if (user === undefined || user.passwordHash === null || !matches) return { kind: 'wrong-credentials', user };
     if (user.disabled) return { kind: 'disabled', user };
-    this.throttle.succeed(key);
+    await this.throttle.succeed(key);
     return { kind: 'ok', user, issued: await this.tokens.issue(user.id, user.updatedAt) };
   }
 

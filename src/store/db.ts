@@ -1,6 +1,7 @@
 import type { ApiKeysRepository } from './api-keys.ts';
 import type { ClassificationsRepository } from './classifications.ts';
 import type { ConfigurationsRepository } from './configurations.ts';
+import type { LoginFailuresRepository } from './login-failures.ts';
 import type { LogsRepository } from './logs.ts';
 import type { MetaRepository } from './meta.ts';
 import type { ReplicationRepository } from './replication.ts';
@@ -23,6 +24,8 @@ export interface Repositories {
   readonly classifications: ClassificationsRepository;
   readonly logs: LogsRepository;
   readonly tokenRevocations: TokenRevocationsRepository;
+  /** Failed logins, for the lockout. */
+  readonly loginFailures: LoginFailuresRepository;
   /** State snapshots (docs/replication.md). */
   readonly replication: ReplicationRepository;
   /** Logs a replica ships and a control plane receives (docs/replication.md). */

@@ -5,8 +5,11 @@ import { ACCESS_TOKEN_ISSUER, ACCESS_TOKEN_SECRET_LABEL } from '../../src/auth/a
 import { LoginThrottle } from '../../src/auth/login-throttle.ts';
 import { TooManyRequestsError } from '../../src/errors.ts';
 import { call, KEYS, reseed, SEED, startApp, type Running } from '../support/app.ts';
-import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
+import { sqliteConnection, syncRepositories } from '../../src/store/sqlite/connection.ts';
+import { openStore } from '../../src/store/db.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const LOGIN = '/api/v2/auth/login';
 const LOGOUT = '/api/v2/auth/logout';
@@ -367,21 +370,48 @@ test('parallel guesses cannot get past the limit, and the lock lifts when the wi
   assert.equal((await login(url, 'dev@example.com', PASSWORDS.dev)).status, 200);
 });
 
-test('the lockout map is bounded and slides with its clock', () => {
+test('the lockout slides with its clock, and the store keeps only one window of failures, at most max_attempts per email', async (t) => {
   let now = 1_000_000;
-  const throttle = new LoginThrottle({ maxAttempts: 3, windowMs: 60_000, maxTracked: 100, now: () => now });
-  for (let i = 0; i < 3; i++) throttle.attempt('target@example.com');
-  assert.throws(() => throttle.attempt('TARGET@example.com'), (err: TooManyRequestsError) => err.headers?.['retry-after'] === '60');
+  const store = openStore(':memory:');
+  t.after(() => store.close());
+  const throttle = new LoginThrottle(store, { maxAttempts: 3, windowMs: 60_000, now: () => now });
+  for (let i = 0; i < 3; i++) await throttle.attempt('target@example.com');
+  await assert.rejects(throttle.attempt('TARGET@example.com'), (err: TooManyRequestsError) => err.headers?.['retry-after'] === '60');
   now += 20_000;
-  assert.throws(() => throttle.attempt('target@example.com'), (err: TooManyRequestsError) => err.headers?.['retry-after'] === '40');
+  await assert.rejects(throttle.attempt('target@example.com'), (err: TooManyRequestsError) => err.headers?.['retry-after'] === '40');
   now += 40_000;
-  throttle.attempt('target@example.com'); // the oldest attempts left the window
+  await throttle.attempt('target@example.com'); // the oldest attempts left the window
 
-  for (let i = 0; i < 10_000; i++) throttle.attempt(`spray${i}@example.com`);
-  assert.equal(throttle.size, 100);
-  // The most recent emails are the ones kept.
-  for (let i = 0; i < 2; i++) throttle.attempt('spray9999@example.com');
-  assert.throws(() => throttle.attempt('spray9999@example.com'), TooManyRequestsError);
-  throttle.succeed('spray9999@example.com');
-  throttle.attempt('spray9999@example.com');
+  const rows = () => (sqliteConnection(store).prepare('SELECT count(*) AS n FROM login_failures').get() as { n: number }).n;
+  for (let i = 0; i < 500; i++) {
+    const attempt = throttle.attempt(`spray${i % 100}@example.com`);
+    // Each email's fourth and fifth attempts are refused, and recorded nowhere.
+    if (i >= 300) await assert.rejects(attempt, TooManyRequestsError);
+    else await attempt;
+  }
+  // 100 emails with three failures each, plus target's one.
+  assert.equal(rows(), 100 * 3 + 1);
+  now += 60_001;
+  await throttle.attempt('spray0@example.com');
+  assert.equal(rows(), 1, 'a window later, the expired failures are gone');
+  await throttle.attempt('spray0@example.com');
+  await throttle.succeed('SPRAY0@example.com');
+  assert.equal(rows(), 0);
 });
+
+test('every process on the store counts the same failures, and a restart forgets none', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-throttle-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.db');
+  const a = openStore(path);
+  const b = openStore(path);
+  const options = { maxAttempts: 3, windowMs: 60_000 };
+  for (let i = 0; i < 3; i++) await new LoginThrottle(a, options).attempt('kate@example.com');
+  await assert.rejects(new LoginThrottle(b, options).attempt('kate@example.com'), TooManyRequestsError);
+  a.close();
+  b.close();
+  const again = openStore(path);
+  t.after(() => again.close());
+  await assert.rejects(new LoginThrottle(again, options).attempt('kate@example.com'), TooManyRequestsError);
+});
+

@@ -382,6 +382,20 @@ ALTER TABLE classifications ADD COLUMN reveal_default_mask TEXT CHECK (reveal_de
 ALTER TABLE usage_logs ADD COLUMN reveal TEXT CHECK (reveal IS NULL OR json_valid(reveal));
 `;
 
+/**
+ * Failed logins in the store rather than in one process's memory (DESIGN §9 lockout): every
+ * process on the store counts the same attempts, and a restart keeps them. Times are
+ * milliseconds since the epoch.
+ */
+const schemaV11 = /* sql */ `
+CREATE TABLE login_failures (
+  email TEXT NOT NULL,
+  failed_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX login_failures_email ON login_failures(email, failed_at);
+CREATE INDEX login_failures_failed_at ON login_failures(failed_at);
+`;
+
 export const migrations: readonly Migration[] = Object.freeze([
   { version: 1, sql: schemaV1 },
   { version: 2, sql: schemaV2 },
@@ -393,6 +407,7 @@ export const migrations: readonly Migration[] = Object.freeze([
   { version: 8, run: schemaV8 },
   { version: 9, sql: schemaV9 },
   { version: 10, sql: schemaV10 },
+  { version: 11, sql: schemaV11 },
 ]);
 
 /**

@@ -5,6 +5,7 @@ import { ApiKeysRepository } from '../api-keys.ts';
 import { ClassificationsRepository } from '../classifications.ts';
 import { ConfigurationsRepository } from '../configurations.ts';
 import type { Async, Repositories, Store, Transaction } from '../db.ts';
+import { LoginFailuresRepository } from '../login-failures.ts';
 import { LogsRepository } from '../logs.ts';
 import { MetaRepository } from '../meta.ts';
 import { ReplicationRepository } from '../replication.ts';
@@ -21,8 +22,8 @@ const MEMORY = ':memory:';
 
 /** How stale the view of other connections' commits may be (changeStamp). */
 export const OTHERS_CHECK_MS = 25;
-/** Written only by the log writers; no cache holds their rows. */
-const UNCACHED_TABLES = new Set(['activity_logs', 'api_logs', 'usage_logs', 'sync_log_cursors']);
+/** Rows no cache holds (the logs, the log shipper's cursors, failed logins): writing them leaves the change stamp alone. */
+const UNCACHED_TABLES = new Set(['activity_logs', 'api_logs', 'usage_logs', 'sync_log_cursors', 'login_failures']);
 
 /**
  * Calls `onChange` for every row this connection inserts, updates or deletes outside the
@@ -87,6 +88,7 @@ export function openSqliteStore(path: string): Store {
     classifications: new ClassificationsRepository(db),
     logs: new LogsRepository(db),
     tokenRevocations: new TokenRevocationsRepository(db),
+    loginFailures: new LoginFailuresRepository(db),
     replication: new ReplicationRepository(db),
     shippedLogs: new ShippedLogsRepository(db),
     meta: new MetaRepository(db),
