@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
-import { StoreBusyError } from '../../src/store/sqlite/gate.ts';
+import { StoreBusyError, TransactionEndedError } from '../../src/store/sqlite/gate.ts';
+import type { Transaction } from '../../src/store/db.ts';
 import { stateOf } from '../../src/store/state-view.ts';
 
 function fileStore(t: TestContext): Store {
@@ -123,4 +124,22 @@ test('while a transaction is open the state view stays the one read before it', 
   release.open();
   await assert.rejects(transaction, /abandoned/);
   assert.equal(stateOf(store).configurationByName('refunds'), undefined);
+});
+
+test('a transaction handle used after its transaction ended is refused, never run outside a transaction', async (t) => {
+  const store = fileStore(t);
+  let kept: Transaction | null = null;
+  let late: Promise<void> | null = null;
+  await store.transaction(async (tx) => {
+    kept = tx;
+    await tx.meta.set('inside', '1');
+    // A timer set inside runs after the commit, with the transaction's context.
+    late = new Promise((resolve, reject) => setTimeout(() => tx.meta.set('late', '1').then(resolve, reject), 10));
+  });
+  await assert.rejects(kept!.meta.set('after', '1'), TransactionEndedError);
+  await assert.rejects(kept!.transaction(async () => undefined), TransactionEndedError);
+  await assert.rejects(late!, TransactionEndedError);
+  assert.equal(await store.meta.get('inside'), '1');
+  assert.equal(await store.meta.get('after'), undefined);
+  assert.equal(await store.meta.get('late'), undefined);
 });

@@ -29,6 +29,20 @@ export class ConnectionGate {
     return this.#released;
   }
 
+  /**
+   * `run()` at once for the transaction that holds the connection; refused for a handle
+   * used after its transaction ended (kept past its callback, or from a timer it set), whose
+   * statements would otherwise run outside any transaction.
+   */
+  within<T>(run: () => T): Promise<T> {
+    if (this.#holder === null || this.#inside.getStore() !== this.#holder) return Promise.reject(new TransactionEndedError());
+    try {
+      return Promise.resolve(run());
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
   /** Runs `fn` holding the connection, once every transaction before it has ended. */
   async hold<T>(fn: () => Promise<T>): Promise<T> {
     for (let waiting = this.wait(); waiting !== undefined; waiting = this.wait()) await waiting;
@@ -58,6 +72,14 @@ export class ConnectionGate {
       for (; waiting !== undefined; waiting = this.wait()) await waiting;
       return run();
     })();
+  }
+}
+
+/** A transaction handle used after its transaction ended. */
+export class TransactionEndedError extends Error {
+  constructor() {
+    super('A transaction handle was used after its transaction ended: use the store, or a new transaction.');
+    this.name = 'TransactionEndedError';
   }
 }
 

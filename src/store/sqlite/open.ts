@@ -97,8 +97,9 @@ export function openSqliteStore(path: string): Store {
   // transaction's handle runs statements; the rest waits for it to end.
   const gate = new ConnectionGate();
   const tx: Transaction = {
-    ...asyncRepositories(repositories, atOnce),
-    transaction: (fn) => runInTransactionAsync(db, () => fn(tx)),
+    ...asyncRepositories(repositories, (run) => gate.within(run)),
+    // A savepoint, for the transaction that holds the connection only.
+    transaction: (fn) => gate.within(() => runInTransactionAsync(db, () => fn(tx))).then((result) => result),
   };
   const store: Store = {
     path,
@@ -134,15 +135,6 @@ export function openSqliteStore(path: string): Store {
   };
   rememberConnection(store, db, repositories, gate);
   return store;
-}
-
-/** The statements of the transaction that holds the connection run at once. */
-function atOnce<T>(run: () => T): Promise<T> {
-  try {
-    return Promise.resolve(run());
-  } catch (error) {
-    return Promise.reject(error);
-  }
 }
 
 /**
