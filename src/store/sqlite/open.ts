@@ -44,6 +44,34 @@ function noteOwnChanges(db: DatabaseSync, onChange: () => void): void {
   }
 }
 
+const BUSY_TIMEOUT_MS = 5000;
+
+/**
+ * `PRAGMA journal_mode = WAL`, tried again while another connection holds the lock it
+ * needs. Two processes opening a new file at once can find the other one switching it
+ * (the second instance of a deployment, the CLI): SQLite then answers "database is locked"
+ * at once, without waiting on busy_timeout, so the wait is done here, up to the same
+ * timeout. The sleep blocks the thread: this runs only while the store opens.
+ */
+function switchToWal(db: DatabaseSync): void {
+  const deadline = performance.now() + BUSY_TIMEOUT_MS;
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    try {
+      db.exec('PRAGMA journal_mode = WAL');
+      return;
+    } catch (error) {
+      if (!isBusy(error) || performance.now() >= deadline) throw error;
+      Atomics.wait(pause, 0, 0, 10);
+    }
+  }
+}
+
+/** SQLITE_BUSY and its extended codes (the low byte is 5). */
+function isBusy(error: unknown): boolean {
+  return error instanceof Error && 'errcode' in error && typeof error.errcode === 'number' && (error.errcode & 0xff) === 5;
+}
+
 /**
  * Opens (creating if needed) the store at `path` and migrates it to the newest schema.
  * Throws if the file was written by a newer build.
@@ -55,10 +83,10 @@ export function openSqliteStore(path: string): Store {
   let created: boolean;
   try {
     // busy_timeout first: switching to WAL needs a lock another process may hold.
-    db.exec('PRAGMA busy_timeout = 5000');
+    db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
     // WAL lets the log writer and request reads proceed without blocking each other; an
     // in-memory database has no journal file to put in WAL mode.
-    if (!inMemory) db.exec('PRAGMA journal_mode = WAL');
+    if (!inMemory) switchToWal(db);
     // NORMAL is durable across process crashes in WAL mode; only an OS crash or power loss can
     // drop the last commits, which is the usual trade for not fsyncing on every commit.
     db.exec('PRAGMA synchronous = NORMAL');
