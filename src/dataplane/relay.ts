@@ -8,7 +8,7 @@
  * Pipeline of a matched request: match the route → log it → resolve its configuration →
  * transform the body → forward to the upstream → transform or relay the answer.
  */
-import { Agent as HttpAgent, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import { Agent as HttpAgent, METHODS, ServerResponse, type IncomingMessage, type Server } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { Socket } from 'node:net';
 import { createProxyServer, type ProxyServer } from 'http-proxy-3';
@@ -158,6 +158,79 @@ function firstMatch(routes: readonly RelayRoute[], method: string, paths: readon
   return null;
 }
 
+/**
+ * The route the application would send a request to, whichever method it routes it by:
+ * HEAD also matches a GET route (Express, Rails, Spring and most routers answer HEAD with
+ * the GET handler), and a method override (`x-http-method-override` and its kin, a
+ * `_method` query parameter, see `methodOverrides`) is read as the application's
+ * method-override middleware would read it. When the request's own method and an override
+ * lead to different routes (or one to none) the request is refused with 400: only one
+ * route's transform can apply, and the wrong one would let the other's fields by.
+ */
+export function findRelayRoute(routes: readonly RelayRoute[], method: string, overrides: readonly MethodOverride[], paths: readonly string[]): { route: RelayRoute; path: string } | null {
+  const own = findRoute(routes, method, paths) ?? (method === 'HEAD' ? findRoute(routes, 'GET', paths) : null);
+  for (const override of overrides) {
+    if (override.method === method) continue;
+    const other = findRoute(routes, override.method, paths) ?? (override.method === 'HEAD' ? findRoute(routes, 'GET', paths) : null);
+    if ((other?.route ?? null) !== (own?.route ?? null)) throw new BadRequestError(overriddenMethodMessage(override.source));
+  }
+  return own;
+}
+
+export interface MethodOverride {
+  /** Upper case, trimmed. */
+  readonly method: string;
+  /** Where it was read: a header's name, or `_method`. */
+  readonly source: string;
+}
+
+/** Methods an override may name: middleware ignores any other value. */
+const KNOWN_METHODS: ReadonlySet<string> = new Set(METHODS);
+
+/** Headers that method-override middleware (Express method-override, Rack, Laravel, Spring) reads. */
+const OVERRIDE_HEADERS = ['x-http-method-override', 'x-http-method', 'x-method-override'] as const;
+
+/**
+ * The methods a request names besides its own: each override header's values and each
+ * `_method` query parameter (name compared case-insensitively, values decoded), when it
+ * names a known method (middleware ignores others). A name or value that does not decode
+ * is skipped here; the guard refuses such a query anyway.
+ */
+export function methodOverrides(headers: IncomingMessage['headers'], query: string | null): MethodOverride[] {
+  const found: MethodOverride[] = [];
+  for (const name of OVERRIDE_HEADERS) {
+    const value = headers[name];
+    if (value === undefined) continue;
+    for (const part of (Array.isArray(value) ? value.join(',') : value).split(',')) {
+      const method = part.trim().toUpperCase();
+      if (KNOWN_METHODS.has(method)) found.push({ method, source: name });
+    }
+  }
+  if (query !== null) {
+    for (const param of query.split(/[&;]/)) {
+      const eq = param.indexOf('=');
+      const name = decodeQueryPart(eq === -1 ? param : param.slice(0, eq));
+      if (name?.trim().toLowerCase() !== '_method') continue;
+      const value = eq === -1 ? '' : decodeQueryPart(param.slice(eq + 1));
+      const method = value?.trim().toUpperCase();
+      if (method !== undefined && KNOWN_METHODS.has(method)) found.push({ method, source: '_method' });
+    }
+  }
+  return found;
+}
+
+function decodeQueryPart(text: string): string | null {
+  try {
+    return decodeURIComponent(text.replaceAll('+', ' '));
+  } catch {
+    return null;
+  }
+}
+
+function overriddenMethodMessage(source: string): string {
+  return `The request overrides its method with ${source}, and the two methods match different relay routes.`;
+}
+
 export class RelayServer {
   readonly listener: Listener;
   private readonly services: Services;
@@ -230,8 +303,17 @@ export class RelayServer {
       ctx.closeConnection = true;
       throw new BadRequestError(UNMATCHABLE_TARGET);
     }
+    // Read before the `x-svc-` headers go: they are not the application's, but its overrides are.
+    const overrides = methodOverrides(ctx.req.headers, splitTarget(targetOf(ctx.req.url ?? '/')).query);
     stripOwnHeaders(ctx);
-    const found = findRoute(this.routes, method, paths);
+    let found: { route: RelayRoute; path: string } | null;
+    try {
+      found = findRelayRoute(this.routes, method, overrides, paths);
+    } catch (err) {
+      ctx.route = 'relay:refused';
+      ctx.closeConnection = true;
+      throw err;
+    }
     if (found === null) {
       ctx.route = 'relay:passthrough';
       this.services.metrics.countPassthrough();
