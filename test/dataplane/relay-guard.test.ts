@@ -330,3 +330,25 @@ test('regression: names binders read as the protected key — leading spaces, ! 
   assert.equal((await send(svc.relay, '/p', json, 'application/json')).status, 200);
   assert.ok(!received(svc.app.seen).includes(SSN), received(svc.app.seen));
 });
+
+test('regression: a content type that lenient servers read as a form (cut at a comma or space, or by its prefix) is read as a form', async (t) => {
+  const types = ['application/x-www-form-urlencoded, text/plain', 'application/x-www-form-urlencoded x', 'application/x-www-form-urlencoded,', 'Application/X-WWW-Form-Urlencodedx'];
+  // PHP reads these as forms: `ssn` is a parameter there, and the JSON reading names none.
+  const strict = await start(t, '{ keys: [ssn], configuration: payments }');
+  for (const type of types) {
+    const res = await send(strict.relay, '/p', `{"a":"&ssn=${SSN}&"}`, type);
+    assert.equal(res.status, 415, type);
+    assert.match(((await res.json()) as { message: string }).message, /declared a form but reads as JSON/, type);
+  }
+  assert.equal(strict.app.seen.length, 0, 'nothing reached the application');
+  // Declared so, a form is inspected even with uninspectable: pass.
+  const lenient = await start(t, '{ keys: [ssn], configuration: payments, uninspectable: pass }');
+  for (const type of types) {
+    assert.equal((await send(lenient.relay, '/p', `a=1&ssn=${SSN}`, type)).status, 200, type);
+    const params = new URLSearchParams(received(lenient.app.seen));
+    assert.match(params.get('ssn')!, TOKEN, type);
+    assert.equal(params.get('a'), '1');
+  }
+  assert.equal((await send(lenient.relay, '/p', `{"a":1}\n{"ssn":"${SSN}"}\n`, 'application/x-ndjson, text/plain')).status, 200);
+  assert.ok(!received(lenient.app.seen).includes(SSN), received(lenient.app.seen));
+});

@@ -621,7 +621,7 @@ test('regression: HEAD is routed as GET, and a method override that would reach 
   ] as const) {
     const res = await fetch(`${relay}${target}`, { method: 'POST', headers, body });
     assert.equal(res.status, 400, `${target} ${JSON.stringify(headers)}`);
-    assert.match((await res.json()).message, /overrides its method with (x-http-method-override|x-http-method|x-method-override|_method), and the two methods match different relay routes/);
+    assert.match(((await res.json()) as { message: string }).message, /overrides its method with (x-http-method-override|x-http-method|x-method-override|_method), and the two methods match different relay routes/);
   }
   assert.equal(app.seen.length, before, 'nothing reached the application');
   // PUT refused the other way round too: the override (POST) reaches no route.
@@ -633,4 +633,14 @@ test('regression: HEAD is routed as GET, and a method override that would reach 
   const unknown = await fetch(`${relay}/notes/7?_method=xyz`, { method: 'PUT', headers: { ...json, 'x-http-method-override': 'PUT' }, body });
   assert.equal(unknown.status, 200);
   assert.match(JSON.parse(app.seen.at(-1)!.body.toString()).notes, TOKEN);
+});
+
+test('regression: a route reads a form declared with a content type lenient servers read as a form', async (t) => {
+  const app = await startUpstream(t);
+  const { relay } = await startRelay(t, app.url);
+  const res = await fetch(`${relay}/patients/7`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded, text/plain' }, body: 'ssn=123-45-6789&name=Ada' });
+  assert.equal(res.status, 200);
+  const params = new URLSearchParams(app.seen.at(-1)!.body.toString());
+  assert.match(params.get('ssn')!, TOKEN);
+  assert.equal(params.get('name'), 'Ada');
 });
