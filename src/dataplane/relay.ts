@@ -16,7 +16,7 @@ import type { Logger } from 'pino';
 import { EndUserIdentity } from '../auth/end-user.ts';
 import type { RelayConfig } from '../config/schema.ts';
 import type { TokenCodec } from '../crypto/token.ts';
-import { BadRequestError, SvcError } from '../errors.ts';
+import { BadRequestError, InvalidQueryError, SvcError } from '../errors.ts';
 import { splitTarget } from '../fields/query.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { RequestContext } from '../http/context.ts';
@@ -303,6 +303,7 @@ export class RelayServer {
       ctx.closeConnection = true;
       throw new BadRequestError(UNMATCHABLE_TARGET);
     }
+    this.guardPathParameters(ctx);
     // Read before the `x-svc-` headers go: they are not the application's, but its overrides are.
     const overrides = methodOverrides(ctx.req.headers, splitTarget(targetOf(ctx.req.url ?? '/')).query);
     stripOwnHeaders(ctx);
@@ -378,6 +379,25 @@ export class RelayServer {
     await this.services.forwarder.forward(ctx, this.destinationFor(ctx, query), request.body, PASS_THROUGH);
   }
 
+  /**
+   * The guard over the `;`-parameters of the path's segments (`/patients;ssn=…/7`), which
+   * JAX-RS (`@MatrixParam`) and Spring (`@MatrixVariable`) hand to the application like a
+   * query. They are read as a query is, but a plaintext protected value is refused (422)
+   * whatever `on_plaintext` says: the path is matched against routes and is not rewritten.
+   */
+  private guardPathParameters(ctx: RequestContext): void {
+    if (this.guard === null) return;
+    for (const parameters of pathParameters(ctx.req.url ?? '/')) {
+      try {
+        this.guard.query(null, this.services, parameters);
+      } catch (err) {
+        ctx.route = 'relay:refused';
+        ctx.closeConnection = true;
+        throw err instanceof InvalidQueryError ? new BadRequestError(UNREADABLE_PATH_PARAMETERS) : err;
+      }
+    }
+  }
+
   /** The guard over the query of a request no route matched; null: it has none. */
   private guardedQuery(ctx: RequestContext): string | null {
     const query = splitTarget(targetOf(ctx.req.url ?? '/')).query;
@@ -428,12 +448,13 @@ export class RelayServer {
       answerAndClose(socket, new BadRequestError('Bad request.'));
       return;
     }
-    // A protected parameter in plaintext in an upgrade's query is refused (it cannot be
-    // rewritten and counted like a request's): the guard never lets it by.
+    // A protected parameter in plaintext in an upgrade's query or path parameters is refused
+    // (they cannot be rewritten and counted like a request's): the guard never lets it by.
     const query = splitTarget(req.url ?? '/').query;
-    if (this.guard !== null && query !== null) {
+    if (this.guard !== null) {
       try {
-        this.guard.query(null, this.services, query);
+        for (const parameters of pathParameters(req.url ?? '/')) this.guard.query(null, this.services, parameters);
+        if (query !== null) this.guard.query(null, this.services, query);
       } catch (err) {
         answerAndClose(socket, err instanceof SvcError ? err : new BadRequestError('Bad request.'));
         return;
@@ -456,6 +477,19 @@ function targetOf(raw: string): string {
   return parsed === null ? '/' : `${parsed.pathname}${parsed.search}`;
 }
 
+/** The `;`-parameters of each segment of a target's path (`/a;x=1;y=2/b` gives `x=1;y=2`), as written. */
+export function pathParameters(target: string): string[] {
+  const path = splitTarget(targetOf(target)).path;
+  if (!path.includes(';')) return [];
+  const found: string[] = [];
+  for (const segment of path.split('/')) {
+    const semi = segment.indexOf(';');
+    if (semi !== -1 && semi + 1 < segment.length) found.push(segment.slice(semi + 1));
+  }
+  return found;
+}
+
+const UNREADABLE_PATH_PARAMETERS = 'The request path has a ";" parameter that is not valid percent-encoding or UTF-8.';
 const UNCHANGEABLE_TARGET = 'The request target cannot be passed on unchanged.';
 const UNMATCHABLE_TARGET = 'The request path cannot be read the same way by every router: it holds an escaped ";", a control byte, a space or a stray "%".';
 

@@ -363,3 +363,28 @@ test('regression: a key with an unpaired surrogate escape inside (which a reader
     assert.ok(text.startsWith(`{"${key}":"svc:1:`), text);
   }
 });
+
+test('regression: a protected key in a path segment\'s ;-parameters (JAX-RS and Spring matrix variables) is refused, on any route or none', async (t) => {
+  const svc = await start(t, PROTECT, `
+    - { name: create, match: { method: POST, path: /patients/* }, configuration: payments, request: { encrypt: [name] } }`);
+  const mine = (await call(svc.url, '/proxy/payments', { body: `{"ssn":"${SSN}"}`, headers: { 'x-svc-fields': 'ssn', 'x-svc-classification': 'phi' } })).json.ssn as string;
+  for (const [method, target] of [
+    ['GET', `/patients;ssn=${SSN}/7`],
+    ['GET', `/p;x=1;SSN=${SSN}`],
+    ['GET', `/a/b;%73sn=${SSN}?page=1`],
+    ['POST', `/patients/7;dob=1990-01-01`],
+    ['DELETE', `/p;card_number=4111`],
+  ] as const) {
+    const res = await fetch(`${svc.relay}${target}`, { method, ...(method === 'POST' ? { body: '{}', headers: { 'content-type': 'application/json' } } : {}) });
+    assert.equal(res.status, 422, target);
+    assert.match(((await res.json()) as { message: string }).message, /^The request carries a protected field in plaintext: (ssn|dob|card_number)\.$/, target);
+  }
+  assert.equal(svc.app.seen.length, 0, 'nothing reached the application');
+  assert.equal((await fetch(`${svc.relay}/p;ssn=%zz`)).status, 400);
+  // Other parameters, and a token of ours, pass as they are.
+  for (const target of ['/p;jsessionid=abc/7', `/p;ssn=${mine}`, '/p;']) {
+    const res = await fetch(`${svc.relay}${target}`);
+    assert.equal(res.status, 200, target);
+    assert.equal(svc.app.seen.at(-1)!.url, target);
+  }
+});
