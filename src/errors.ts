@@ -64,6 +64,16 @@ export class DestinationNotAllowedError extends SvcError {
   }
 }
 
+/** An `x-svc-destination` whose path could leave the allowlisted path it matched by prefix (DESIGN §8). */
+export const DESTINATION_PATH_NOT_ALLOWED = 'The destination path is not allowed: under an allowlisted path it may not contain an encoded "/", "\\", ";" or "%", or a dot segment.';
+
+export class DestinationPathNotAllowedError extends DestinationNotAllowedError {
+  constructor(host: string) {
+    super(host);
+    this.message = DESTINATION_PATH_NOT_ALLOWED;
+  }
+}
+
 /** An egress `{rest}` that could leave the route's destination path (DESIGN §13). */
 export class EgressPathRefusedError extends SvcError {
   constructor() {
