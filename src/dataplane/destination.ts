@@ -59,7 +59,7 @@ export function parseDestination(value: string, allowlist: readonly string[]): D
     throw new BadRequestError('The x-svc-destination header must be an absolute http or https URL.');
   }
   const found = matchAllowlist(url, allowlist);
-  if (found === 'path') throw new DestinationPathNotAllowedError(url.host);
+  if (found === 'path') throw new DestinationPathNotAllowedError();
   if (found === null) throw new DestinationNotAllowedError(url.host);
   const match = found.kind;
   const literal = literalAddress(url.hostname);
