@@ -64,6 +64,15 @@ export class DestinationNotAllowedError extends SvcError {
   }
 }
 
+/** An `x-svc-destination` whose path could leave the allowlisted path it matched by prefix (DESIGN §8). */
+export const DESTINATION_PATH_NOT_ALLOWED = 'The destination path is not allowed: under an allowlisted path it may not contain an encoded "/", "\\", ";" or "%", or a dot segment.';
+
+export class DestinationPathNotAllowedError extends SvcError {
+  constructor() {
+    super('SVC_ERR_DESTINATION_PATH', 403, DESTINATION_PATH_NOT_ALLOWED);
+  }
+}
+
 /** An egress `{rest}` that could leave the route's destination path (DESIGN §13). */
 export class EgressPathRefusedError extends SvcError {
   constructor() {

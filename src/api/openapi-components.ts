@@ -8,6 +8,7 @@
  * dropped. Request bodies stay open: the API ignores fields it does not know.
  */
 import { METHODS } from 'node:http';
+import { DESTINATION_PATH_NOT_ALLOWED } from '../errors.ts';
 import { BUILT_IN_ROLES, EGRESS_NAME_PATTERN, PERMISSIONS, PROXY_SLUG_PATTERN } from '../config/schema.ts';
 import { DEFAULT_LEVELS, DEFAULT_MASK_CHAR, MASK_KEEP_MAX, MASK_PRESETS, MASK_SEPARATORS, REVEAL_LEVELS } from '../fields/reveal.ts';
 import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.ts';
@@ -751,7 +752,7 @@ export const components: JsonObject = {
         schemaRef('Error'),
         {
           type: 'object',
-          properties: { message: { anyOf: [{ enum: [FORBIDDEN, ACTION_UNAUTHORIZED] }, { type: 'string', pattern: '^The destination host .+ is not allowed for this configuration\\.$' }] } },
+          properties: { message: { anyOf: [{ enum: [FORBIDDEN, ACTION_UNAUTHORIZED] }, { type: 'string', pattern: '^The destination host .+ is not allowed for this configuration\\.$' }, { enum: [DESTINATION_PATH_NOT_ALLOWED] }] } },
         },
       ],
     },

@@ -5,7 +5,7 @@
  * name lets the destination reach a non-public address.
  */
 import { isIP } from 'node:net';
-import { BadRequestError, DestinationNotAllowedError } from '../errors.ts';
+import { BadRequestError, DestinationNotAllowedError, DestinationPathNotAllowedError } from '../errors.ts';
 import { isPublicAddress } from './address-policy.ts';
 
 export interface Destination {
@@ -59,6 +59,7 @@ export function parseDestination(value: string, allowlist: readonly string[]): D
     throw new BadRequestError('The x-svc-destination header must be an absolute http or https URL.');
   }
   const found = matchAllowlist(url, allowlist);
+  if (found === 'path') throw new DestinationPathNotAllowedError();
   if (found === null) throw new DestinationNotAllowedError(url.host);
   const match = found.kind;
   const literal = literalAddress(url.hostname);
@@ -86,9 +87,14 @@ function basicAuthorization(url: URL): string {
   return `Basic ${Buffer.from(credentials).toString('base64')}`;
 }
 
-/** `exact` when an entry names the host itself, `wildcard` for `*.domain` entries, else null. */
-function matchAllowlist(url: URL, allowlist: readonly string[]): { kind: 'exact' | 'wildcard'; entry: string } | null {
+/**
+ * `exact` when an entry names the host itself, `wildcard` for `*.domain` entries, else null;
+ * `path` when the only entries that name the host allow a path prefix the URL's path could
+ * leave once the destination's server reads it (`pathEscapes`).
+ */
+function matchAllowlist(url: URL, allowlist: readonly string[]): { kind: 'exact' | 'wildcard'; entry: string } | 'path' | null {
   let result: { kind: 'exact' | 'wildcard'; entry: string } | null = null;
+  let escapes = false;
   for (const entry of allowlist) {
     const wildcard = /^(https?):\/\/\*\.([^/]+)(\/.*)?$/i.exec(entry);
     let pattern: URL;
@@ -99,13 +105,32 @@ function matchAllowlist(url: URL, allowlist: readonly string[]): { kind: 'exact'
     }
     if (pattern.protocol !== url.protocol || pattern.port !== url.port) continue;
     if (!pathUnder(url.pathname, pattern.pathname)) continue;
+    const hostMatches = wildcard === null ? pattern.hostname === url.hostname : url.hostname.endsWith(`.${pattern.hostname}`);
+    if (hostMatches && pattern.pathname !== '/' && pathEscapes(url.pathname)) {
+      escapes = true;
+      continue;
+    }
     if (wildcard === null) {
       if (pattern.hostname === url.hostname) return { kind: 'exact', entry };
     } else if (url.hostname.endsWith(`.${pattern.hostname}`)) {
       result ??= { kind: 'wildcard', entry };
     }
   }
-  return result;
+  return result ?? (escapes ? 'path' : null);
+}
+
+/**
+ * Whether a path (as WHATWG URL leaves it: raw `..` and `\` already resolved) holds what a
+ * server could read as leaving its prefix: an escaped `/`, `\` or `;`, an escaped `%` (a
+ * second round of decoding), or a dot segment in a spelling URL parsing keeps, such as
+ * `..;` (Tomcat and Jetty drop a segment's `;` parameters before resolving dots) or `.%2E`.
+ */
+function pathEscapes(path: string): boolean {
+  if (/%2f|%5c|%3b|%25/i.test(path)) return true;
+  return path.split('/').some((segment) => {
+    const plain = segment.split(';', 1)[0]!.replace(/%2e/gi, '.');
+    return plain === '.' || plain === '..';
+  });
 }
 
 /** `/v1/` covers `/v1/x`; `/v1` covers `/v1` and `/v1/x` but not `/v1x`. */

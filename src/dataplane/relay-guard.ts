@@ -27,7 +27,7 @@ import {
   type ValidationErrors,
 } from '../errors.ts';
 import { FormTransformer } from '../fields/form.ts';
-import { detectFormat, detectRequestFormat, FORM_FORMAT, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
+import { declaredFormat, detectRequestFormat, FORM_FORMAT, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
 import { protectedKeyOf, protectedKeysMatcher } from '../fields/protected-keys.ts';
 import { transformQuery } from '../fields/query.ts';
@@ -238,10 +238,12 @@ export class GuardPass implements ChunkTransformer {
     this.handler = handler;
     this.configuration = configuration;
     const detected = detectRequestFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding']);
-    const declared: BodyFormat | null = typeof detected === 'string' ? null : detected;
+    // Declared as the most lenient servers read a content type (`…urlencoded, text/plain`
+    // is a form to PHP): a body an application may parse as a form is read as one.
+    const declared: BodyFormat | null = detected === 'unreadable' ? null : declaredFormat(ctx.req.headers['content-type']);
     // Declared JSON, NDJSON or a form is read as such by the application, compressed or in
     // another charset too (common parsers inflate and decode both).
-    this.declaredReadable = detectFormat(ctx.req.headers['content-type'], undefined) !== 'other';
+    this.declaredReadable = declaredFormat(ctx.req.headers['content-type']) !== null;
     if (detected === 'unreadable') this.uninspectable('it is compressed or not UTF-8');
     this.inner = new SniffingTransformer(
       declared,

@@ -8,7 +8,7 @@
  * Pipeline of a matched request: match the route → log it → resolve its configuration →
  * transform the body → forward to the upstream → transform or relay the answer.
  */
-import { Agent as HttpAgent, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import { Agent as HttpAgent, METHODS, ServerResponse, type IncomingMessage, type Server } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { Socket } from 'node:net';
 import { createProxyServer, type ProxyServer } from 'http-proxy-3';
@@ -16,7 +16,7 @@ import type { Logger } from 'pino';
 import { EndUserIdentity } from '../auth/end-user.ts';
 import type { RelayConfig } from '../config/schema.ts';
 import type { TokenCodec } from '../crypto/token.ts';
-import { BadRequestError, SvcError } from '../errors.ts';
+import { BadRequestError, InvalidQueryError, SvcError } from '../errors.ts';
 import { splitTarget } from '../fields/query.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { RequestContext } from '../http/context.ts';
@@ -158,6 +158,79 @@ function firstMatch(routes: readonly RelayRoute[], method: string, paths: readon
   return null;
 }
 
+/**
+ * The route the application would send a request to, whichever method it routes it by:
+ * HEAD also matches a GET route (Express, Rails, Spring and most routers answer HEAD with
+ * the GET handler), and a method override (`x-http-method-override` and its kin, a
+ * `_method` query parameter, see `methodOverrides`) is read as the application's
+ * method-override middleware would read it. When the request's own method and an override
+ * lead to different routes (or one to none) the request is refused with 400: only one
+ * route's transform can apply, and the wrong one would let the other's fields by.
+ */
+export function findRelayRoute(routes: readonly RelayRoute[], method: string, overrides: readonly MethodOverride[], paths: readonly string[]): { route: RelayRoute; path: string } | null {
+  const own = findRoute(routes, method, paths) ?? (method === 'HEAD' ? findRoute(routes, 'GET', paths) : null);
+  for (const override of overrides) {
+    if (override.method === method) continue;
+    const other = findRoute(routes, override.method, paths) ?? (override.method === 'HEAD' ? findRoute(routes, 'GET', paths) : null);
+    if ((other?.route ?? null) !== (own?.route ?? null)) throw new BadRequestError(overriddenMethodMessage(override.source));
+  }
+  return own;
+}
+
+export interface MethodOverride {
+  /** Upper case, trimmed. */
+  readonly method: string;
+  /** Where it was read: a header's name, or `_method`. */
+  readonly source: string;
+}
+
+/** Methods an override may name: middleware ignores any other value. */
+const KNOWN_METHODS: ReadonlySet<string> = new Set(METHODS);
+
+/** Headers that method-override middleware (Express method-override, Rack, Laravel, Spring) reads. */
+const OVERRIDE_HEADERS = ['x-http-method-override', 'x-http-method', 'x-method-override'] as const;
+
+/**
+ * The methods a request names besides its own: each override header's values and each
+ * `_method` query parameter (name compared case-insensitively, values decoded), when it
+ * names a known method (middleware ignores others). A name or value that does not decode
+ * is skipped here; the guard refuses such a query anyway.
+ */
+export function methodOverrides(headers: IncomingMessage['headers'], query: string | null): MethodOverride[] {
+  const found: MethodOverride[] = [];
+  for (const name of OVERRIDE_HEADERS) {
+    const value = headers[name];
+    if (value === undefined) continue;
+    for (const part of (Array.isArray(value) ? value.join(',') : value).split(',')) {
+      const method = part.trim().toUpperCase();
+      if (KNOWN_METHODS.has(method)) found.push({ method, source: name });
+    }
+  }
+  if (query !== null) {
+    for (const param of query.split(/[&;]/)) {
+      const eq = param.indexOf('=');
+      const name = decodeQueryPart(eq === -1 ? param : param.slice(0, eq));
+      if (name?.trim().toLowerCase() !== '_method') continue;
+      const value = eq === -1 ? '' : decodeQueryPart(param.slice(eq + 1));
+      const method = value?.trim().toUpperCase();
+      if (method !== undefined && KNOWN_METHODS.has(method)) found.push({ method, source: '_method' });
+    }
+  }
+  return found;
+}
+
+function decodeQueryPart(text: string): string | null {
+  try {
+    return decodeURIComponent(text.replaceAll('+', ' '));
+  } catch {
+    return null;
+  }
+}
+
+function overriddenMethodMessage(source: string): string {
+  return `The request overrides its method with ${source}, and the two methods match different relay routes.`;
+}
+
 export class RelayServer {
   readonly listener: Listener;
   private readonly services: Services;
@@ -230,8 +303,18 @@ export class RelayServer {
       ctx.closeConnection = true;
       throw new BadRequestError(UNMATCHABLE_TARGET);
     }
+    this.guardPathParameters(ctx);
+    // Read before the `x-svc-` headers go: they are not the application's, but its overrides are.
+    const overrides = methodOverrides(ctx.req.headers, splitTarget(targetOf(ctx.req.url ?? '/')).query);
     stripOwnHeaders(ctx);
-    const found = findRoute(this.routes, method, paths);
+    let found: { route: RelayRoute; path: string } | null;
+    try {
+      found = findRelayRoute(this.routes, method, overrides, paths);
+    } catch (err) {
+      ctx.route = 'relay:refused';
+      ctx.closeConnection = true;
+      throw err;
+    }
     if (found === null) {
       ctx.route = 'relay:passthrough';
       this.services.metrics.countPassthrough();
@@ -296,6 +379,25 @@ export class RelayServer {
     await this.services.forwarder.forward(ctx, this.destinationFor(ctx, query), request.body, PASS_THROUGH);
   }
 
+  /**
+   * The guard over the `;`-parameters of the path's segments (`/patients;ssn=…/7`), which
+   * JAX-RS (`@MatrixParam`) and Spring (`@MatrixVariable`) hand to the application like a
+   * query. They are read as a query is, but a plaintext protected value is refused (422)
+   * whatever `on_plaintext` says: the path is matched against routes and is not rewritten.
+   */
+  private guardPathParameters(ctx: RequestContext): void {
+    if (this.guard === null) return;
+    for (const parameters of pathParameters(ctx.req.url ?? '/')) {
+      try {
+        this.guard.query(null, this.services, parameters);
+      } catch (err) {
+        ctx.route = 'relay:refused';
+        ctx.closeConnection = true;
+        throw err instanceof InvalidQueryError ? new BadRequestError(UNREADABLE_PATH_PARAMETERS) : err;
+      }
+    }
+  }
+
   /** The guard over the query of a request no route matched; null: it has none. */
   private guardedQuery(ctx: RequestContext): string | null {
     const query = splitTarget(targetOf(ctx.req.url ?? '/')).query;
@@ -346,12 +448,13 @@ export class RelayServer {
       answerAndClose(socket, new BadRequestError('Bad request.'));
       return;
     }
-    // A protected parameter in plaintext in an upgrade's query is refused (it cannot be
-    // rewritten and counted like a request's): the guard never lets it by.
+    // A protected parameter in plaintext in an upgrade's query or path parameters is refused
+    // (they cannot be rewritten and counted like a request's): the guard never lets it by.
     const query = splitTarget(req.url ?? '/').query;
-    if (this.guard !== null && query !== null) {
+    if (this.guard !== null) {
       try {
-        this.guard.query(null, this.services, query);
+        for (const parameters of pathParameters(req.url ?? '/')) this.guard.query(null, this.services, parameters);
+        if (query !== null) this.guard.query(null, this.services, query);
       } catch (err) {
         answerAndClose(socket, err instanceof SvcError ? err : new BadRequestError('Bad request.'));
         return;
@@ -374,6 +477,19 @@ function targetOf(raw: string): string {
   return parsed === null ? '/' : `${parsed.pathname}${parsed.search}`;
 }
 
+/** The `;`-parameters of each segment of a target's path (`/a;x=1;y=2/b` gives `x=1;y=2`), as written. */
+export function pathParameters(target: string): string[] {
+  const path = splitTarget(targetOf(target)).path;
+  if (!path.includes(';')) return [];
+  const found: string[] = [];
+  for (const segment of path.split('/')) {
+    const semi = segment.indexOf(';');
+    if (semi !== -1 && semi + 1 < segment.length) found.push(segment.slice(semi + 1));
+  }
+  return found;
+}
+
+const UNREADABLE_PATH_PARAMETERS = 'The request path has a ";" parameter that is not valid percent-encoding or UTF-8.';
 const UNCHANGEABLE_TARGET = 'The request target cannot be passed on unchanged.';
 const UNMATCHABLE_TARGET = 'The request path cannot be read the same way by every router: it holds an escaped ";", a control byte, a space or a stray "%".';
 

@@ -4,7 +4,7 @@
  * else the client's bytes as they come.
  */
 import { UnsupportedMediaTypeError } from '../errors.ts';
-import { detectFormat, detectRequestFormat } from '../fields/formats.ts';
+import { declaredFormat, detectRequestFormat } from '../fields/formats.ts';
 import { bodyChunks, hasBody } from '../http/body.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
@@ -67,8 +67,7 @@ export async function requestBody(
     const pass = guard!.begin(ctx, services, null, null);
     transform = new BodyTransform('encrypt', pass, pass.handler);
   } else {
-    const declared = detectFormat(ctx.req.headers['content-type'], undefined);
-    const own = routeTransformer(services, configuration!, spec, typeof declared === 'string' ? null : declared, { minted: guard !== null, paths: recordPaths });
+    const own = routeTransformer(services, configuration!, spec, declaredFormat(ctx.req.headers['content-type']), { minted: guard !== null, paths: recordPaths });
     if (own.handler instanceof DecryptHandler) decryptedAt = own.handler.decryptedAt;
     const minted = own.handler instanceof EncryptHandler ? own.handler.minted : null;
     const pass = guard?.begin(ctx, services, own.codec, minted) ?? null;

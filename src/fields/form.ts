@@ -31,6 +31,12 @@ export interface FormOptions {
   readonly semicolons?: boolean;
   /** Write a space in a replaced value as `+` (forms), else as `%20` (query strings). */
   readonly plusForSpace?: boolean;
+  /**
+   * Also read a name as servers that end it at a NUL (PHP: `ssn%00x` is `ssn`) or drop a
+   * leading byte-order mark (a UTF-8 text reader: `\uFEFFssn` is `ssn`) see it. Defaults
+   * to `semicolons`: both are for handlers that protect, where matching more only protects more.
+   */
+  readonly lenientNames?: boolean;
 }
 
 export class FormTransformer implements ChunkTransformer, FieldValue {
@@ -39,6 +45,7 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   private readonly limits: CaptureLimits;
   private readonly semicolons: boolean;
   private readonly plusForSpace: boolean;
+  private readonly lenientNames: boolean;
   private mode = IN_NAME;
   private parts: Buffer[] = [];
   private held = 0;
@@ -59,12 +66,13 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
   raw: Buffer = EMPTY;
   escaped = false;
 
-  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false, plusForSpace = true }: FormOptions = {}) {
+  constructor(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits = UNLIMITED, { semicolons = false, plusForSpace = true, lenientNames = semicolons }: FormOptions = {}) {
     this.matcher = matcher;
     this.handler = handler;
     this.limits = limits;
     this.semicolons = semicolons;
     this.plusForSpace = plusForSpace;
+    this.lenientNames = lenientNames;
   }
 
   push(chunk: Buffer, out: Buffer[]): void {
@@ -173,7 +181,10 @@ export class FormTransformer implements ChunkTransformer, FieldValue {
       return true;
     }
     if (this.readingMatched(this.name)) return true;
-    return this.cut !== null && this.readingMatched(`${this.cut};${this.name}`);
+    if (this.cut !== null && this.readingMatched(`${this.cut};${this.name}`)) return true;
+    if (!this.lenientNames) return false;
+    const lenient = lenientName(this.name);
+    return lenient !== this.name && lenient !== '' && this.readingMatched(lenient);
   }
 
   /**
@@ -235,6 +246,13 @@ const AMP_BYTE = Buffer.from('&');
 const EQ_BYTE = Buffer.from('=');
 const SEMI = 0x3b;
 const SEMI_BYTE = Buffer.from(';');
+
+/** A name without a leading byte-order mark, and cut at its first NUL (`FormOptions.lenientNames`). */
+function lenientName(name: string): string {
+  const unmarked = name.startsWith('\uFEFF') ? name.slice(1) : name;
+  const nul = unmarked.indexOf('\0');
+  return nul === -1 ? unmarked : unmarked.slice(0, nul);
+}
 
 /**
  * `card[number]` → card, number; `items[0][sku]` → items, 0, sku; `tags[]` → tags, ''.

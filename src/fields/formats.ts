@@ -20,6 +20,8 @@ export interface BodyFormat {
   readonly name: 'json' | 'ndjson' | 'form';
   /** The content type of an answer written in this format. */
   readonly contentType: string;
+  /** The plain media types of the format, for reading a content type by its prefix (`declaredFormat`). */
+  readonly mediaTypes: readonly string[];
   /** Whether a media type (lower case, no parameters) is written in this format. */
   matches(mediaType: string): boolean;
   create(matcher: FieldMatcher, handler: ValueHandler, limits: CaptureLimits): ChunkTransformer;
@@ -28,6 +30,7 @@ export interface BodyFormat {
 export const JSON_FORMAT: BodyFormat = {
   name: 'json',
   contentType: 'application/json; charset=utf-8',
+  mediaTypes: ['application/json'],
   matches: (type) => type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json')),
   create: (matcher, handler, limits) => new JsonTransformer(matcher, handler, limits),
 };
@@ -35,6 +38,7 @@ export const JSON_FORMAT: BodyFormat = {
 export const NDJSON_FORMAT: BodyFormat = {
   name: 'ndjson',
   contentType: 'application/x-ndjson',
+  mediaTypes: ['application/x-ndjson', 'application/jsonl', 'application/x-jsonlines'],
   matches: (type) => type === 'application/x-ndjson' || type === 'application/jsonl' || type === 'application/x-jsonlines',
   create: (matcher, handler, limits) => new NdjsonTransformer(matcher, handler, limits),
 };
@@ -42,6 +46,7 @@ export const NDJSON_FORMAT: BodyFormat = {
 export const FORM_FORMAT: BodyFormat = {
   name: 'form',
   contentType: 'application/x-www-form-urlencoded',
+  mediaTypes: ['application/x-www-form-urlencoded'],
   matches: (type) => type === 'application/x-www-form-urlencoded',
   create: (matcher, handler, limits) => new NotJson(new FormTransformer(matcher, handler, limits, { semicolons: handler.protects === true })),
 };
@@ -110,6 +115,23 @@ export function detectRequestFormat(type: string | string[] | undefined, encodin
   const parsed = parseContentType(type);
   if (!isIdentity(encoding) || parsed?.charset === 'other') return 'unreadable';
   return detectParsed(parsed, undefined, formats);
+}
+
+/**
+ * The format a request's `content-type` declares, read as the most lenient servers read
+ * it: as `detectFormat` does, else by the type it starts with. PHP cuts the media type at
+ * the first `,`, `;` or space, and Symfony tests a prefix, so to them
+ * `application/x-www-form-urlencoded, text/plain`, `… x` and `…X` are forms: a body the
+ * application parses as a form must be read as one here too. Charset and encoding are the
+ * caller's to check; null: no format.
+ */
+export function declaredFormat(type: string | string[] | undefined, formats: readonly BodyFormat[] = ALL_FORMATS): BodyFormat | null {
+  const parsed = parseContentType(type);
+  if (parsed === null) return null;
+  const strict = formats.find((f) => f.matches(parsed.media));
+  if (strict !== undefined) return strict;
+  const value = (Array.isArray(type) ? type[0]! : type!).trim().toLowerCase();
+  return formats.find((f) => f.mediaTypes.some((media) => value.startsWith(media))) ?? null;
 }
 
 /** No `content-encoding`, or only `identity`. */

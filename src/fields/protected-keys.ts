@@ -17,13 +17,14 @@
 import { FieldMatcher, type PathState } from './paths.ts';
 
 /**
- * Compatibility decomposition, marks and invisible characters dropped, then a case fold
+ * Compatibility decomposition, marks, invisible characters and unpaired surrogates (which
+ * a reader may drop or replace when it re-encodes the key) dropped, then a case fold
  * (upper then lower, so `ß` is `ss` and `ſ` is `s`), recomposed.
  */
 export function foldKey(key: string): string {
   return key
     .normalize('NFKD')
-    .replace(/[\p{M}\p{Default_Ignorable_Code_Point}]/gu, '')
+    .replace(/[\p{M}\p{Default_Ignorable_Code_Point}\p{Cs}]/gu, '')
     .toUpperCase()
     .toLowerCase()
     .normalize('NFKC');

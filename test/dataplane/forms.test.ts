@@ -305,3 +305,20 @@ test('regression: encrypting a form also splits it at ";", as some servers do, s
   assert.ok(!enc.text.includes('4111111111111111'), enc.text);
   assert.match(enc.text, /^a=1;card\[number\]=svc:[^&;]+&note=x;y$/, 'every other byte as it came, a value after a & kept whole');
 });
+
+test('regression: encrypting a form reads a name cut at a NUL (as PHP does) and without a leading byte-order mark', async (t) => {
+  const { url } = await startApp(t);
+  for (const body of ['ssn%00=123-45-6789', 'a=1&ssn%00x=123-45-6789', 'ssn%00[x]=123-45-6789', '\uFEFFssn=123-45-6789', '%EF%BB%BFssn=123-45-6789']) {
+    const enc = await call(url, ENC, { body, contentType: FORM, headers: { 'x-svc-fields': 'ssn' } });
+    assert.equal(enc.status, 200, body);
+    assert.ok(!enc.text.includes('123-45-6789'), `${body}: ${enc.text}`);
+    assert.equal(enc.headers.get('x-svc-fields-transformed'), '1', body);
+  }
+  // Decrypting reads names exactly: a token under such a name stays a token.
+  const token = new URLSearchParams((await call(url, ENC, { body: 'ssn=4111', contentType: FORM, headers: { 'x-svc-fields': 'ssn' } })).text).get('ssn')!;
+  const dec = await call(url, DEC, { body: `ssn%00=${token}`, contentType: FORM, headers: { 'x-svc-fields': 'ssn' } });
+  assert.equal(dec.status, 200);
+  assert.equal(dec.text, `ssn%00=${token}`);
+  // A NUL or a mark alone names nothing new.
+  assert.equal((await call(url, ENC, { body: '%00=1&%EF%BB%BF=2&x%00ssn=3', contentType: FORM, headers: { 'x-svc-fields': 'ssn' } })).text, '%00=1&%EF%BB%BF=2&x%00ssn=3');
+});

@@ -338,3 +338,18 @@ test('unit: a parsed destination is reused for the same allowlist and value; ref
   assert.throws(() => cachedDestination('http://vendor.example/v2/', allow), DestinationNotAllowedError);
   assert.throws(() => cachedDestination('http://vendor.example/v2/', allow), DestinationNotAllowedError, 'a refusal is not remembered as a success');
 });
+
+test('regression: a destination path that a server could read as leaving the allowlisted path (..;, escaped / \\ ; %, escaped dots) is refused', async (t) => {
+  const echo = await startEcho(t);
+  const { url } = await startWith(t, [`${echo.url}/v1/`, `${echo.url.replace('127.0.0.1', 'localhost')}/`]);
+  for (const rest of ['..;/admin', 'x/..;jsessionid=1/..;/admin', '.;/x', '..%2Fadmin', '..%2fadmin', '..%5Cadmin', 'x%3B/y', '%252e%252e/admin', '.%2E;x/admin']) {
+    const res = await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `${echo.url}/v1/${rest}` } });
+    assert.equal(res.status, 403, rest);
+    assert.match(res.json.message, /^The destination path is not allowed/, rest);
+  }
+  assert.equal(echo.received.length, 0);
+  // Ordinary paths under the prefix, and anything under an entry for the whole host, go.
+  for (const dest of [`${echo.url}/v1/items;v=2/x`, `${echo.url}/v1/a.b/..c`, `${echo.url.replace('127.0.0.1', 'localhost')}/v1/..;/x`]) {
+    assert.equal((await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': dest } })).status, 201, dest);
+  }
+});

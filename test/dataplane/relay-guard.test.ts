@@ -330,3 +330,61 @@ test('regression: names binders read as the protected key — leading spaces, ! 
   assert.equal((await send(svc.relay, '/p', json, 'application/json')).status, 200);
   assert.ok(!received(svc.app.seen).includes(SSN), received(svc.app.seen));
 });
+
+test('regression: a content type that lenient servers read as a form (cut at a comma or space, or by its prefix) is read as a form', async (t) => {
+  const types = ['application/x-www-form-urlencoded, text/plain', 'application/x-www-form-urlencoded x', 'application/x-www-form-urlencoded,', 'Application/X-WWW-Form-Urlencodedx'];
+  // PHP reads these as forms: `ssn` is a parameter there, and the JSON reading names none.
+  const strict = await start(t, '{ keys: [ssn], configuration: payments }');
+  for (const type of types) {
+    const res = await send(strict.relay, '/p', `{"a":"&ssn=${SSN}&"}`, type);
+    assert.equal(res.status, 415, type);
+    assert.match(((await res.json()) as { message: string }).message, /declared a form but reads as JSON/, type);
+  }
+  assert.equal(strict.app.seen.length, 0, 'nothing reached the application');
+  // Declared so, a form is inspected even with uninspectable: pass.
+  const lenient = await start(t, '{ keys: [ssn], configuration: payments, uninspectable: pass }');
+  for (const type of types) {
+    assert.equal((await send(lenient.relay, '/p', `a=1&ssn=${SSN}`, type)).status, 200, type);
+    const params = new URLSearchParams(received(lenient.app.seen));
+    assert.match(params.get('ssn')!, TOKEN, type);
+    assert.equal(params.get('a'), '1');
+  }
+  assert.equal((await send(lenient.relay, '/p', `{"a":1}\n{"ssn":"${SSN}"}\n`, 'application/x-ndjson, text/plain')).status, 200);
+  assert.ok(!received(lenient.app.seen).includes(SSN), received(lenient.app.seen));
+});
+
+test('regression: a key with an unpaired surrogate escape inside (which a reader may drop when it re-encodes) matches', async (t) => {
+  const svc = await start(t);
+  for (const key of ['ss\\ud800n', '\\udc00ssn', 'ssn\\udbff', 'S\\uDFFFSN']) {
+    const res = await send(svc.relay, '/p', `{"${key}":"${SSN}","a":1}`, 'application/json');
+    assert.equal(res.status, 200, key);
+    const text = received(svc.app.seen);
+    assert.ok(!text.includes(SSN), `${key}: ${text}`);
+    assert.ok(text.startsWith(`{"${key}":"svc:1:`), text);
+  }
+});
+
+test('regression: a protected key in a path segment\'s ;-parameters (JAX-RS and Spring matrix variables) is refused, on any route or none', async (t) => {
+  const svc = await start(t, PROTECT, `
+    - { name: create, match: { method: POST, path: /patients/* }, configuration: payments, request: { encrypt: [name] } }`);
+  const mine = (await call(svc.url, '/proxy/payments', { body: `{"ssn":"${SSN}"}`, headers: { 'x-svc-fields': 'ssn', 'x-svc-classification': 'phi' } })).json.ssn as string;
+  for (const [method, target] of [
+    ['GET', `/patients;ssn=${SSN}/7`],
+    ['GET', `/p;x=1;SSN=${SSN}`],
+    ['GET', `/a/b;%73sn=${SSN}?page=1`],
+    ['POST', `/patients/7;dob=1990-01-01`],
+    ['DELETE', `/p;card_number=4111`],
+  ] as const) {
+    const res = await fetch(`${svc.relay}${target}`, { method, ...(method === 'POST' ? { body: '{}', headers: { 'content-type': 'application/json' } } : {}) });
+    assert.equal(res.status, 422, target);
+    assert.match(((await res.json()) as { message: string }).message, /^The request carries a protected field in plaintext: (ssn|dob|card_number)\.$/, target);
+  }
+  assert.equal(svc.app.seen.length, 0, 'nothing reached the application');
+  assert.equal((await fetch(`${svc.relay}/p;ssn=%zz`)).status, 400);
+  // Other parameters, and a token of ours, pass as they are.
+  for (const target of ['/p;jsessionid=abc/7', `/p;ssn=${mine}`, '/p;']) {
+    const res = await fetch(`${svc.relay}${target}`);
+    assert.equal(res.status, 200, target);
+    assert.equal(svc.app.seen.at(-1)!.url, target);
+  }
+});

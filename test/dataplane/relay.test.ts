@@ -591,3 +591,56 @@ test('regression: a WebSocket client that resets after the 101, or leaves before
   assert.equal((await fetch(`${running.url}/healthz`)).status, 200, 'still serving');
   assert.equal((await fetch(`${second.relay}/x`)).status, 200);
 });
+
+test('regression: HEAD is routed as GET, and a method override that would reach another route is refused with nothing sent', async (t) => {
+  const app = await startUpstream(t);
+  const note = 'a private note';
+  const { relay } = await startRelay(t, app.url, `
+    - { name: search, match: { method: GET, path: /search }, configuration: payments, query: { encrypt: [q] } }
+    - { name: update, match: { method: PUT, path: /notes/* }, configuration: payments, request: { encrypt: [notes] } }
+    - { name: any, match: { path: /any/* }, configuration: payments, request: { encrypt: [notes] } }`);
+  // Routers answer HEAD with the GET handler: the GET route's query rule applies.
+  const head = await fetch(`${relay}/search?q=${encodeURIComponent(note)}&page=2`, { method: 'HEAD' });
+  assert.equal(head.status, 200);
+  const seenHead = app.seen.at(-1)!;
+  assert.equal(seenHead.method, 'HEAD');
+  const q = new URLSearchParams(seenHead.url.split('?')[1]).get('q')!;
+  assert.match(q, TOKEN, seenHead.url);
+  // POST read as PUT by method-override middleware would reach the PUT handler without the
+  // PUT route's transform: refused, whichever way the override is spelt.
+  const body = JSON.stringify({ notes: note });
+  const json = { 'content-type': 'application/json' };
+  const before = app.seen.length;
+  for (const [target, headers] of [
+    ['/notes/7', { ...json, 'x-http-method-override': 'PUT' }],
+    ['/notes/7', { ...json, 'x-http-method': 'put' }],
+    ['/notes/7', { ...json, 'x-method-override': 'GET, PUT' }],
+    ['/notes/7?_method=PUT', json],
+    ['/notes/7?a=1&_METHOD=%70ut', json],
+    ['/notes/7?a=1;_method=put', json],
+  ] as const) {
+    const res = await fetch(`${relay}${target}`, { method: 'POST', headers, body });
+    assert.equal(res.status, 400, `${target} ${JSON.stringify(headers)}`);
+    assert.match(((await res.json()) as { message: string }).message, /overrides its method with (x-http-method-override|x-http-method|x-method-override|_method), and the two methods match different relay routes/);
+  }
+  assert.equal(app.seen.length, before, 'nothing reached the application');
+  // PUT refused the other way round too: the override (POST) reaches no route.
+  assert.equal((await fetch(`${relay}/notes/7`, { method: 'PUT', headers: { ...json, 'x-http-method-override': 'POST' }, body })).status, 400);
+  // An override to the same route, or a value that names no method, changes nothing.
+  const same = await fetch(`${relay}/any/7`, { method: 'POST', headers: { ...json, 'x-http-method-override': 'DELETE' }, body });
+  assert.equal(same.status, 200);
+  assert.match(JSON.parse(app.seen.at(-1)!.body.toString()).notes, TOKEN);
+  const unknown = await fetch(`${relay}/notes/7?_method=xyz`, { method: 'PUT', headers: { ...json, 'x-http-method-override': 'PUT' }, body });
+  assert.equal(unknown.status, 200);
+  assert.match(JSON.parse(app.seen.at(-1)!.body.toString()).notes, TOKEN);
+});
+
+test('regression: a route reads a form declared with a content type lenient servers read as a form', async (t) => {
+  const app = await startUpstream(t);
+  const { relay } = await startRelay(t, app.url);
+  const res = await fetch(`${relay}/patients/7`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded, text/plain' }, body: 'ssn=123-45-6789&name=Ada' });
+  assert.equal(res.status, 200);
+  const params = new URLSearchParams(app.seen.at(-1)!.body.toString());
+  assert.match(params.get('ssn')!, TOKEN);
+  assert.equal(params.get('name'), 'Ada');
+});
