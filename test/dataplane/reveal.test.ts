@@ -243,7 +243,7 @@ test('usage logs record the counts per level, and svc_fields_total counts decryp
 /** Decrypts `body` (JSON or a form) with a handler deciding by `policy`. */
 function decryptWith(running: Running, body: string, policy: RevealPolicy, form = false): { out: string; handler: DecryptHandler } {
   const services = running.app.services;
-  const codec = services.codecs.get((syncRepositories(services.store).configurations.findBySlug('payments'))!);
+  const codec = services.codecs.get(syncRepositories(services.store).configurations.findBySlug('payments')!);
   const handler = new DecryptHandler(codec, policy, null);
   const format = form ? FORM_FORMAT : JSON_FORMAT;
   const matcher = form ? compileFieldPaths('card')! : FieldMatcher.anyToken();
@@ -282,7 +282,8 @@ test('a reader is an input: an end user by id, roles, email or group claim, or a
   assert.deepEqual(relayed.handler.reveal, { plain: 0, mask: 0, redact: 1, token: 0 });
   // A classification that no longer exists: denied, and on the relay redacted.
   await store.classifications.delete((await store.classifications.findBySlug('levels'))!.id);
-  assert.throws(() => decryptWith(running, levels, new ClassificationAccess(store, { userId: (syncRepositories(store).users.findByEmail('bill@example.com'))!.id, roleIds: [], email: null })), { status: 403 });
+  const bill = (await store.users.findByEmail('bill@example.com'))!;
+  assert.throws(() => decryptWith(running, levels, new ClassificationAccess(store, { userId: bill.id, roleIds: [], email: null })), { status: 403 });
   assert.equal(decryptWith(running, levels, new ClassificationAccess(store, null, { denyAsRedact: true })).out, '{"card":null}');
 });
 

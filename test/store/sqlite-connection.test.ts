@@ -15,7 +15,6 @@ import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 import { migrate, migrations, schemaVersion } from '../../src/store/sqlite/migrations.ts';
 import { OTHERS_CHECK_MS } from '../../src/store/sqlite/open.ts';
 import { runInTransaction } from '../../src/store/sqlite/transaction.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 function tempDir(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'svc-store-'));
@@ -112,15 +111,15 @@ test('the change stamp moves at once on this connection’s writes, within OTHER
   assert.notEqual(store.changeStamp(), afterDelete, 'another connection’s commit is seen once OTHERS_CHECK_MS has passed');
 });
 
-test('othersCommitStamp moves with every commit of another connection and never with this one’s', (t) => {
+test('othersCommitStamp moves with every commit of another connection and never with this one’s', async (t) => {
   const path = join(tempDir(t), 'svc.db');
   const store = openStore(path);
   t.after(() => store.close());
   const other = new DatabaseSync(path);
   t.after(() => other.close());
   const start = store.othersCommitStamp();
-  syncRepositories(store).users.create({ name: 'Own', email: 'own@example.com', roleIds: [] });
-  syncRepositories(store).logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
+  await store.users.create({ name: 'Own', email: 'own@example.com', roleIds: [] });
+  await store.logs.insertActivity([{ action: 'x.y', description: 'z', ip: '', createdAt: new Date().toISOString() }]);
   assert.equal(store.othersCommitStamp(), start, 'own commits leave it alone');
   other.exec("INSERT INTO roles (name, description) VALUES ('by-other', '')");
   const afterOther = store.othersCommitStamp();

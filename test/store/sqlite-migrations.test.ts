@@ -13,7 +13,6 @@ import { test, type TestContext } from 'node:test';
 import { openStore } from '../../src/store/db.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 import { migrate, migrations, schemaVersion, type Migration } from '../../src/store/sqlite/migrations.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 function tempDir(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'svc-store-'));
@@ -106,7 +105,7 @@ test('migrating a version-4 store gives each superseded key version the creation
   );
 });
 
-test('migrating a version-8 store adds the end-user column to api_logs: old rows keep every field with no end user, new rows hold one', (t) => {
+test('migrating a version-8 store adds the end-user column to api_logs: old rows keep every field with no end user, new rows hold one', async (t) => {
   const path = join(tempDir(t), 'v8.db');
   const db = new DatabaseSync(path);
   assert.deepEqual(migrate(db, migrations.filter((m) => m.version <= 8)), { from: 0, to: 8 });
@@ -118,7 +117,7 @@ test('migrating a version-8 store adds the end-user column to api_logs: old rows
   const store = openStore(path);
   t.after(() => store.close());
   assert.equal(schemaVersion(sqliteConnection(store)), latest);
-  const [old] = syncRepositories(store).logs.listApi({ limit: 10, offset: 0 });
+  const [old] = await store.logs.listApi({ limit: 10, offset: 0 });
   assert.deepEqual({ ...old, id: 0 }, {
     id: 0,
     requestId: 'old-1',
@@ -134,9 +133,9 @@ test('migrating a version-8 store adds the end-user column to api_logs: old rows
     ip: '10.0.0.1',
     createdAt: at,
   });
-  syncRepositories(store).logs.insertApi([{ requestId: 'new-1', method: 'GET', path: '/x', statusCode: 200, endUser: 'auth0|kate', durationMs: 1, ip: '', createdAt: at }]);
+  await store.logs.insertApi([{ requestId: 'new-1', method: 'GET', path: '/x', statusCode: 200, endUser: 'auth0|kate', durationMs: 1, ip: '', createdAt: at }]);
   assert.deepEqual(
-    (syncRepositories(store).logs.listApi({ limit: 10, offset: 0 })).map((row) => [row.requestId, row.endUser]),
+    (await store.logs.listApi({ limit: 10, offset: 0 })).map((row) => [row.requestId, row.endUser]),
     [
       ['new-1', 'auth0|kate'],
       ['old-1', null],
@@ -184,7 +183,7 @@ function storeBeforeIdentities(path: string): DatabaseSync {
   return db;
 }
 
-test('migration 8: tables rebuilt with AUTOINCREMENT keep every row, column, index and foreign key', (t) => {
+test('migration 8: tables rebuilt with AUTOINCREMENT keep every row, column, index and foreign key', async (t) => {
   const path = tempPath(t);
   const db = storeBeforeIdentities(path);
   const before = {
@@ -219,14 +218,14 @@ test('migration 8: tables rebuilt with AUTOINCREMENT keep every row, column, ind
   // Foreign keys still bind the children to the rebuilt tables, cascades included.
   assert.throws(() => sqliteConnection(store).prepare('INSERT INTO classification_users (classification_id, user_id) VALUES (1, 999)').run(), /FOREIGN KEY/);
   assert.throws(() => sqliteConnection(store).prepare('DELETE FROM users WHERE id = 2').run(), /FOREIGN KEY/, 'an API key still holds user 2');
-  assert.ok(syncRepositories(store).classifications.delete(1));
+  assert.ok(await store.classifications.delete(1));
   assert.equal(sqliteConnection(store).prepare('SELECT count(*) AS n FROM classification_users').get()!['n'], 0, 'deleting a classification cascades to its members');
   // New ids start above every id the store still knew of, rows and logs.
-  assert.equal((syncRepositories(store).users.create({ name: 'New', email: 'new@example.com', roleIds: [] })).id, 10, 'above user 9, named by an API log');
-  assert.equal((syncRepositories(store).classifications.create({ name: 'New', ...colors })).id, 8, 'above classification 7, named by the activity log (not the 999999 its name spells)');
+  assert.equal((await store.users.create({ name: 'New', email: 'new@example.com', roleIds: [] })).id, 10, 'above user 9, named by an API log');
+  assert.equal((await store.classifications.create({ name: 'New', ...colors })).id, 8, 'above classification 7, named by the activity log (not the 999999 its name spells)');
 });
 
-test('migration 8 normalises emails; of two that normalise alike, one keeps the email and the other is disabled and logged', (t) => {
+test('migration 8 normalises emails; of two that normalise alike, one keeps the email and the other is disabled and logged', async (t) => {
   const path = tempPath(t);
   const db = storeBeforeIdentities(path);
   migrate(db);
@@ -247,8 +246,8 @@ test('migration 8 normalises emails; of two that normalise alike, one keeps the 
 
   const store = openStore(path);
   t.after(() => store.close());
-  assert.equal((syncRepositories(store).users.findByEmail('\u212Aate@example.com'))?.id, 2, 'the lookalike finds the one identity');
-  assert.equal((syncRepositories(store).users.findByEmail('ＢＯＢ@example.com'))?.id, 6);
+  assert.equal((await store.users.findByEmail('\u212Aate@example.com'))?.id, 2, 'the lookalike finds the one identity');
+  assert.equal((await store.users.findByEmail('ＢＯＢ@example.com'))?.id, 6);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -256,7 +255,7 @@ test('migration 8 normalises emails; of two that normalise alike, one keeps the 
 
 const REVEAL = 9;
 
-test('migration 10: a store of version 9 keeps its classifications, which reveal nothing beyond their members, and its usage rows, which record no levels', (t) => {
+test('migration 10: a store of version 9 keeps its classifications, which reveal nothing beyond their members, and its usage rows, which record no levels', async (t) => {
   const path = tempPath(t);
   const db = new DatabaseSync(path);
   db.exec('PRAGMA foreign_keys = ON');
@@ -270,18 +269,18 @@ test('migration 10: a store of version 9 keeps its classifications, which reveal
 
   const store = openStore(path);
   t.after(() => store.close());
-  const phi = (syncRepositories(store).classifications.findBySlug('phi'))!;
+  const phi = (await store.classifications.findBySlug('phi'))!;
   assert.deepEqual(phi.reveal, []);
   assert.deepEqual(phi.revealDefault, { level: 'deny', mask: null });
-  const [row] = syncRepositories(store).logs.listUsage({ limit: 1, offset: 0 });
+  const [row] = await store.logs.listUsage({ limit: 1, offset: 0 });
   assert.equal(row!.reveal, null);
   // The new columns take what the repository writes, and refuse what it never would.
-  const updated = (syncRepositories(store).classifications.update(phi.id, {
+  const updated = (await store.classifications.update(phi.id, {
     reveal: [{ to: { users: [], roles: [1], groups: ['g'] }, level: 'mask', mask: { keep_first: 0, keep_last: 4, char: '*' } }],
     revealDefault: { level: 'mask', mask: 'ssn' },
   }))!;
   assert.deepEqual(updated.reveal, [{ to: { users: [], roles: [1], groups: ['g'] }, level: 'mask', mask: { keep_first: 0, keep_last: 4, char: '*' } }]);
-  assert.deepEqual((syncRepositories(store).classifications.findById(phi.id))!.revealDefault, { level: 'mask', mask: 'ssn' });
+  assert.deepEqual((await store.classifications.findById(phi.id))!.revealDefault, { level: 'mask', mask: 'ssn' });
   assert.throws(() => sqliteConnection(store).prepare("UPDATE classifications SET reveal_default = 'plain' WHERE id = ?").run(phi.id), /CHECK/);
   assert.throws(() => sqliteConnection(store).prepare("UPDATE classifications SET reveal = '{' WHERE id = ?").run(phi.id), /CHECK/);
   assert.throws(() => sqliteConnection(store).prepare("UPDATE classifications SET reveal = '{}' WHERE id = ?").run(phi.id), /CHECK/);

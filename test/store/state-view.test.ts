@@ -8,7 +8,6 @@ import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
 import { OTHERS_CHECK_MS } from '../../src/store/sqlite/open.ts';
 import { Memo, stateOf } from '../../src/store/state-view.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const colors = { bgColor: '#000000', fgColor: '#ffffff' };
 const sha256 = (text: string): Buffer => createHash('sha256').update(text).digest();
@@ -25,14 +24,14 @@ function fileStore(t: TestContext): { store: Store; path: string } {
 }
 
 /** A small state with one of everything the view holds, some of it related. */
-function populate(store: Store): { hash: Buffer; userId: number; classificationId: number; configurationId: string } {
-  const admin = (syncRepositories(store).roles.findByName('administrator'))!;
-  const viewer = (syncRepositories(store).roles.findByName('viewer'))!;
-  const user = syncRepositories(store).users.create({ name: 'Kate', email: 'Kate@Example.com', roleIds: [viewer.id, admin.id] });
-  syncRepositories(store).users.create({ name: 'Nobody', email: 'nobody@example.com', roleIds: [] });
+async function populate(store: Store): Promise<{ hash: Buffer; userId: number; classificationId: number; configurationId: string }> {
+  const admin = (await store.roles.findByName('administrator'))!;
+  const viewer = (await store.roles.findByName('viewer'))!;
+  const user = await store.users.create({ name: 'Kate', email: 'Kate@Example.com', roleIds: [viewer.id, admin.id] });
+  await store.users.create({ name: 'Nobody', email: 'nobody@example.com', roleIds: [] });
   const hash = sha256('svc_key');
-  syncRepositories(store).apiKeys.create({ name: 'ci', prefix: 'svc_key', keyHash: hash, userId: user.id, permissions: ['data.encrypt'], configurations: [] });
-  const configuration = syncRepositories(store).configurations.create({
+  await store.apiKeys.create({ name: 'ci', prefix: 'svc_key', keyHash: hash, userId: user.id, permissions: ['data.encrypt'], configurations: [] });
+  const configuration = await store.configurations.create({
     name: 'payments',
     type: 'encryption',
     proxySlug: 'pay',
@@ -41,45 +40,45 @@ function populate(store: Store): { hash: Buffer; userId: number; classificationI
     fields: ['ssn'],
     destinations: ['https://api.vendor.example/'],
   });
-  syncRepositories(store).configurations.create({ name: 'google', type: 'provider', provider: 'google', extra: { groups: [{ id: 'g-nurses', members: ['kate@example.com'] }] } });
-  const classification = syncRepositories(store).classifications.create({
+  await store.configurations.create({ name: 'google', type: 'provider', provider: 'google', extra: { groups: [{ id: 'g-nurses', members: ['kate@example.com'] }] } });
+  const classification = await store.classifications.create({
     name: 'PHI',
     ...colors,
     userIds: [user.id],
     roleIds: [viewer.id],
     reveal: [{ to: { users: [], roles: [admin.id], groups: ['g-nurses'] }, level: 'mask', mask: { keep_first: 0, keep_last: 4, char: '*' } }],
   });
-  syncRepositories(store).classifications.create({ name: 'Empty', ...colors });
+  await store.classifications.create({ name: 'Empty', ...colors });
   return { hash, userId: user.id, classificationId: classification.id, configurationId: configuration.id };
 }
 
-test('every lookup of the view answers what the repositories answer', (t) => {
+test('every lookup of the view answers what the repositories answer', async (t) => {
   const { store } = fileStore(t);
-  const { hash } = populate(store);
+  const { hash } = await populate(store);
   const state = stateOf(store);
 
-  for (const user of syncRepositories(store).users.list()) {
+  for (const user of await store.users.list()) {
     assert.deepEqual(state.user(user.id), user);
-    assert.deepEqual(state.userByEmail(user.email), syncRepositories(store).users.findByEmail(user.email));
-    assert.deepEqual(state.rolesOf(user.id), syncRepositories(store).users.rolesOf(user.id));
+    assert.deepEqual(state.userByEmail(user.email), await store.users.findByEmail(user.email));
+    assert.deepEqual(state.rolesOf(user.id), await store.users.rolesOf(user.id));
   }
   // Normalised as findByEmail normalises: the Kelvin sign and upper case find kate.
-  assert.deepEqual(state.userByEmail('\u212Aate@EXAMPLE.com.'), syncRepositories(store).users.findByEmail('\u212Aate@EXAMPLE.com.'));
+  assert.deepEqual(state.userByEmail('\u212Aate@EXAMPLE.com.'), await store.users.findByEmail('\u212Aate@EXAMPLE.com.'));
   assert.ok(state.userByEmail('\u212Aate@EXAMPLE.com.') !== undefined);
   assert.equal(state.userByEmail('someone@example.com'), undefined);
   assert.deepEqual(state.rolesOf(999), []);
 
-  for (const role of syncRepositories(store).roles.list()) {
+  for (const role of await store.roles.list()) {
     assert.deepEqual(state.role(role.id), role);
     assert.deepEqual(state.roleByName(role.name), role);
   }
   assert.equal(state.roleByName('Admin'), undefined, 'role names are exact, as in the table');
 
-  assert.deepEqual(state.apiKeyByHash(hash), syncRepositories(store).apiKeys.findByHash(hash));
+  assert.deepEqual(state.apiKeyByHash(hash), await store.apiKeys.findByHash(hash));
   assert.equal(state.apiKeyByHash(sha256('other')), undefined);
 
-  assert.deepEqual(state.configurations, syncRepositories(store).configurations.list());
-  for (const configuration of syncRepositories(store).configurations.list()) {
+  assert.deepEqual(state.configurations, await store.configurations.list());
+  for (const configuration of await store.configurations.list()) {
     assert.deepEqual(state.configuration(configuration.id), configuration);
     assert.deepEqual(state.configurationByName(configuration.name), configuration);
     if (configuration.proxySlug !== null) assert.deepEqual(state.configurationBySlug(configuration.proxySlug), configuration);
@@ -87,26 +86,26 @@ test('every lookup of the view answers what the repositories answer', (t) => {
   assert.equal(state.configurationByName('Payments'), undefined);
   assert.equal(state.configurationBySlug('payments'), undefined, 'the slug is pay, not the name');
 
-  assert.deepEqual(state.classifications, syncRepositories(store).classifications.list());
-  for (const classification of syncRepositories(store).classifications.list()) {
+  assert.deepEqual(state.classifications, await store.classifications.list());
+  for (const classification of await store.classifications.list()) {
     assert.deepEqual(state.classification(classification.id), classification);
     for (const value of [String(classification.id), classification.slug, `0${classification.id}`, `${classification.slug}x`]) {
-      assert.deepEqual(state.classificationByIdOrSlug(value), syncRepositories(store).classifications.findByIdOrSlug(value), value);
+      assert.deepEqual(state.classificationByIdOrSlug(value), await store.classifications.findByIdOrSlug(value), value);
     }
-    assert.deepEqual(state.members(classification.id), syncRepositories(store).classifications.members(classification.id));
+    assert.deepEqual(state.members(classification.id), await store.classifications.members(classification.id));
   }
   assert.equal(state.classificationByIdOrSlug('99999999999999999999'), undefined);
   assert.deepEqual(state.members(12345), { userIds: [], roleIds: [], providers: [] });
 });
 
-test('one view while nothing changes; a write through this connection replaces it at once', (t) => {
+test('one view while nothing changes; a write through this connection replaces it at once', async (t) => {
   const { store } = fileStore(t);
-  const { userId } = populate(store);
+  const { userId } = await populate(store);
   const before = stateOf(store);
   assert.equal(stateOf(store), before, 'no write, same view');
   assert.equal(before.user(userId)?.disabled, false);
 
-  syncRepositories(store).users.update(userId, { disabled: true });
+  await store.users.update(userId, { disabled: true });
   const after = stateOf(store);
   assert.notEqual(after, before);
   assert.equal(after.user(userId)?.disabled, true);
@@ -115,12 +114,12 @@ test('one view while nothing changes; a write through this connection replaces i
 
 test('a commit by another connection (the CLI, another process) is seen within OTHERS_CHECK_MS', async (t) => {
   const { store, path } = fileStore(t);
-  populate(store);
+  await populate(store);
   assert.equal(stateOf(store).configurationByName('refunds'), undefined);
 
   const other = openStore(path);
   t.after(() => other.close());
-  other.configurations.create({ name: 'refunds', type: 'encryption', keyringId: randomBytes(16), firstWrappedKey: randomBytes(60), fields: ['ssn'], destinations: [] });
+  await other.configurations.create({ name: 'refunds', type: 'encryption', keyringId: randomBytes(16), firstWrappedKey: randomBytes(60), fields: ['ssn'], destinations: [] });
 
   await sleep(OTHERS_CHECK_MS + 5);
   assert.equal(stateOf(store).configurationByName('refunds')?.name, 'refunds');
@@ -130,7 +129,7 @@ test('regression: a view built inside a transaction that rolls back is not serve
   // A cache filled from rows that a rollback then removed outlived them: the change stamp
   // moved with the writes, not with the rollback, so the key below kept authenticating.
   const { store } = fileStore(t);
-  const { userId } = populate(store);
+  const { userId } = await populate(store);
   const hash = sha256('svc_rolled_back');
   await assert.rejects(
     store.transaction(async (tx) => {
@@ -140,13 +139,13 @@ test('regression: a view built inside a transaction that rolls back is not serve
     }),
     /abandoned/,
   );
-  assert.equal(syncRepositories(store).apiKeys.findByHash(hash), undefined);
+  assert.equal(await store.apiKeys.findByHash(hash), undefined);
   assert.equal(stateOf(store).apiKeyByHash(hash), undefined);
 });
 
-test('everything the view hands out is frozen: no request can change a row for the others', (t) => {
+test('everything the view hands out is frozen: no request can change a row for the others', async (t) => {
   const { store } = fileStore(t);
-  const { hash, userId, classificationId, configurationId } = populate(store);
+  const { hash, userId, classificationId, configurationId } = await populate(store);
   const state = stateOf(store);
   assert.throws(() => {
     (state.user(userId) as { disabled: boolean }).disabled = true;
@@ -172,9 +171,9 @@ test('everything the view hands out is frozen: no request can change a row for t
   assert.equal(stateOf(store).user(userId)?.disabled, false);
 });
 
-test('memos live as long as their view and hold at most memo.max values', (t) => {
+test('memos live as long as their view and hold at most memo.max values', async (t) => {
   const { store } = fileStore(t);
-  const { userId } = populate(store);
+  const { userId } = await populate(store);
   const memo = new Memo<number>('test', 2);
   let builds = 0;
   const build = (): number => ++builds;
@@ -186,6 +185,6 @@ test('memos live as long as their view and hold at most memo.max values', (t) =>
   assert.equal(state.memo(memo, 'c', build), 3, 'a third key starts the kind over');
   assert.equal(state.memo(memo, 'a', build), 4);
 
-  syncRepositories(store).users.update(userId, { name: 'Kate B.' });
+  await store.users.update(userId, { name: 'Kate B.' });
   assert.equal(stateOf(store).memo(memo, 'a', build), 5, 'a new view, new memos');
 });

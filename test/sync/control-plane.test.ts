@@ -15,7 +15,6 @@ import { Backoff } from '../../src/sync/backoff.ts';
 import { FOREIGN_RECHECK_MS } from '../../src/sync/snapshot-publisher.ts';
 import { canonicalJson, snapshotDigest, verifySnapshot } from '../../src/sync/snapshot.ts';
 import { call, KEYS } from '../support/app.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 import {
   counter,
   FLEET_KEY,
@@ -468,11 +467,11 @@ test('logs from both replicas reach the control plane exactly once, retries incl
   // A lost acknowledgement looks like this to the replica: it sends everything again.
   for (const replica of [r1, r2]) {
     const shippedLogs = replica.app.services.store.shippedLogs;
-    shippedLogs.putCursor('api', { lastId: 0, lastRequestId: '', idBase: 0 });
-    shippedLogs.putCursor('usage', { lastId: 0, lastRequestId: '', idBase: 0 });
+    await shippedLogs.putCursor('api', { lastId: 0, lastRequestId: '', idBase: 0 });
+    await shippedLogs.putCursor('usage', { lastId: 0, lastRequestId: '', idBase: 0 });
   }
   await waitFor('both replicas to re-ship', async () => {
-    const cursors = [r1, r2].map((r) => (syncRepositories(r.app.services.store).shippedLogs.getCursor('api')).lastId);
+    const cursors = await Promise.all([r1, r2].map(async (r) => (await r.app.services.store.shippedLogs.getCursor('api')).lastId));
     return cursors.every((id) => id > 0) ? true : undefined;
   });
   for (const id of ids) assert.deepEqual(await countOnCp(id), { api: 1, usage: 1 }, `${id} is stored once`);

@@ -13,7 +13,6 @@ import { createApp, type App } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const key = (name: string) => `svc_${name.padEnd(40, '0')}`;
 const OWNER = key('FileOwner');
@@ -249,7 +248,7 @@ test('removals: encryption configurations are kept, provider configurations dele
 
   // The file drops the user, their key and both configurations.
   running.write(fileText(dir));
-  await until('the user disabled', () => (syncRepositories(store).users.findByEmail('dev@example.com'))?.disabled === true);
+  await until('the user disabled', async () => (await store.users.findByEmail('dev@example.com'))?.disabled === true);
   assert.equal(await store.configurations.findByName('workspace'), undefined, 'the provider configuration is deleted');
   assert.ok(await store.configurations.findByName('vault'), 'the encryption configuration is kept, with its keys');
   assert.equal((await store.apiKeys.findByName('dev'))?.status, 'revoked');
@@ -268,7 +267,7 @@ test('removals: encryption configurations are kept, provider configurations dele
 
   // Declared again (with disabled: false), the user is back; its revoked key stays revoked.
   running.write(fileText(dir, { users: ['{ name: Dev, email: dev@example.com, roles: [developer], disabled: false }'], apiKeys: [`{ name: dev, user: dev@example.com, key: ${DEV} }`] }));
-  await until('the user enabled', () => (syncRepositories(store).users.findByEmail('dev@example.com'))?.disabled === false);
+  await until('the user enabled', async () => (await store.users.findByEmail('dev@example.com'))?.disabled === false);
   assert.equal((await store.apiKeys.findByName('dev'))?.status, 'revoked');
   assert.match(running.logs(), /API key \\"dev\\" is revoked and stays revoked/);
 });
@@ -286,7 +285,7 @@ test('a password changed in the file applies; unchanged passwords keep their has
   running.write(fileText(dir, { users: [pat('second-password')] }));
   // Waiting on the stored hash, not by trying to log in: failed attempts while the reload
   // is pending would trip the login throttle on a slow machine.
-  await until('the new password', () => (syncRepositories(store).users.findByEmail('pat@example.com'))?.passwordHash !== firstHash);
+  await until('the new password', async () => (await store.users.findByEmail('pat@example.com'))?.passwordHash !== firstHash);
   assert.equal((await login('second-password')).status, 200);
   assert.equal((await login('first-password')).status, 401);
   const patHash = (await store.users.findByEmail('pat@example.com'))?.passwordHash;

@@ -16,7 +16,6 @@ import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
 import { FLEET_KEY, get, json, LOGS, SCOPED_FLEET_KEY, SNAPSHOT, startControlPlane, startReplica, tempDir, waitFor, waitReady, type Node } from './nodes.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 import type { ShippedApiLog } from '../../src/store/shipped-logs.ts';
 
 const ENC = '/api/v3/encryption/payments/encrypt';
@@ -59,8 +58,9 @@ test('rows sent in advance under a replica\'s name, row ids and request ids do n
   const forged = victims.flatMap((requestId) =>
     Array.from({ length: 10 }, (_, i) => apiRow({ id: i + 1, request_id: requestId, path: '/forged', status_code: 204 })),
   );
+  const payments = (await cp.app.services.store.configurations.findByName('payments'))!;
   const forgedUsage = victims.flatMap((requestId) =>
-    Array.from({ length: 10 }, (_, i) => ({ id: i + 1, request_id: requestId, configuration_id: (syncRepositories(cp.app.services.store).configurations.findByName('payments'))!.id, api_key_id: null, user_id: null, mode: 'decrypt', field_count: 0, bytes: 0, created_at: new Date().toISOString() })),
+    Array.from({ length: 10 }, (_, i) => ({ id: i + 1, request_id: requestId, configuration_id: payments.id, api_key_id: null, user_id: null, mode: 'decrypt', field_count: 0, bytes: 0, created_at: new Date().toISOString() })),
   );
   const sent = await call(cp.url, LOGS, { body: json({ replica: 'r1', instance: randomBytes(16).toString('hex'), api: forged, usage: forgedUsage }), key: FLEET_KEY });
   assert.equal(sent.status, 200);
@@ -221,9 +221,9 @@ test('sync.max_batch bounds a batch (413 beyond it), and a replica halves its ba
   // A replica's store with 300 api rows, shipped with the default batch (1,000 of each kind).
   const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
   await local.logs.insertApi(Array.from({ length: 300 }, (_, i) => newApiRow(`halve-${i}`)));
-  const shipper = shipperFor(local, cp);
+  const shipper = await shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 300);
-  assert.equal(storedFor(cp, local), 300, 'every row arrived, in batches of at most 100');
+  assert.equal(await storedFor(cp, local), 300, 'every row arrived, in batches of at most 100');
   await shipper.stop();
 });
 
@@ -240,7 +240,7 @@ test('rows naming a configuration, key or user deleted while they waited are shi
     { requestId: 'gone-1', configurationId: 'deleted-configuration', mode: 'decrypt', fieldCount: 1, bytes: 5, createdAt: new Date().toISOString() },
     { requestId: 'kept-1', configurationId: payments, userId: 424242, mode: 'encrypt', fieldCount: 1, bytes: 5, createdAt: new Date().toISOString() },
   ]);
-  const shipper = shipperFor(local, cp);
+  const shipper = await shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 4);
   const gone = await onControlPlane(cp, 'gone-1');
   assert.equal(gone.api.length, 1, 'the api row arrives');
@@ -264,19 +264,19 @@ test('a log table emptied by retention and numbered from 1 again still ships its
   const cp = await startControlPlane(t, join(dir, 'cp.db'));
   const local = replicaStore(t, join(dir, 'sqliteConnection(local)'));
   await local.logs.insertApi([newApiRow('before-1'), newApiRow('before-2'), newApiRow('before-3')]);
-  const shipper = shipperFor(local, cp);
+  const shipper = await shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 3);
   // Retention deletes every row; SQLite then numbers new rows from 1 again.
   sqliteConnection(local).exec('DELETE FROM api_logs');
   await local.logs.insertApi([newApiRow('after-1'), newApiRow('after-2')]);
   assert.equal((sqliteConnection(local).prepare('SELECT min(id) AS id FROM api_logs').get() as { id: number }).id, 1);
   assert.equal(await shipper.shipOnce(), 2);
-  assert.equal(storedFor(cp, local), 5, 'the new rows are not taken for the old ones');
+  assert.equal(await storedFor(cp, local), 5, 'the new rows are not taken for the old ones');
   for (const id of ['after-1', 'after-2']) assert.equal((await onControlPlane(cp, id)).api.length, 1, id);
   await shipper.stop();
 });
 
-test('a store of schema version 4 migrates: received rows kept, dedupe by (instance, row id), cursors and instance table added', (t) => {
+test('a store of schema version 4 migrates: received rows kept, dedupe by (instance, row id), cursors and instance table added', async (t) => {
   const dir = tempDir(t);
   const path = join(dir, 'v4.db');
   const db = new DatabaseSync(path);
@@ -291,7 +291,7 @@ test('a store of schema version 4 migrates: received rows kept, dedupe by (insta
   const store = openStore(path);
   t.after(() => store.close());
   assert.equal(schemaVersion(sqliteConnection(store)), migrations.length);
-  assert.deepEqual(syncRepositories(store).shippedLogs.getCursor('api'), { lastId: 17, lastRequestId: 'req-17', idBase: 0 });
+  assert.deepEqual(await store.shippedLogs.getCursor('api'), { lastId: 17, lastRequestId: 'req-17', idBase: 0 });
   const old = sqliteConnection(store).prepare("SELECT replica, replica_instance, replica_log_id FROM api_logs WHERE request_id = 'old-1'").get();
   assert.deepEqual({ ...old }, { replica: 'r1', replica_instance: null, replica_log_id: 1 });
   const index = sqliteConnection(store).prepare("SELECT sql FROM sqlite_master WHERE name = 'api_logs_replica_row'").get() as { sql: string };
@@ -301,10 +301,10 @@ test('a store of schema version 4 migrates: received rows kept, dedupe by (insta
   // The same row id from the same instance lands once; from another instance, again.
   const row = { id: 1, request_id: 'new-1', method: 'GET', path: '/x', status_code: 200, api_key_id: null, user_id: null, configuration_id: null, destination: null, duration_ms: 1, ip: '', created_at: now };
   const a = 'a'.repeat(32);
-  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', a, { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
-  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', a, { api: [{ ...row, request_id: 'new-2' }], usage: [] }), { stored: 0, duplicates: 1 });
-  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', 'b'.repeat(32), { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
-  assert.deepEqual(syncRepositories(store).shippedLogs.receive('r1', 'c'.repeat(32), { api: [{ ...row, request_id: 'old-1' }], usage: [] }), { stored: 1, duplicates: 0 }, 'rows from before the migration claim nothing');
+  assert.deepEqual(await store.shippedLogs.receive('r1', a, { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
+  assert.deepEqual(await store.shippedLogs.receive('r1', a, { api: [{ ...row, request_id: 'new-2' }], usage: [] }), { stored: 0, duplicates: 1 });
+  assert.deepEqual(await store.shippedLogs.receive('r1', 'b'.repeat(32), { api: [row], usage: [] }), { stored: 1, duplicates: 0 });
+  assert.deepEqual(await store.shippedLogs.receive('r1', 'c'.repeat(32), { api: [{ ...row, request_id: 'old-1' }], usage: [] }), { stored: 1, duplicates: 0 }, 'rows from before the migration claim nothing');
 });
 
 test('the relay\'s end user travels with shipped api rows: sent only when set, stored and listed on the control plane; one the lists could not show is refused', async (t) => {
@@ -315,7 +315,7 @@ test('the relay\'s end user travels with shipped api rows: sent only when set, s
   const rows = await local.shippedLogs.rowsAfter('api', 0, 10);
   assert.equal((rows[0] as ShippedApiLog).end_user, 'auth0|kate');
   assert.ok(!('end_user' in rows[1]!), 'a row without an end user is sent as before, so an older control plane still takes it');
-  const shipper = shipperFor(local, cp);
+  const shipper = await shipperFor(local, cp);
   assert.equal(await shipper.shipOnce(), 2);
   await shipper.stop();
   const [withUser] = (await onControlPlane(cp, 'eu-1')).api;
@@ -355,13 +355,13 @@ function newApiRow(requestId: string) {
   return { requestId, method: 'POST', path: ENC, statusCode: 200, durationMs: 2, ip: '127.0.0.1', createdAt: new Date().toISOString() };
 }
 
-function shipperFor(store: Store, cp: Node): LogShipper {
-  return new LogShipper({ store, logger: createLogger('silent'), urls: [cp.url], apiKey: FLEET_KEY, replica: 'local', instance: syncRepositories(store).shippedLogs.instanceId(), interval: 60_000 });
+async function shipperFor(store: Store, cp: Node): Promise<LogShipper> {
+  return new LogShipper({ store, logger: createLogger('silent'), urls: [cp.url], apiKey: FLEET_KEY, replica: 'local', instance: await store.shippedLogs.instanceId(), interval: 60_000 });
 }
 
 /** Rows the control plane holds from `store`'s instance. */
-function storedFor(cp: Node, store: Store): number {
-  const instance = syncRepositories(store).shippedLogs.instanceId();
+async function storedFor(cp: Node, store: Store): Promise<number> {
+  const instance = await store.shippedLogs.instanceId();
   const api = sqliteConnection(cp.app.services.store).prepare('SELECT count(*) AS n FROM api_logs WHERE replica_instance = ?').get(instance) as { n: number };
   const usage = sqliteConnection(cp.app.services.store).prepare('SELECT count(*) AS n FROM usage_logs WHERE replica_instance = ?').get(instance) as { n: number };
   return api.n + usage.n;

@@ -35,7 +35,6 @@ import {
   type Node,
 } from './nodes.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const ENC = (slug: string) => `/api/v3/encryption/${slug}/encrypt`;
 const DEC = '/api/v3/encryption/payments/decrypt';
@@ -246,10 +245,10 @@ test('the control plane keeps versions near its clock: bursts run at most the le
     const versions: number[] = [];
     const role = (await store.roles.list())[0]!;
     let n = 0;
-    const change = () => syncRepositories(store).users.create({ name: `U${++n}`, email: `u${n}@example.com`, roleIds: [role.id] });
+    const change = () => store.users.create({ name: `U${++n}`, email: `u${n}@example.com`, roleIds: [role.id] });
     // A burst: 20 changes, each followed by a poll, within the same instant.
     for (let i = 0; i < 20; i++) {
-      change();
+      await change();
       versions.push((await publisher.current()).version);
     }
     const clock = Math.floor(wall / 1000);
@@ -268,10 +267,10 @@ test('the control plane keeps versions near its clock: bursts run at most the le
     const published = (await store.replication.getSync('published'))!;
     await store.replication.putSync('published', { ...published, version: clock + 10_000 });
     const restored = new SnapshotPublisher(store, MAC, { versionLeadSeconds: lead, clock: { wallMs: () => wall, monotonicMs: () => monotonic } });
-    change();
+    await change();
     const first = (await restored.current()).version;
     assert.equal(first, clock + 10_001, 'versions never go back');
-    change();
+    await change();
     assert.equal((await restored.current()).version, first, 'held for the pace');
     monotonic += 1000;
     wall += 1000;

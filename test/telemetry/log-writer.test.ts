@@ -19,7 +19,6 @@ import { LogWriter, type LogWriterOptions } from '../../src/telemetry/log-writer
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { KEYS, SEED } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const activity = (i: number): NewActivityLog => ({ action: 'user.created', description: `event ${i}`, ip: '10.0.0.1', createdAt: new Date(i).toISOString() });
 const api = (i: number): NewApiLog => ({
@@ -34,9 +33,9 @@ const api = (i: number): NewApiLog => ({
 const usage = (i: number): NewUsageLog => ({ requestId: `req-${i}`, configurationId: 'cfg', mode: 'encrypt', fieldCount: 2, bytes: 64, createdAt: new Date(i).toISOString() });
 
 /** Polls until `check` holds; timing on a loaded machine varies, the outcome must not. */
-async function waitFor(check: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
+async function waitFor(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
     await sleep(5);
   }
@@ -119,7 +118,7 @@ test('a partial batch is not written before flushInterval', async (t) => {
   writer.activity(activity(1));
   await sleep(20);
   assert.equal(await store.logs.count('activity'), 0);
-  await waitFor(() => syncRepositories(store).logs.count('activity') === 1, 'the interval write');
+  await waitFor(async () => await store.logs.count('activity') === 1, 'the interval write');
   assert.ok(performance.now() - started >= 295, 'not before the interval');
 });
 
@@ -245,15 +244,15 @@ test('close with a store that still refuses counts what it could not write', asy
   assert.ok(logged().some((l) => l.msg === 'log entries could not be written before closing'));
 });
 
-test('enabled: false keeps activity logs and skips api and usage logs', (t) => {
+test('enabled: false keeps activity logs and skips api and usage logs', async (t) => {
   const { store, writer } = setup(t, { enabled: false });
   writer.api(api(1));
   writer.usage(usage(1));
   writer.activity(activity(1));
   writer.flush();
-  assert.equal(syncRepositories(store).logs.count('api'), 0);
-  assert.equal(syncRepositories(store).logs.count('usage'), 0);
-  assert.equal(syncRepositories(store).logs.count('activity'), 1);
+  assert.equal(await store.logs.count('api'), 0);
+  assert.equal(await store.logs.count('usage'), 0);
+  assert.equal(await store.logs.count('activity'), 1);
   assert.equal(writer.dropped, 0, 'switched off is not dropped');
 });
 
@@ -276,7 +275,7 @@ test('a file store is written from the writer thread, in batches, and nothing is
     writer.api(api(i));
     writer.usage(usage(i));
   }
-  await waitFor(() => syncRepositories(store).logs.count('usage') >= 200, 'the full batches');
+  await waitFor(async () => await store.logs.count('usage') >= 200, 'the full batches');
   assert.ok(await store.logs.count('api') < 250, 'the partial batch waits for the interval');
   await writer.close();
   for (const kind of ['activity', 'api', 'usage'] as const) assert.equal(await store.logs.count(kind), 250, kind);
@@ -305,7 +304,7 @@ test('writer thread: waiting for another connection\'s lock does not hold up the
   assert.ok(turns > 100, `the event loop kept turning (${turns} turns in 300 ms)`);
   assert.equal(await store.logs.count('api'), 0);
   other.exec('COMMIT');
-  await waitFor(() => syncRepositories(store).logs.count('api') === 10, 'the thread to finish its batch');
+  await waitFor(async () => await store.logs.count('api') === 10, 'the thread to finish its batch');
   assert.equal(writer.failedBatches, 0, 'it waited rather than failed');
 });
 
@@ -321,7 +320,7 @@ test('writer thread: a refused batch comes back and is retried until the store t
   assert.equal(writer.written, 0);
   accept();
   // The rows are visible before the thread's report of them arrives: wait for both.
-  await waitFor(() => writer.depth === 0 && syncRepositories(store).logs.count('api') === 5 && writer.written === 10, 'the retry to succeed');
+  await waitFor(async () => writer.depth === 0 && await store.logs.count('api') === 5 && writer.written === 10, 'the retry to succeed');
   assert.equal(await store.logs.count('usage'), 5);
   assert.equal(writer.written, 10, 'each entry written exactly once');
   assert.equal(logged().filter((l) => l.msg === 'writing logs failed; will retry').length, 1);
