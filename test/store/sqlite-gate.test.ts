@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
-import { StoreBusyError, TransactionEndedError } from '../../src/store/sqlite/gate.ts';
+import { ConcurrentSavepointError, StoreBusyError, TransactionEndedError } from '../../src/store/sqlite/gate.ts';
 import type { Transaction } from '../../src/store/db.ts';
 import { stateOf } from '../../src/store/state-view.ts';
 
@@ -142,4 +142,30 @@ test('a transaction handle used after its transaction ended is refused, never ru
   assert.equal(await store.meta.get('inside'), '1');
   assert.equal(await store.meta.get('after'), undefined);
   assert.equal(await store.meta.get('late'), undefined);
+});
+
+test('regression: two nested transactions awaited together are refused, so one cannot roll back the other', async (t) => {
+  // Savepoints are a stack: when the first of two open side by side rolled back, it took
+  // the second's finished write with it and kept its own.
+  const store = fileStore(t);
+  await store.transaction(async (tx) => {
+    const a = tx.transaction(async (inner) => {
+      await inner.meta.set('a', '1');
+      await new Promise((resolve) => setImmediate(resolve));
+      throw new Error('a fails');
+    });
+    const b = tx.transaction(async (inner) => {
+      await inner.meta.set('b', '1');
+    });
+    const [first, second] = await Promise.allSettled([a, b]);
+    assert.equal(first.status, 'rejected');
+    assert.match(String((first as PromiseRejectedResult).reason), /a fails/);
+    assert.equal(second.status, 'rejected');
+    assert.ok((second as PromiseRejectedResult).reason instanceof ConcurrentSavepointError);
+    // One inside another is a level deeper, and fine.
+    await tx.transaction(async (inner) => inner.transaction(async (deeper) => deeper.meta.set('deep', '1')));
+  });
+  assert.equal(await store.meta.get('a'), undefined);
+  assert.equal(await store.meta.get('b'), undefined);
+  assert.equal(await store.meta.get('deep'), '1');
 });

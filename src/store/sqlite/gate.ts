@@ -9,6 +9,9 @@ import { AsyncLocalStorage } from 'node:async_hooks';
  */
 export class ConnectionGate {
   readonly #inside = new AsyncLocalStorage<symbol>();
+  /** The savepoints open inside the transaction, innermost last, each run in its own context. */
+  readonly #savepoint = new AsyncLocalStorage<symbol>();
+  readonly #savepoints: symbol[] = [];
   #holder: symbol | null = null;
   #released: Promise<void> = Promise.resolve();
   #release: () => void = () => {};
@@ -43,6 +46,23 @@ export class ConnectionGate {
     }
   }
 
+  /**
+   * Runs `fn` as a savepoint of the transaction. Savepoints are a stack: one opened beside
+   * another that is still open (two nested transactions awaited together) would be rolled
+   * back with it, or roll it back, so it is refused; one opened inside it is a level deeper.
+   */
+  async savepoint<T>(fn: () => Promise<T>): Promise<T> {
+    const innermost = this.#savepoints.at(-1);
+    if (innermost !== undefined && this.#savepoint.getStore() !== innermost) throw new ConcurrentSavepointError();
+    const mine = Symbol('savepoint');
+    this.#savepoints.push(mine);
+    try {
+      return await this.#savepoint.run(mine, fn);
+    } finally {
+      this.#savepoints.splice(this.#savepoints.indexOf(mine), 1);
+    }
+  }
+
   /** Runs `fn` holding the connection, once every transaction before it has ended. */
   async hold<T>(fn: () => Promise<T>): Promise<T> {
     for (let waiting = this.wait(); waiting !== undefined; waiting = this.wait()) await waiting;
@@ -72,6 +92,14 @@ export class ConnectionGate {
       for (; waiting !== undefined; waiting = this.wait()) await waiting;
       return run();
     })();
+  }
+}
+
+/** A nested transaction started while another one beside it is still open. */
+export class ConcurrentSavepointError extends Error {
+  constructor() {
+    super('Nested transactions of one transaction run one after the other: await one before starting the next.');
+    this.name = 'ConcurrentSavepointError';
   }
 }
 
