@@ -2,7 +2,7 @@
  * `npm run bench`: the micro-benchmarks of the transformer, the token codec and decrypting
  * with reveal rules.
  *
- *   node bench/run.ts [--only transformer|crypto|reveal] [--quick] [--rounds N] [--markdown]
+ *   node bench/run.ts [--only transformer|crypto|reveal|echo-guard] [--quick] [--rounds N] [--markdown]
  *
  * Prints one table per suite and writes bench/results/micro.json (a --quick run writes
  * micro-quick.json instead, so a smoke run never replaces real results). A run of one
@@ -11,6 +11,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { runCryptoBench } from './micro/crypto.ts';
+import { runEchoGuardBench } from './micro/echo-guard.ts';
 import { runRevealBench } from './micro/reveal.ts';
 import { runTransformerBench, type MicroOptions } from './micro/transformer.ts';
 import { formatSuite, formatSuiteMarkdown, loadAverage, machineInfo, type MachineInfo, type SuiteResult } from './lib/report.ts';
@@ -19,6 +20,7 @@ const SUITES = {
   transformer: runTransformerBench,
   crypto: runCryptoBench,
   reveal: runRevealBench,
+  'echo-guard': runEchoGuardBench,
 } as const;
 type SuiteName = keyof typeof SUITES;
 
@@ -64,7 +66,7 @@ async function main(): Promise<void> {
   try {
     args = parse();
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\nusage: node bench/run.ts [--only transformer|crypto|reveal] [--quick] [--rounds N] [--markdown]\n`);
+    process.stderr.write(`${(err as Error).message}\nusage: node bench/run.ts [--only transformer|crypto|reveal|echo-guard] [--quick] [--rounds N] [--markdown]\n`);
     process.exitCode = 2;
     return;
   }

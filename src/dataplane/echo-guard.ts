@@ -6,110 +6,368 @@
  * answer still holds one, so that the answer is refused (502) rather than handing the
  * plaintext to the application.
  *
- * What is searched: each plaintext of at least MIN_LENGTH characters, its first
- * PREFIX_CHARS characters (an echo of the whole value holds its beginning), in the
- * spellings an answer writes text in: as it is, JSON-escaped, percent-encoded (`%40`, and
- * `+` for a space), and for a number written with separators (`4242 4242 4242 4242`) its
- * digits alone. Matching ignores ASCII case. Shorter values (a CVC, an expiry month) are
- * not searched: three or four digits occur by chance in timestamps and ids, and a search
- * for them would refuse good answers.
+ * How it searches: the answer is not searched once per spelling a value could take. Each
+ * header value and the body are NORMALISED once — every escape an answer writes text in is
+ * decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case), JSON and
+ * JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs), HTML
+ * character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other named
+ * references of ASCII punctuation). Decoding repeats, up to MAX_LAYERS times, while it
+ * changes something, so an escape of an escape (`%2540`, `&amp;#64;`, JSON inside HTML) is
+ * undone too. Then ASCII letters are lower-cased and `+` reads as a space (form encoding).
+ * The remembered values go through the same normalisation, so an encoder's choice — which
+ * characters it escapes, `+` or `%20`, `\u003c` or `<` — does not change what is compared.
+ * All the values are then looked for in one pass over the normalised bytes: a rolling hash
+ * of MIN_LENGTH bytes indexes them, and a hit is compared byte for byte. The cost is linear
+ * in the size of the answer, whatever the number of values.
+ *
+ * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised),
+ * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning), and
+ * for a number written with separators (`4242 4242 4242 4242`) its digits alone. Shorter
+ * values (a CVC, an expiry month) are not searched: three or four digits occur by chance in
+ * timestamps and ids, and a search for them would refuse good answers.
+ *
+ * What it cannot see: a value the vendor transforms other than by escaping it — base64 or
+ * another encoding of its bytes, a hash, a changed case of a non-ASCII letter, the number
+ * with separators added or regrouped, a part of it shorter than PREFIX_CHARS that is not
+ * its beginning — and escapes nested deeper than MAX_LAYERS.
+ *
+ * Limits, each failing closed: at most MAX_VALUES values per request are remembered, and
+ * an answer to a request that decrypted more is refused; a header value or body longer
+ * than MAX_SCANNED bytes is refused rather than searched in part.
  */
 import { UpstreamResponseError } from '../errors.ts';
 
-/** Values shorter than this are not searched for (see above). */
+/** Values shorter than this (in characters, once normalised) are not searched for. */
 export const MIN_LENGTH = 8;
 /** How much of each value is searched for. */
 const PREFIX_CHARS = 64;
-/** Distinct values kept per request: a request that decrypts more is searched for these. */
-const MAX_VALUES = 1_000;
+/** Distinct values a request may decrypt and still have its answer searched; more is a 502. */
+export const MAX_VALUES = 1_000;
+/** Bytes of one header value or body that are searched; a longer one is a 502. */
+export const MAX_SCANNED = 64 * 1024 * 1024;
+/** Rounds of decoding: an escape nested deeper than this is not undone. */
+export const MAX_LAYERS = 4;
 const DIGITS_AND_SEPARATORS = /^[0-9][0-9 .\-/]*[0-9]$/;
+
+/** The rolling hash over a window of MIN_LENGTH bytes. */
+const WINDOW = MIN_LENGTH;
+const BASE = 257;
+const TOP = (() => {
+  let p = 1;
+  for (let i = 1; i < WINDOW; i++) p = Math.imul(p, BASE);
+  return p;
+})();
+/** Bits of the hash kept in the pre-filter (a hit there is then looked up). */
+const FILTER_MASK = 0xffff;
 
 /**
  * Where a request's tokens were decrypted (path → classification), and the plaintexts
  * an answer must not repeat.
  */
 export class DecryptedPaths extends Map<string, number> {
-  /** The spellings searched for, lower case, as bytes. */
+  /** The normalised values searched for, by their bytes (latin1 key). */
   private readonly needles = new Map<string, Buffer>();
+  /** Needles by the hash of their first WINDOW bytes. */
+  private readonly byHash = new Map<number, Buffer[]>();
+  private readonly filter = new Uint8Array(FILTER_MASK + 1);
   private remembered = 0;
+  /** More values were decrypted than can be searched for: the answer is refused. */
+  private overflowed = false;
 
   /** Remembers a value shown in plain (its text; the caller zeroes its own buffer). */
   remember(plaintext: Buffer): void {
-    if (this.remembered >= MAX_VALUES) return;
     // Its UTF-8 length is at least its number of characters: short values leave here unsplit.
     if (plaintext.length < MIN_LENGTH) return;
-    const chars = [...plaintext.toString('utf8', 0, Math.min(plaintext.length, PREFIX_CHARS * 4))];
-    if (chars.length < MIN_LENGTH) return;
+    const canonical = normalise(plaintext);
+    const prefix = charPrefix(canonical, PREFIX_CHARS);
+    if (prefix.chars < MIN_LENGTH) return;
+    if (this.remembered >= MAX_VALUES) {
+      this.overflowed = true;
+      return;
+    }
     this.remembered++;
-    const prefix = chars.slice(0, PREFIX_CHARS).join('');
-    for (const spelling of spellings(prefix)) {
-      const needle = asciiLower(Buffer.from(spelling, 'utf8'));
-      const key = needle.toString('latin1');
-      if (!this.needles.has(key)) this.needles.set(key, needle);
+    this.add(prefix.bytes);
+    // A number with separators is looked for as its digits alone too.
+    if (canonical.length <= PREFIX_CHARS * 4) {
+      const text = canonical.toString('latin1');
+      if (DIGITS_AND_SEPARATORS.test(text)) {
+        const digits = text.replace(/[^0-9]/g, '');
+        if (digits.length >= MIN_LENGTH) this.add(Buffer.from(digits.slice(0, PREFIX_CHARS), 'latin1'));
+      }
     }
   }
 
   /** Takes in the values `other` remembered (a query's and a body's, for one answer). */
-  absorb(other: ReadonlyMap<string, number>): void {
+  absorb(other: DecryptedPaths): void {
     for (const [path, classification] of other) this.set(path, classification);
-    if (other instanceof DecryptedPaths) for (const [key, needle] of other.needles) this.needles.set(key, needle);
+    for (const needle of other.needles.values()) this.add(needle);
+    this.remembered += other.remembered;
+    if (other.overflowed || this.remembered > MAX_VALUES) this.overflowed = true;
   }
 
+  /** Whether an answer must be read whole and checked. */
   get searching(): boolean {
-    return this.needles.size > 0;
+    return this.needles.size > 0 || this.overflowed;
   }
 
   /**
    * Throws a 502 if a header value or the body (as it would be sent) repeats a remembered
-   * plaintext. Names neither the value nor the vendor.
+   * plaintext, or if it cannot be searched in full. Names neither the value nor the vendor.
    */
   check(headers: Readonly<Record<string, string | string[] | undefined>>, body: Buffer | null): void {
+    if (this.overflowed) throw new UpstreamResponseError(new Error(`the request decrypted more than ${MAX_VALUES} values, too many to search its answer for`));
     if (this.needles.size === 0) return;
     for (const name in headers) {
       const value = headers[name];
       if (value === undefined) continue;
       for (const text of Array.isArray(value) ? value : [value]) {
+        if (text.length > MAX_SCANNED) throw tooLarge(`its ${name} header`);
         // Header values arrive as latin1 text: their bytes, as the vendor sent them.
-        if (this.holds(asciiLower(Buffer.from(text, 'latin1')))) throw refused(`its ${name} header`);
+        if (this.holds(normalise(Buffer.from(text, 'latin1')))) throw refused(`its ${name} header`);
       }
     }
-    if (body !== null && body.length > 0 && this.holds(asciiLower(body))) throw refused('its body');
+    if (body === null || body.length === 0) return;
+    if (body.length > MAX_SCANNED) throw tooLarge('its body');
+    if (this.holds(normalise(body))) throw refused('its body');
   }
 
-  private holds(haystack: Buffer): boolean {
-    for (const needle of this.needles.values()) if (haystack.includes(needle)) return true;
-    return false;
+  private add(needle: Buffer): void {
+    const key = needle.toString('latin1');
+    if (this.needles.has(key)) return;
+    this.needles.set(key, needle);
+    const hash = windowHash(needle, 0);
+    const list = this.byHash.get(hash);
+    if (list === undefined) this.byHash.set(hash, [needle]);
+    else list.push(needle);
+    this.filter[hash & FILTER_MASK] = 1;
   }
+
+  /** Whether a normalised `haystack` holds a needle: one pass, a rolling hash per position. */
+  private holds(haystack: Buffer): boolean {
+    const n = haystack.length;
+    if (n < WINDOW) return false;
+    let hash = windowHash(haystack, 0);
+    for (let i = 0; ; i++) {
+      if (this.filter[hash & FILTER_MASK] === 1) {
+        const list = this.byHash.get(hash);
+        if (list !== undefined) {
+          for (const needle of list) {
+            const end = i + needle.length;
+            if (end <= n && haystack.compare(needle, 0, needle.length, i, end) === 0) return true;
+          }
+        }
+      }
+      if (i + WINDOW >= n) return false;
+      hash = (Math.imul((hash - Math.imul(haystack[i]!, TOP)) | 0, BASE) + haystack[i + WINDOW]!) | 0;
+    }
+  }
+}
+
+function windowHash(bytes: Buffer, start: number): number {
+  let hash = 0;
+  for (let k = 0; k < WINDOW; k++) hash = (Math.imul(hash, BASE) + bytes[start + k]!) | 0;
+  return hash;
 }
 
 function refused(where: string): UpstreamResponseError {
   return new UpstreamResponseError(new Error(`the answer repeats a value decrypted for this request in ${where}, where it cannot be encrypted again`));
 }
 
-function spellings(value: string): string[] {
-  const out = new Set([value, JSON.stringify(value).slice(1, -1), encodeURIComponent(value), encodeURIComponent(value).replaceAll('%20', '+')]);
-  if (DIGITS_AND_SEPARATORS.test(value)) {
-    const digits = value.replace(/[^0-9]/g, '');
-    if (digits.length >= MIN_LENGTH) out.add(digits);
-  }
-  return [...out];
+function tooLarge(where: string): UpstreamResponseError {
+  return new UpstreamResponseError(new Error(`the answer is too large to search for values decrypted for this request in ${where}`));
 }
 
-/** A copy of `bytes` with A–Z as a–z; other bytes, UTF-8 included, unchanged. */
-function asciiLower(bytes: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(bytes.length);
+/** The first `max` characters of UTF-8 `bytes` (cut at a character's start), and how many there are. */
+function charPrefix(bytes: Buffer, max: number): { bytes: Buffer; chars: number } {
+  let chars = 0;
   for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i]!;
-    out[i] = b >= 0x41 && b <= 0x5a ? b + 0x20 : b;
+    if ((bytes[i]! & 0xc0) === 0x80) continue;
+    if (chars === max) return { bytes: bytes.subarray(0, i), chars };
+    chars++;
   }
-  return out;
+  return { bytes, chars };
+}
+
+/**
+ * `bytes` with every escape decoded (repeatedly, up to MAX_LAYERS rounds, while a round
+ * decodes something), then A–Z as a–z and `+` as a space. Other bytes, UTF-8 included,
+ * are kept. Every escape is longer than what it decodes to, so a round that decodes
+ * nothing is one that leaves the length as it was.
+ */
+export function normalise(bytes: Buffer): Buffer {
+  let out = bytes;
+  for (let round = 0; round < MAX_LAYERS; round++) {
+    const next = decodeOnce(out);
+    if (next.length === out.length) break;
+    out = next;
+  }
+  const canonical = out === bytes ? Buffer.allocUnsafe(out.length) : out;
+  for (let i = 0; i < out.length; i++) {
+    const b = out[i]!;
+    canonical[i] = b >= 0x41 && b <= 0x5a ? b + 0x20 : b === 0x2b ? 0x20 : b;
+  }
+  return canonical;
+}
+
+/** One round of decoding: percent escapes, JSON/JavaScript string escapes, HTML character references. */
+function decodeOnce(src: Buffer): Buffer {
+  const n = src.length;
+  const out = Buffer.allocUnsafe(n);
+  let o = 0;
+  let i = 0;
+  while (i < n) {
+    const b = src[i]!;
+    if (b === 0x25 /* % */) {
+      const byte = hexValue(src, i + 1, 2);
+      if (byte >= 0) {
+        out[o++] = byte;
+        i += 3;
+        continue;
+      }
+    } else if (b === 0x5c /* \ */ && i + 1 < n) {
+      const c = src[i + 1]!;
+      if (c === 0x75 /* u */) {
+        const unit = hexValue(src, i + 2, 4);
+        if (unit >= 0 && (unit < 0xd800 || unit > 0xdfff)) {
+          o = putCodePoint(out, o, unit);
+          i += 6;
+          continue;
+        }
+        if (unit >= 0xd800 && unit <= 0xdbff && src[i + 6] === 0x5c && src[i + 7] === 0x75) {
+          const low = hexValue(src, i + 8, 4);
+          if (low >= 0xdc00 && low <= 0xdfff) {
+            o = putCodePoint(out, o, 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00));
+            i += 12;
+            continue;
+          }
+        }
+        // A lone surrogate stays as it is written.
+      } else {
+        const simple = SIMPLE_ESCAPES[c];
+        if (simple !== undefined) {
+          out[o++] = simple;
+          i += 2;
+          continue;
+        }
+      }
+    } else if (b === 0x26 /* & */) {
+      const entity = htmlReference(src, i);
+      if (entity !== null) {
+        o = putCodePoint(out, o, entity.codePoint);
+        i += entity.length;
+        continue;
+      }
+    }
+    out[o++] = b;
+    i++;
+  }
+  return out.subarray(0, o);
+}
+
+/** `\x` escapes of JSON and JavaScript strings, by the byte after the backslash. */
+const SIMPLE_ESCAPES: Readonly<Record<number, number>> = {
+  0x22: 0x22, // \"
+  0x27: 0x27, // \'
+  0x2f: 0x2f, // \/
+  0x5c: 0x5c, // \\
+  0x62: 0x08, // \b
+  0x66: 0x0c, // \f
+  0x6e: 0x0a, // \n
+  0x72: 0x0d, // \r
+  0x74: 0x09, // \t
+};
+
+/** HTML's named references for ASCII characters (and the no-break space), lower case. */
+const NAMED: ReadonlyMap<string, number> = new Map([
+  ['amp', 0x26], ['quot', 0x22], ['apos', 0x27], ['lt', 0x3c], ['gt', 0x3e], ['nbsp', 0xa0],
+  ['excl', 0x21], ['num', 0x23], ['dollar', 0x24], ['percnt', 0x25], ['lpar', 0x28], ['rpar', 0x29],
+  ['ast', 0x2a], ['midast', 0x2a], ['plus', 0x2b], ['comma', 0x2c], ['period', 0x2e], ['sol', 0x2f],
+  ['colon', 0x3a], ['semi', 0x3b], ['equals', 0x3d], ['quest', 0x3f], ['commat', 0x40], ['lsqb', 0x5b],
+  ['lbrack', 0x5b], ['bsol', 0x5c], ['rsqb', 0x5d], ['rbrack', 0x5d], ['hat', 0x5e], ['lowbar', 0x5f],
+  ['underbar', 0x5f], ['grave', 0x60], ['diacriticalgrave', 0x60], ['lcub', 0x7b], ['lbrace', 0x7b],
+  ['verbar', 0x7c], ['vert', 0x7c], ['verticalline', 0x7c], ['rcub', 0x7d], ['rbrace', 0x7d],
+  ['tab', 0x09], ['newline', 0x0a],
+]);
+const LONGEST_NAME = 16;
+
+/** The HTML character reference at `src[at]` (`&`): `&#64;`, `&#x40;` (`;` optional), `&commat;`. */
+function htmlReference(src: Buffer, at: number): { codePoint: number; length: number } | null {
+  let i = at + 1;
+  if (src[i] === 0x23 /* # */) {
+    i++;
+    const hex = src[i] === 0x78 || src[i] === 0x58;
+    if (hex) i++;
+    const start = i;
+    let value = 0;
+    while (i < src.length && i - start < 10) {
+      const d = hex ? hexDigit(src[i]!) : decDigit(src[i]!);
+      if (d < 0) break;
+      value = value * (hex ? 16 : 10) + d;
+      i++;
+    }
+    if (i === start || value === 0 || value > 0x10ffff || (value >= 0xd800 && value <= 0xdfff)) return null;
+    if (src[i] === 0x3b) i++;
+    return { codePoint: value, length: i - at };
+  }
+  const start = i;
+  while (i < src.length && i - start <= LONGEST_NAME && isAlphanumeric(src[i]!)) i++;
+  if (src[i] !== 0x3b || i === start) return null;
+  const codePoint = NAMED.get(src.toString('latin1', start, i).toLowerCase());
+  return codePoint === undefined ? null : { codePoint, length: i + 1 - at };
+}
+
+function isAlphanumeric(b: number): boolean {
+  return (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a);
+}
+
+function decDigit(b: number): number {
+  return b >= 0x30 && b <= 0x39 ? b - 0x30 : -1;
+}
+
+function hexDigit(b: number): number {
+  if (b >= 0x30 && b <= 0x39) return b - 0x30;
+  if (b >= 0x61 && b <= 0x66) return b - 0x57;
+  if (b >= 0x41 && b <= 0x46) return b - 0x37;
+  return -1;
+}
+
+/** The value of `count` hex digits at `src[at]`, or -1. */
+function hexValue(src: Buffer, at: number, count: number): number {
+  if (at + count > src.length) return -1;
+  let value = 0;
+  for (let k = 0; k < count; k++) {
+    const d = hexDigit(src[at + k]!);
+    if (d < 0) return -1;
+    value = value * 16 + d;
+  }
+  return value;
+}
+
+/** Writes `cp` as UTF-8 at `out[o]`; returns the next offset. */
+function putCodePoint(out: Buffer, o: number, cp: number): number {
+  if (cp < 0x80) {
+    out[o++] = cp;
+  } else if (cp < 0x800) {
+    out[o++] = 0xc0 | (cp >> 6);
+    out[o++] = 0x80 | (cp & 0x3f);
+  } else if (cp < 0x10000) {
+    out[o++] = 0xe0 | (cp >> 12);
+    out[o++] = 0x80 | ((cp >> 6) & 0x3f);
+    out[o++] = 0x80 | (cp & 0x3f);
+  } else {
+    out[o++] = 0xf0 | (cp >> 18);
+    out[o++] = 0x80 | ((cp >> 12) & 0x3f);
+    out[o++] = 0x80 | ((cp >> 6) & 0x3f);
+    out[o++] = 0x80 | (cp & 0x3f);
+  }
+  return o;
 }
 
 /**
  * Where the query's and the body's tokens were decrypted, and their values, for an answer
  * that must not echo them; null when the route does not guard its answers.
  */
-export function joinDecrypted(query: ReadonlyMap<string, number> | null, body: ReadonlyMap<string, number> | null, echoes: boolean): ReadonlyMap<string, number> | null {
+export function joinDecrypted(query: DecryptedPaths | null, body: DecryptedPaths | null, echoes: boolean): DecryptedPaths | null {
   if (!echoes) return null;
   if (query === null || query.size === 0) return body;
   if (body === null || body.size === 0) return query;

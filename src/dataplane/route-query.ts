@@ -10,6 +10,7 @@ import type { RequestContext } from '../http/context.ts';
 import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
+import type { DecryptedPaths } from './echo-guard.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import { routeHandler, type TransformSpec } from './transform-routes.ts';
 import type { TokenCodec } from '../crypto/token.ts';
@@ -20,7 +21,7 @@ export interface RouteQuery {
   /** Parameters replaced. */
   readonly count: number;
   /** Where tokens were decrypted (path → classification), with `record.paths`. */
-  readonly decryptedAt: ReadonlyMap<string, number> | null;
+  readonly decryptedAt: DecryptedPaths | null;
   /** The tokens written, with `record.minted` (for the relay guard that reads them next). */
   readonly minted: ReadonlySet<string> | null;
   readonly codec: TokenCodec;

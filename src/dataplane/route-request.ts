@@ -11,6 +11,7 @@ import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, ChainedTransformer, transformStream, transformWhole } from './body-transform.ts';
+import type { DecryptedPaths } from './echo-guard.ts';
 import { DecryptHandler, EncryptHandler } from './field-handlers.ts';
 import type { ForwardBody } from './forwarder.ts';
 import type { RelayGuard } from './relay-guard.ts';
@@ -21,7 +22,7 @@ export interface RequestBody {
   /** Records the usage log of the request's transform, once it has run. */
   recordUsage(): void;
   /** Where tokens were decrypted (path → classification), with `recordPaths`; filled as the body is read. */
-  readonly decryptedAt: ReadonlyMap<string, number> | null;
+  readonly decryptedAt: DecryptedPaths | null;
 }
 
 export interface RequestBodyOptions {
@@ -62,7 +63,7 @@ export async function requestBody(
   if (spec === null && guard === null) return { body: untouched(ctx, services.config.forwarding.max_body), recordUsage: noop, decryptedAt: null };
   let transform: BodyTransform;
   let usage = noop;
-  let decryptedAt: ReadonlyMap<string, number> | null = null;
+  let decryptedAt: DecryptedPaths | null = null;
   if (spec === null) {
     const pass = guard!.begin(ctx, services, null, null);
     transform = new BodyTransform('encrypt', pass, pass.handler);

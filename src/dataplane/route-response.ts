@@ -14,7 +14,7 @@ import type { Services } from '../services.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { recordUsage } from '../telemetry/usage.ts';
 import { BodyTransform, type Mode } from './body-transform.ts';
-import { DecryptedPaths } from './echo-guard.ts';
+import type { DecryptedPaths } from './echo-guard.ts';
 import { EchoHandler, KeyInUse } from './field-handlers.ts';
 import { copyResponseHeaders, relay, type ForwardOptions } from './forwarder.ts';
 import { routeBodyTransform, type TransformRoute, type TransformSpec } from './transform-routes.ts';
@@ -31,7 +31,7 @@ export function routeForwardOptions(
   route: TransformRoute,
   configuration: Configuration,
   keepHost: boolean,
-  decryptedAt: ReadonlyMap<string, number> | null = null,
+  decryptedAt: DecryptedPaths | null = null,
   reveal: RevealPolicy = FOR_THE_POD,
 ): ForwardOptions {
   const spec = route.response;
@@ -55,7 +55,7 @@ async function respondEchoed(
   ctx: RequestContext,
   services: Services,
   configuration: Configuration,
-  decryptedAt: ReadonlyMap<string, number>,
+  decryptedAt: DecryptedPaths,
   response: Dispatcher.ResponseData,
   method: string,
 ): Promise<void> {
@@ -68,7 +68,7 @@ async function respondEchoed(
   const transform = (declared: BodyFormat | null) => new BodyTransform('encrypt', new SniffingTransformer(declared, build), handler);
   // With plaintexts to look for, the answer is read whole and searched before any of it
   // leaves: a repeat anywhere the transform could not encrypt again is a 502.
-  const guard = decryptedAt instanceof DecryptedPaths && decryptedAt.searching ? decryptedAt : null;
+  const guard = decryptedAt.searching ? decryptedAt : null;
   await respondWith(ctx, services, configuration, response, method, 'encrypt', transform, true, guard);
 }
 

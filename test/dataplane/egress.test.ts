@@ -268,3 +268,95 @@ test('the echo guard on egress routes: a vendor answer that repeats a decrypted 
   assert.equal(ok.status, 200);
   assert.match(((await ok.json()) as { card: { number: string } }).card.number, TOKEN, 'at its own path the value is encrypted again');
 });
+
+/** Each character as `%HH` of its UTF-8 bytes, in the given hex case. */
+function percentAll(value: string, upper: boolean): string {
+  const hex = [...Buffer.from(value, 'utf8')].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('');
+  return upper ? hex.toUpperCase() : hex;
+}
+
+/** RFC 3986 strict: encodeURIComponent, and `!'()*` escaped too. */
+function strictUri(value: string): string {
+  return encodeURIComponent(value).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/** Every UTF-16 unit as `\uXXXX`, in the given hex case. */
+function jsonUnicodeAll(value: string, upper: boolean): string {
+  let out = '';
+  for (let i = 0; i < value.length; i++) {
+    const hex = value.charCodeAt(i).toString(16).padStart(4, '0');
+    out += `\\u${upper ? hex.toUpperCase() : hex}`;
+  }
+  return out;
+}
+
+/** A JSON string as an encoder that escapes HTML's characters and non-ASCII writes it (Go's, for one). */
+function jsonHtmlSafe(value: string): string {
+  return JSON.stringify(value)
+    .slice(1, -1)
+    .replace(/[<>&'\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+function htmlEscape(value: string): string {
+  return value.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}
+
+test('regression: the echo guard refuses a repeated value in every spelling an encoder writes it in, and passes answers that do not hold it', async (t) => {
+  // A value with the characters encoders disagree on: space, !'()*, HTML's, `/`, `+`, non-ASCII, an astral character.
+  const value = "O'Brien (x) *!/<a&b> \"José\" 1+1 ✓ 😀";
+  let answer: (res: import('node:http').ServerResponse) => void = () => {};
+  const vendor = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => answer(res));
+  });
+  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => vendor.close(() => r())));
+  const { url } = await startApp(t, egressYaml(`http://127.0.0.1:${(vendor.address() as AddressInfo).port}/v1`));
+  const token = await cardToken(url, value);
+  const send = () => fetch(`${url}/egress/vendor/charge`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
+  const form = new URLSearchParams({ echoed: value }).toString();
+  const body = (type: string, text: string) => (res: import('node:http').ServerResponse) => res.writeHead(200, { 'content-type': type }).end(text);
+  const header = (name: string, text: string) => (res: import('node:http').ServerResponse) => res.writeHead(302, { [name]: text }).end();
+  const echoes: Array<[string, (res: import('node:http').ServerResponse) => void]> = [
+    ['as it is, in text', body('text/plain; charset=utf-8', `you sent ${value}`)],
+    ['in ASCII upper case', body('text/plain; charset=utf-8', `you sent ${value.replace(/[a-z]/g, (c) => c.toUpperCase())}`)],
+    ['JSON, under another key', body('application/json', JSON.stringify({ error: value }))],
+    ['JSON with `\\/`', body('application/json', `{"error":"${JSON.stringify(value).slice(1, -1).replaceAll('/', '\\/')}"}`)],
+    ['JSON, HTML characters and non-ASCII as \\u', body('application/json', `{"error":"${jsonHtmlSafe(value)}"}`)],
+    ['JSON, every character as \\u, lower-case hex', body('application/json', `{"error":"${jsonUnicodeAll(value, false)}"}`)],
+    ['JSON, every character as \\u, upper-case hex', body('application/json', `{"error":"${jsonUnicodeAll(value, true)}"}`)],
+    ['encodeURIComponent, in Location', header('location', `/v1/cards?n=${encodeURIComponent(value)}`)],
+    ['URLSearchParams form (`+` for a space, `*` as it is)', body('application/x-www-form-urlencoded', form)],
+    ['a form labelled text', body('text/plain', form)],
+    ['RFC 3986 strict (`!\'()*` escaped, `%20`)', header('location', `/v1/cards/${strictUri(value)}`)],
+    ['every byte percent-encoded, lower-case hex', body('text/plain', percentAll(value, false))],
+    ['every byte percent-encoded, upper-case hex', header('set-cookie', `last=${percentAll(value, true)}; Path=/`)],
+    ['percent-encoded twice', header('location', `/v1/next?to=${encodeURIComponent(`/cards?n=${encodeURIComponent(value)}`)}`)],
+    ['HTML-escaped (&amp; &lt; &gt; &quot; &#39;)', body('text/html', `<p>${htmlEscape(value)}</p>`)],
+    ['HTML with &apos;', body('text/html', `<p>${htmlEscape(value).replaceAll('&#39;', '&apos;')}</p>`)],
+    ['HTML, every character as &#NN;', body('text/html', `<p>${[...value].map((c) => `&#${c.codePointAt(0)};`).join('')}</p>`)],
+    ['HTML, every character as &#xHH;', body('text/html', `<p>${[...value].map((c) => `&#x${c.codePointAt(0)!.toString(16).toUpperCase()};`).join('')}</p>`)],
+    ['a JSON string in an HTML attribute', body('text/html', `<div data-error="${htmlEscape(JSON.stringify({ e: jsonHtmlSafe(value) }))}"></div>`)],
+  ];
+  for (const [name, echo] of echoes) {
+    answer = echo;
+    const res = await send();
+    const text = await res.text();
+    assert.equal(res.status, 502, name);
+    assert.equal(res.headers.get('location'), null, name);
+    assert.equal(res.headers.get('set-cookie'), null, name);
+    assert.ok(!text.includes('José'), name);
+  }
+  // Answers that do not hold it pass: the value at its own path (encrypted again), and text
+  // full of escapes that decode to something else, or to a part of the value that is not its beginning.
+  answer = (res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ card: { number: value }, note: 'a &amp; b \\u0041 %41 <x>' }));
+  const ok = await send();
+  assert.equal(ok.status, 200);
+  assert.match(((await ok.json()) as { card: { number: string } }).card.number, TOKEN);
+  for (const text of ['&lt;a&amp;b&gt; &quot;Jos&#233;&quot; 1+1', `${encodeURIComponent(value.slice(1))}`, 'O%27Brien (y)']) {
+    answer = body('text/html', text);
+    const res = await send();
+    assert.equal(res.status, 200, text);
+    assert.equal(await res.text(), text);
+  }
+});
