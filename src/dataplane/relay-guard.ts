@@ -26,6 +26,7 @@ import {
   type SvcError,
   type ValidationErrors,
 } from '../errors.ts';
+import { plaintextInEmbeddedJson } from '../fields/embedded-json.ts';
 import { FormTransformer } from '../fields/form.ts';
 import { declaredFormat, detectRequestFormat, FORM_FORMAT, SniffingTransformer, type BodyFormat } from '../fields/formats.ts';
 import type { FieldMatcher } from '../fields/paths.ts';
@@ -74,6 +75,7 @@ export class RelayGuard {
     const { handler, configuration } = this.handler(services, settings, route, minted);
     let out: string;
     try {
+      refuseEmbeddedPlaintext(query, this.settings.keys, handler);
       out = transformQuery(query, this.matcher, handler, services.limits.token);
     } catch (err) {
       services.metrics.countGuard('refused');
@@ -105,6 +107,29 @@ export class RelayGuard {
     const verifiers = route === null || route === codec ? [codec] : [codec, route];
     const handler = new GuardHandler(settings, codec.encryptor(classificationId), classificationId, new KeyInUse(services.store, configuration.id, codec), verifiers, minted, services.limits.plaintext);
     return { handler, configuration };
+  }
+}
+
+/**
+ * A query parameter whose value is JSON holding a protected key in plaintext (fields/
+ * embedded-json.ts) is refused with 422: the value is the application's to parse, so it
+ * cannot be encrypted in place. Parameters are split as the guard splits them, at `&` and
+ * `;`; a part that does not decode is left to transformQuery, which refuses it.
+ */
+function refuseEmbeddedPlaintext(query: string, keys: readonly string[], handler: GuardHandler): void {
+  for (const part of query.split(/[&;]/)) {
+    const eq = part.indexOf('=');
+    if (eq === -1) continue;
+    let name: string;
+    let value: string;
+    try {
+      name = decodeURIComponent(part.slice(0, eq).replaceAll('+', ' '));
+      value = decodeURIComponent(part.slice(eq + 1).replaceAll('+', ' '));
+    } catch {
+      continue;
+    }
+    const key = plaintextInEmbeddedJson(value, keys, (text) => handler.keeps(text));
+    if (key !== undefined) throw new ProtectedFieldError({ [name]: [protectedFieldMessage(key)] });
   }
 }
 
@@ -161,6 +186,11 @@ export class GuardHandler implements CollectingHandler {
     if (plaintext === null) return this.fail(value, 'The value contains an unpaired surrogate and cannot be encrypted.');
     this.count++;
     return value.encodeToken(this.encryptor.encrypt(plaintext, value.kind));
+  }
+
+  /** Whether `text` is a token this guard keeps as it is (minted for this request, or one of ours of its classification). */
+  keeps(text: string): boolean {
+    return this.minted?.has(text) === true || this.opens(text);
   }
 
   /**

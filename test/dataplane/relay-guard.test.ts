@@ -388,3 +388,31 @@ test('regression: a protected key in a path segment\'s ;-parameters (JAX-RS and 
     assert.equal(svc.app.seen.at(-1)!.url, target);
   }
 });
+
+test('regression: a query value that holds JSON with a protected key in plaintext is refused; JSON without one, or with a token of ours, passes', async (t) => {
+  // LoopBack-style `filter=` and hand-made APIs parse a parameter's JSON and bind what is
+  // inside: `filter={"where":{"ssn":…}}` reached the application in plaintext.
+  const svc = await start(t);
+  const mine = (await call(svc.url, '/proxy/payments', { body: `{"ssn":"${SSN}"}`, headers: { 'x-svc-fields': 'ssn', 'x-svc-classification': 'phi' } })).json.ssn as string;
+  const q = (value: unknown) => encodeURIComponent(typeof value === 'string' ? value : JSON.stringify(value));
+  for (const [method, target] of [
+    ['GET', `/patients?filter=${q({ where: { ssn: SSN } })}`],
+    ['GET', `/p?f=${q([{ a: [{ SSN: SSN }] }])}`],
+    ['GET', `/p?f=${q({ where: { ssn: { inq: [SSN] } } })}`],
+    ['GET', `/p?f=${q({ dob: 19900101 })}`],
+    ['GET', `/p?f=${q({ x: JSON.stringify({ card_number: '4111111111111111' }) })}`],
+    ['GET', `/p?f=+++${q({ ssn: SSN })}`],
+    ['POST', `/p?f=${q({ ssn: SSN })}`],
+    ['GET', `/p;m=${q({ ssn: SSN })}`],
+  ] as const) {
+    const res = await fetch(`${svc.relay}${target}`, { method, ...(method === 'POST' ? { body: '{}', headers: { 'content-type': 'application/json' } } : {}) });
+    assert.equal(res.status, 422, target);
+    assert.match(((await res.json()) as { message: string }).message, /^The request carries a protected field in plaintext: (ssn|dob|card_number)\.$/, target);
+  }
+  assert.equal(svc.app.seen.length, 0, 'nothing reached the application');
+  for (const target of [`/p?filter=${q({ where: { name: 'Ada' } })}`, `/p?f=${q({ ssn: mine })}`, `/p?f=${q({ ssn: null })}`, `/p?f=${q('{not json')}`, `/p?f=${q('[1,2]')}`]) {
+    const res = await fetch(`${svc.relay}${target}`);
+    assert.equal(res.status, 200, target);
+    assert.equal(svc.app.seen.at(-1)!.url, target);
+  }
+});
