@@ -17,8 +17,9 @@ import type { User } from './users.ts';
  * What the body transforms read deep inside a request (roles, configurations,
  * classifications with their members) is read whole when the view is made: a handful of
  * small tables. Users and API keys, of which there may be tens of thousands, are read one
- * at a time as requests name them, at the start of a request, and kept for the view's
- * life (a rebuild after every write would cost tens of milliseconds with that many).
+ * at a time as requests name them, at the start of a request (a rebuild after every write
+ * would cost tens of milliseconds with that many); users by id and their roles are kept
+ * for the view's life, and what callers derive from a key or an email is memoised by them.
  *
  * Not in the view, because they must be exact on every check rather than as fresh as the
  * stamp: whether a key version still exists (KeyInUse, DESIGN §13), token revocations,
@@ -70,9 +71,12 @@ export class StateView {
     return this.memo(USERS, String(id), () => deepFreeze(this.#store.users.findById(id)));
   }
 
-  /** Compared normalised, as `users.findByEmail`. */
+  /**
+   * Compared normalised, as `users.findByEmail`. Not memoised: its callers on the request
+   * path keep what they derive from it (end-user.ts), and the others are management actions.
+   */
   userByEmail(email: string): User | undefined {
-    return this.memo(USERS_BY_EMAIL, email, () => deepFreeze(this.#store.users.findByEmail(email)));
+    return deepFreeze(this.#store.users.findByEmail(email));
   }
 
   /** The user's roles in id order; empty for a user without roles, or no such user. */
@@ -96,18 +100,12 @@ export class StateView {
   }
 
   /**
-   * Revoked keys included: the caller decides (revoked → 401). Only keys that exist are
-   * kept, so requests with made-up keys cannot crowd out the keys in use.
+   * Revoked keys included: the caller decides (revoked → 401). Not memoised: the
+   * Authenticator keeps the callers made from keys that authenticate, and asks only on a
+   * miss.
    */
   apiKeyByHash(hash: Buffer): ApiKey | undefined {
-    const text = hash.toString('latin1');
-    const values = this.#values(API_KEYS);
-    const known = values.get(text);
-    if (known !== undefined) return known;
-    const key = this.#store.apiKeys.findByHash(hash);
-    if (key === undefined) return undefined;
-    remember(values, API_KEYS, text, deepFreeze(key));
-    return key;
+    return deepFreeze(this.#store.apiKeys.findByHash(hash));
   }
 
   configuration(id: string): Configuration | undefined {
@@ -146,26 +144,17 @@ export class StateView {
    * that the kind starts over, so clients that send many different keys cannot grow it.
    */
   memo<V>(memo: Memo<V>, key: string, build: () => V): V {
-    const values = this.#values(memo);
-    if (values.has(key)) return values.get(key) as V;
-    const value = build();
-    remember(values, memo, key, value);
-    return value;
-  }
-
-  #values<V>(memo: Memo<V>): Map<string, V> {
     let values = this.#memos.get(memo) as Map<string, V> | undefined;
     if (values === undefined) {
       values = new Map();
       this.#memos.set(memo, values);
     }
-    return values;
+    if (values.has(key)) return values.get(key) as V;
+    const value = build();
+    if (values.size >= memo.max) values.clear();
+    values.set(key, value);
+    return value;
   }
-}
-
-function remember<V>(values: Map<string, V>, memo: Memo<V>, key: string, value: V): void {
-  if (values.size >= memo.max) values.clear();
-  values.set(key, value);
 }
 
 /** A kind of derived value memoised on a StateView: one module-level constant per kind. */
@@ -207,9 +196,7 @@ export function stateOf(store: Store): StateView {
 }
 
 const USERS = new Memo<User | undefined>('users by id');
-const USERS_BY_EMAIL = new Memo<User | undefined>('users by email');
 const ROLES_OF_USER = new Memo<readonly Role[]>('roles by user id');
-const API_KEYS = new Memo<ApiKey>('API keys by hash');
 const ALL_DIGITS = /^[0-9]+$/;
 const NO_MEMBERS: ClassificationMembers = deepFreeze({ userIds: [], roleIds: [], providers: [] });
 
