@@ -37,13 +37,9 @@ export class ConnectionGate {
    * used after its transaction ended (kept past its callback, or from a timer it set), whose
    * statements would otherwise run outside any transaction.
    */
-  within<T>(run: () => T): Promise<T> {
+  within<T>(run: () => T): Promise<Awaited<T>> {
     if (this.#holder === null || this.#inside.getStore() !== this.#holder) return Promise.reject(new TransactionEndedError());
-    try {
-      return Promise.resolve(run());
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return settle(run);
   }
 
   /**
@@ -80,18 +76,28 @@ export class ConnectionGate {
   }
 
   /** `run()` at once when the connection is free, else after the transaction holding it. */
-  through<T>(run: () => T): Promise<T> {
+  through<T>(run: () => T): Promise<Awaited<T>> {
     let waiting: Promise<void> | undefined;
     try {
       waiting = this.wait();
-      if (waiting === undefined) return Promise.resolve(run());
     } catch (error) {
       return Promise.reject(error);
     }
-    return (async () => {
+    // Free: the statement runs now, so a call not awaited has done its work when it returns.
+    if (waiting === undefined) return settle(run);
+    return (async (): Promise<Awaited<T>> => {
       for (; waiting !== undefined; waiting = this.wait()) await waiting;
-      return run();
+      return await run();
     })();
+  }
+}
+
+/** `run()` now, its result or its throw as a promise. */
+function settle<T>(run: () => T): Promise<Awaited<T>> {
+  try {
+    return Promise.resolve(run());
+  } catch (error) {
+    return Promise.reject(error);
   }
 }
 

@@ -127,7 +127,7 @@ export function openSqliteStore(path: string): Store {
   const tx: Transaction = {
     ...asyncRepositories(repositories, (run) => gate.within(run)),
     // A savepoint, for the transaction that holds the connection only.
-    transaction: (fn) => gate.within(() => gate.savepoint(() => runInTransactionAsync(db, () => fn(tx)))).then((result) => result),
+    transaction: (fn) => gate.within(() => gate.savepoint(() => runInTransactionAsync(db, () => fn(tx)))),
   };
   const store: Store = {
     path,
