@@ -302,7 +302,7 @@ async function check(store: Transaction, seed: SeedInput, literalKeyHashes: Map<
     removedEmails,
     seedClassificationNames: new Set((seed.classifications ?? []).map((classification) => classification.name)),
   };
-  for (const [i, user] of (seed.users ?? []).entries()) await checkUser(context, user, `seed.users[${i}]`);
+  (seed.users ?? []).forEach((user, i) => checkUser(context, user, `seed.users[${i}]`));
   for (const [i, configuration] of (seed.configurations ?? []).entries()) await checkConfiguration(context, configuration, `seed.configurations[${i}]`);
   await checkApiKeys(context, seed.api_keys ?? [], literalKeyHashes);
   await checkClassifications(context, seed.classifications ?? []);
@@ -327,7 +327,7 @@ async function knownConfiguration(context: CheckContext, ref: string): Promise<b
   );
 }
 
-async function checkUser(context: CheckContext, user: SeedUser, path: string): Promise<void> {
+function checkUser(context: CheckContext, user: SeedUser, path: string): void {
   const email = normalizeEmail(user.email);
   // `\u212Aate@example.com` and `kate@example.com` are one person (DESIGN §13).
   if (context.seedEmails.has(email)) context.problems.push(`${path}.email: "${user.email}" is listed twice (emails compare after normalisation)`);
