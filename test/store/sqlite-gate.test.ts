@@ -4,9 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
-import { openStore, type Store } from '../../src/store/db.ts';
+import { openStore, type Store, type Transaction } from '../../src/store/db.ts';
 import { ConcurrentSavepointError, StoreBusyError, TransactionEndedError } from '../../src/store/sqlite/gate.ts';
-import type { Transaction } from '../../src/store/db.ts';
 import { stateOf } from '../../src/store/state-view.ts';
 
 function fileStore(t: TestContext): Store {
@@ -28,17 +27,32 @@ function latch(): { wait: Promise<void>; open: () => void } {
   return { wait, open };
 }
 
-test('a use of the store while a transaction holds the connection waits for it, and never reads its uncommitted rows', async (t) => {
-  const store = fileStore(t);
+/**
+ * A transaction that runs `write`, then stays open across turns of the event loop until
+ * `abandon()`, and rolls back: `opened` resolves once `write` is done.
+ */
+function heldOpen(store: Store, write: (tx: Transaction) => Promise<unknown>): { opened: Promise<void>; abandon: () => Promise<void> } {
   const entered = latch();
   const release = latch();
   const transaction = store.transaction(async (tx) => {
-    await tx.meta.set('color', 'blue');
+    await write(tx);
     entered.open();
     await release.wait;
     throw new Error('abandoned');
   });
-  await entered.wait;
+  return {
+    opened: entered.wait,
+    abandon: async () => {
+      release.open();
+      await assert.rejects(transaction, /abandoned/);
+    },
+  };
+}
+
+test('a use of the store while a transaction holds the connection waits for it, and never reads its uncommitted rows', async (t) => {
+  const store = fileStore(t);
+  const held = heldOpen(store, (tx) => tx.meta.set('color', 'blue'));
+  await held.opened;
   // Another flow asks while the transaction is open on another turn of the loop.
   const read = store.meta.get('color');
   let answered = false;
@@ -47,25 +61,16 @@ test('a use of the store while a transaction holds the connection waits for it, 
   });
   await sleep(20);
   assert.equal(answered, false, 'the read waits for the transaction');
-  release.open();
-  await assert.rejects(transaction, /abandoned/);
+  await held.abandon();
   assert.equal(await read, undefined, 'the rolled-back value was never seen');
 });
 
 test('a write from another flow during a transaction lands after it: a rollback does not take it along', async (t) => {
   const store = fileStore(t);
-  const entered = latch();
-  const release = latch();
-  const transaction = store.transaction(async (tx) => {
-    await tx.meta.set('inside', 'x');
-    entered.open();
-    await release.wait;
-    throw new Error('abandoned');
-  });
-  await entered.wait;
+  const held = heldOpen(store, (tx) => tx.meta.set('inside', 'x'));
+  await held.opened;
   const outside = store.meta.set('outside', 'kept');
-  release.open();
-  await assert.rejects(transaction, /abandoned/);
+  await held.abandon();
   await outside;
   assert.equal(await store.meta.get('outside'), 'kept');
   assert.equal(await store.meta.get('inside'), undefined);
@@ -110,19 +115,11 @@ test('while a transaction is open the state view stays the one read before it', 
   const store = fileStore(t);
   const before = stateOf(store);
   assert.equal(before.configurationByName('refunds'), undefined);
-  const entered = latch();
-  const release = latch();
-  const transaction = store.transaction(async (tx) => {
-    await tx.configurations.create({ name: 'refunds', type: 'provider', provider: 'google', extra: { groups: [] } });
-    entered.open();
-    await release.wait;
-    throw new Error('abandoned');
-  });
-  await entered.wait;
+  const held = heldOpen(store, (tx) => tx.configurations.create({ name: 'refunds', type: 'provider', provider: 'google', extra: { groups: [] } }));
+  await held.opened;
   assert.equal(stateOf(store), before);
   assert.equal(stateOf(store).configurationByName('refunds'), undefined);
-  release.open();
-  await assert.rejects(transaction, /abandoned/);
+  await held.abandon();
   assert.equal(stateOf(store).configurationByName('refunds'), undefined);
 });
 
