@@ -269,10 +269,11 @@ export class GuardPass implements ChunkTransformer {
     const detected = detectRequestFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding']);
     // Declared as the most lenient servers read a content type (`…urlencoded, text/plain`
     // is a form to PHP): a body an application may parse as a form is read as one.
-    const declared: BodyFormat | null = detected === 'unreadable' ? null : declaredFormat(ctx.req.headers['content-type']);
+    const declaredType = declaredFormat(ctx.req.headers['content-type']);
+    const declared: BodyFormat | null = detected === 'unreadable' ? null : declaredType;
     // Declared JSON, NDJSON or a form is read as such by the application, compressed or in
     // another charset too (common parsers inflate and decode both).
-    this.declaredReadable = declaredFormat(ctx.req.headers['content-type']) !== null;
+    this.declaredReadable = declaredType !== null;
     if (detected === 'unreadable') this.uninspectable('it is compressed or not UTF-8');
     this.inner = new SniffingTransformer(
       declared,
