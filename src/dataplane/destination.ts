@@ -106,15 +106,13 @@ function matchAllowlist(url: URL, allowlist: readonly string[]): { kind: 'exact'
     if (pattern.protocol !== url.protocol || pattern.port !== url.port) continue;
     if (!pathUnder(url.pathname, pattern.pathname)) continue;
     const hostMatches = wildcard === null ? pattern.hostname === url.hostname : url.hostname.endsWith(`.${pattern.hostname}`);
-    if (hostMatches && pattern.pathname !== '/' && pathEscapes(url.pathname)) {
+    if (!hostMatches) continue;
+    if (pattern.pathname !== '/' && pathEscapes(url.pathname)) {
       escapes = true;
       continue;
     }
-    if (wildcard === null) {
-      if (pattern.hostname === url.hostname) return { kind: 'exact', entry };
-    } else if (url.hostname.endsWith(`.${pattern.hostname}`)) {
-      result ??= { kind: 'wildcard', entry };
-    }
+    if (wildcard === null) return { kind: 'exact', entry };
+    result ??= { kind: 'wildcard', entry };
   }
   return result ?? (escapes ? 'path' : null);
 }
@@ -123,14 +121,26 @@ function matchAllowlist(url: URL, allowlist: readonly string[]): { kind: 'exact'
  * Whether a path (as WHATWG URL leaves it: raw `..` and `\` already resolved) holds what a
  * server could read as leaving its prefix: an escaped `/`, `\` or `;`, an escaped `%` (a
  * second round of decoding), or a dot segment in a spelling URL parsing keeps, such as
- * `..;` (Tomcat and Jetty drop a segment's `;` parameters before resolving dots) or `.%2E`.
+ * `..;` (Tomcat and Jetty drop a segment's `;` parameters before resolving dots) or `.%2E`,
+ * or escapes that are not UTF-8 (lenient decoders read the overlong `%C0%AE` as `.`).
  */
 function pathEscapes(path: string): boolean {
   if (/%2f|%5c|%3b|%25/i.test(path)) return true;
+  if (!decodes(path)) return true;
   return path.split('/').some((segment) => {
     const plain = segment.split(';', 1)[0]!.replace(/%2e/gi, '.');
     return plain === '.' || plain === '..';
   });
+}
+
+/** Whether the path's escapes decode as UTF-8. */
+function decodes(path: string): boolean {
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** `/v1/` covers `/v1/x`; `/v1` covers `/v1` and `/v1/x` but not `/v1x`. */

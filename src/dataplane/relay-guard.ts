@@ -11,6 +11,7 @@
  * route's): a string merely shaped like one could carry plaintext inside, so it is
  * encrypted like any other value.
  */
+import { unescape } from 'node:querystring';
 import type { ProtectConfig } from '../config/schema.ts';
 import { TokenError, type FieldEncryptor, type TokenCodec, type TokenHeader } from '../crypto/token.ts';
 import {
@@ -113,23 +114,21 @@ export class RelayGuard {
 /**
  * A query parameter whose value is JSON holding a protected key in plaintext (fields/
  * embedded-json.ts) is refused with 422: the value is the application's to parse, so it
- * cannot be encrypted in place. Parameters are split as the guard splits them, at `&` and
- * `;`; a part that does not decode is left to transformQuery, which refuses it.
+ * cannot be encrypted in place. Parameters are split as every server might split them: at
+ * `&` alone (a raw `;` inside the JSON then stays in it) and at `;` too. Names and values
+ * are decoded leniently, as Node's querystring does (bytes that are not UTF-8 become
+ * U+FFFD): a value a server still parses as JSON is looked at; a name that does not decode
+ * is left to transformQuery, which refuses it.
  */
 function refuseEmbeddedPlaintext(query: string, keys: readonly string[], handler: GuardHandler): void {
-  for (const part of query.split(/[&;]/)) {
+  const parts = query.split('&');
+  if (query.includes(';')) parts.push(...query.split(/[&;]/));
+  for (const part of parts) {
     const eq = part.indexOf('=');
     if (eq === -1) continue;
-    let name: string;
-    let value: string;
-    try {
-      name = decodeURIComponent(part.slice(0, eq).replaceAll('+', ' '));
-      value = decodeURIComponent(part.slice(eq + 1).replaceAll('+', ' '));
-    } catch {
-      continue;
-    }
+    const value = unescape(part.slice(eq + 1).replaceAll('+', ' '));
     const key = plaintextInEmbeddedJson(value, keys, (text) => handler.keeps(text));
-    if (key !== undefined) throw new ProtectedFieldError({ [name]: [protectedFieldMessage(key)] });
+    if (key !== undefined) throw new ProtectedFieldError({ [unescape(part.slice(0, eq).replaceAll('+', ' '))]: [protectedFieldMessage(key)] });
   }
 }
 
@@ -270,10 +269,11 @@ export class GuardPass implements ChunkTransformer {
     const detected = detectRequestFormat(ctx.req.headers['content-type'], ctx.req.headers['content-encoding']);
     // Declared as the most lenient servers read a content type (`…urlencoded, text/plain`
     // is a form to PHP): a body an application may parse as a form is read as one.
-    const declared: BodyFormat | null = detected === 'unreadable' ? null : declaredFormat(ctx.req.headers['content-type']);
+    const declaredType = declaredFormat(ctx.req.headers['content-type']);
+    const declared: BodyFormat | null = detected === 'unreadable' ? null : declaredType;
     // Declared JSON, NDJSON or a form is read as such by the application, compressed or in
     // another charset too (common parsers inflate and decode both).
-    this.declaredReadable = declaredFormat(ctx.req.headers['content-type']) !== null;
+    this.declaredReadable = declaredType !== null;
     if (detected === 'unreadable') this.uninspectable('it is compressed or not UTF-8');
     this.inner = new SniffingTransformer(
       declared,

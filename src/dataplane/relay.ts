@@ -168,10 +168,11 @@ function firstMatch(routes: readonly RelayRoute[], method: string, paths: readon
  * route's transform can apply, and the wrong one would let the other's fields by.
  */
 export function findRelayRoute(routes: readonly RelayRoute[], method: string, overrides: readonly MethodOverride[], paths: readonly string[]): { route: RelayRoute; path: string } | null {
-  const own = findRoute(routes, method, paths) ?? (method === 'HEAD' ? findRoute(routes, 'GET', paths) : null);
+  const routeFor = (name: string) => findRoute(routes, name, paths) ?? (name === 'HEAD' ? findRoute(routes, 'GET', paths) : null);
+  const own = routeFor(method);
   for (const override of overrides) {
     if (override.method === method) continue;
-    const other = findRoute(routes, override.method, paths) ?? (override.method === 'HEAD' ? findRoute(routes, 'GET', paths) : null);
+    const other = routeFor(override.method);
     if ((other?.route ?? null) !== (own?.route ?? null)) throw new BadRequestError(overriddenMethodMessage(override.source));
   }
   return own;

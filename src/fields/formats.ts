@@ -39,7 +39,9 @@ export const NDJSON_FORMAT: BodyFormat = {
   name: 'ndjson',
   contentType: 'application/x-ndjson',
   mediaTypes: ['application/x-ndjson', 'application/jsonl', 'application/x-jsonlines'],
-  matches: (type) => type === 'application/x-ndjson' || type === 'application/jsonl' || type === 'application/x-jsonlines',
+  matches(type) {
+    return this.mediaTypes.includes(type);
+  },
   create: (matcher, handler, limits) => new NdjsonTransformer(matcher, handler, limits),
 };
 
@@ -47,7 +49,9 @@ export const FORM_FORMAT: BodyFormat = {
   name: 'form',
   contentType: 'application/x-www-form-urlencoded',
   mediaTypes: ['application/x-www-form-urlencoded'],
-  matches: (type) => type === 'application/x-www-form-urlencoded',
+  matches(type) {
+    return this.mediaTypes.includes(type);
+  },
   create: (matcher, handler, limits) => new NotJson(new FormTransformer(matcher, handler, limits, { semicolons: handler.protects === true })),
 };
 

@@ -353,3 +353,16 @@ test('regression: a destination path that a server could read as leaving the all
     assert.equal((await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': dest } })).status, 201, dest);
   }
 });
+
+test('regression: a destination path under an allowlisted path with escapes that are not UTF-8 (overlong %C0%AE for ".", %C0%AF for "/") is refused', async (t) => {
+  // Lenient decoders read overlong sequences as the character they spell: `/v1/%C0%AE%C0%AE/admin` leaves `/v1/`.
+  const echo = await startEcho(t);
+  const { url } = await startWith(t, [`${echo.url}/v1/`]);
+  for (const rest of ['%C0%AE%C0%AE/admin', '..%c0%afadmin', 'x%FF/y']) {
+    const res = await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `${echo.url}/v1/${rest}` } });
+    assert.equal(res.status, 403, rest);
+    assert.match(res.json.message, /^The destination path is not allowed/, rest);
+  }
+  assert.equal(echo.received.length, 0);
+  assert.equal((await call(url, '/proxy/payments', { body: '{"card":{"number":"1"}}', headers: { 'x-svc-destination': `${echo.url}/v1/caf%C3%A9` } })).status, 201);
+});

@@ -416,3 +416,19 @@ test('regression: a query value that holds JSON with a protected key in plaintex
     assert.equal(svc.app.seen.at(-1)!.url, target);
   }
 });
+
+test('regression: JSON in a query value is read whole when it holds a raw ";", and when it holds bytes that are not UTF-8', async (t) => {
+  // Servers that split a query only at `&` hand `{"a":"x;","ssn":…}` over whole, and lenient
+  // decoders turn `%FF` into U+FFFD or a Latin-1 character: both still parse as JSON there.
+  const svc = await start(t);
+  const q = (value: unknown) => encodeURIComponent(JSON.stringify(value));
+  for (const target of [
+    `/p?f={"a":"x;","ssn":"${SSN}"}`,
+    `/p?f=${q({ ssn: SSN }).slice(0, -6)}%FF%22%7D`,
+  ]) {
+    const res = await fetch(`${svc.relay}${target}`);
+    assert.equal(res.status, 422, target);
+    assert.match(((await res.json()) as { message: string }).message, /^The request carries a protected field in plaintext: ssn\.$/, target);
+  }
+  assert.equal(svc.app.seen.length, 0, 'nothing reached the application');
+});
