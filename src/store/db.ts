@@ -7,6 +7,7 @@ import type { MetaRepository } from './meta.ts';
 import type { ReplicationRepository } from './replication.ts';
 import type { ShippedLogsRepository } from './shipped-logs.ts';
 import type { RolesRepository } from './roles.ts';
+import type { Sync } from './query.ts';
 import { openSqliteStore } from './sqlite/open.ts';
 import type { TokenRevocationsRepository } from './token-revocations.ts';
 import type { UsersRepository } from './users.ts';
@@ -17,21 +18,21 @@ import type { UsersRepository } from './users.ts';
  * handlers reach them through `syncRepositories` (sqlite/connection.ts).
  */
 export interface Repositories {
-  readonly roles: RolesRepository;
-  readonly users: UsersRepository;
+  readonly roles: Sync<RolesRepository>;
+  readonly users: Sync<UsersRepository>;
   readonly configurations: ConfigurationsRepository;
   readonly apiKeys: ApiKeysRepository;
   readonly classifications: ClassificationsRepository;
   readonly logs: LogsRepository;
-  readonly tokenRevocations: TokenRevocationsRepository;
+  readonly tokenRevocations: Sync<TokenRevocationsRepository>;
   /** Failed logins, for the lockout. */
-  readonly loginFailures: LoginFailuresRepository;
+  readonly loginFailures: Sync<LoginFailuresRepository>;
   /** State snapshots (docs/replication.md). */
   readonly replication: ReplicationRepository;
   /** Logs a replica ships and a control plane receives (docs/replication.md). */
   readonly shippedLogs: ShippedLogsRepository;
   /** Facts about this store itself (the master key's check value). */
-  readonly meta: MetaRepository;
+  readonly meta: Sync<MetaRepository>;
 }
 
 /** Every method of `R`, answering with a promise of what it returns. */

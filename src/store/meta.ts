@@ -1,20 +1,15 @@
-import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { get, run, type Step } from './query.ts';
+
+const GET = 'SELECT value FROM store_meta WHERE name = ?';
+const SET = 'INSERT INTO store_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value';
 
 /** Named values about the store itself (`store_meta`), never part of a snapshot. */
 export class MetaRepository {
-  readonly #get: StatementSync;
-  readonly #set: StatementSync;
-
-  constructor(db: DatabaseSync) {
-    this.#get = db.prepare('SELECT value FROM store_meta WHERE name = ?');
-    this.#set = db.prepare('INSERT INTO store_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value');
+  *get(name: string): Step<string | undefined> {
+    return (yield* get<{ value: string }>(GET, name))?.value;
   }
 
-  get(name: string): string | undefined {
-    return (this.#get.get(name) as { value: string } | undefined)?.value;
-  }
-
-  set(name: string, value: string): void {
-    this.#set.run(name, value);
+  *set(name: string, value: string): Step<void> {
+    yield* run(SET, name, value);
   }
 }

@@ -1,4 +1,4 @@
-import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { all, get, type Dialect, type Step } from './query.ts';
 import { parseJsonArray } from './sql.ts';
 
 export interface Role {
@@ -10,10 +10,12 @@ export interface Role {
 }
 
 /** Selects a role (aliased `r`) with its permission names as a JSON array; users.ts reuses it. */
-export const ROLE_COLUMNS = `r.id, r.name, r.description,
-  (SELECT json_group_array(p.name ORDER BY p.id)
+export function roleColumns(d: Dialect): string {
+  return `r.id, r.name, r.description,
+  (SELECT ${d.jsonArrayOf('p.name', 'p.id')}
      FROM role_permissions rp JOIN permissions p ON p.id = rp.permission_id
     WHERE rp.role_id = r.id) AS permissions`;
+}
 
 export interface RoleRecord {
   id: number;
@@ -31,45 +33,37 @@ export function toRole(record: RoleRecord): Role {
   };
 }
 
+const LIST = (d: Dialect): string => `SELECT ${roleColumns(d)} FROM roles r ORDER BY r.id`;
+const BY_ID = (d: Dialect): string => `SELECT ${roleColumns(d)} FROM roles r WHERE r.id = ?`;
+const BY_NAME = (d: Dialect): string => `SELECT ${roleColumns(d)} FROM roles r WHERE r.name = ?`;
+// A JSON array parameter lets one prepared statement take any number of ids.
+const PERMISSIONS_OF_ROLES = (d: Dialect): string => `
+  SELECT DISTINCT p.name FROM role_permissions rp JOIN permissions p ON p.id = rp.permission_id
+   WHERE rp.role_id IN (${d.jsonIntegers('?')})`;
+const PERMISSION_NAMES = 'SELECT name FROM permissions ORDER BY id';
+
 export class RolesRepository {
-  readonly #list: StatementSync;
-  readonly #byId: StatementSync;
-  readonly #byName: StatementSync;
-  readonly #permissionsOfRoles: StatementSync;
-  readonly #permissionNames: StatementSync;
-
-  constructor(db: DatabaseSync) {
-    this.#list = db.prepare(`SELECT ${ROLE_COLUMNS} FROM roles r ORDER BY r.id`);
-    this.#byId = db.prepare(`SELECT ${ROLE_COLUMNS} FROM roles r WHERE r.id = ?`);
-    this.#byName = db.prepare(`SELECT ${ROLE_COLUMNS} FROM roles r WHERE r.name = ?`);
-    // A JSON array parameter lets one prepared statement take any number of ids.
-    this.#permissionsOfRoles = db.prepare(`
-      SELECT DISTINCT p.name FROM role_permissions rp JOIN permissions p ON p.id = rp.permission_id
-       WHERE rp.role_id IN (SELECT value FROM json_each(?))`);
-    this.#permissionNames = db.prepare('SELECT name FROM permissions ORDER BY id');
+  *list(): Step<Role[]> {
+    return (yield* all<RoleRecord>(LIST)).map(toRole);
   }
 
-  list(): Role[] {
-    return (this.#list.all() as unknown as RoleRecord[]).map(toRole);
-  }
-
-  findById(id: number): Role | undefined {
-    const record = this.#byId.get(id) as RoleRecord | undefined;
+  *findById(id: number): Step<Role | undefined> {
+    const record = yield* get<RoleRecord>(BY_ID, id);
     return record && toRole(record);
   }
 
-  findByName(name: string): Role | undefined {
-    const record = this.#byName.get(name) as RoleRecord | undefined;
+  *findByName(name: string): Step<Role | undefined> {
+    const record = yield* get<RoleRecord>(BY_NAME, name);
     return record && toRole(record);
   }
 
-  permissionsForRoles(roleIds: readonly number[]): Set<string> {
-    const rows = this.#permissionsOfRoles.all(JSON.stringify(roleIds)) as unknown as Array<{ name: string }>;
+  *permissionsForRoles(roleIds: readonly number[]): Step<Set<string>> {
+    const rows = yield* all<{ name: string }>(PERMISSIONS_OF_ROLES, JSON.stringify(roleIds));
     return new Set(rows.map((row) => row.name));
   }
 
   /** Every permission the service knows, in catalogue order. */
-  permissionNames(): string[] {
-    return (this.#permissionNames.all() as unknown as Array<{ name: string }>).map((row) => row.name);
+  *permissionNames(): Step<string[]> {
+    return (yield* all<{ name: string }>(PERMISSION_NAMES)).map((row) => row.name);
   }
 }

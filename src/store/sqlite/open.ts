@@ -5,6 +5,7 @@ import { ApiKeysRepository } from '../api-keys.ts';
 import { ClassificationsRepository } from '../classifications.ts';
 import { ConfigurationsRepository } from '../configurations.ts';
 import type { Async, Repositories, Store, Transaction } from '../db.ts';
+import { methodNames } from '../query.ts';
 import { LoginFailuresRepository } from '../login-failures.ts';
 import { LogsRepository } from '../logs.ts';
 import { MetaRepository } from '../meta.ts';
@@ -14,6 +15,7 @@ import { ShippedLogsRepository } from '../shipped-logs.ts';
 import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
 import { rememberConnection } from './connection.ts';
+import { SqliteExecutor } from './executor.ts';
 import { ConnectionGate } from './gate.ts';
 import { migrate } from './migrations.ts';
 import { onRollback, runInTransactionAsync } from './transaction.ts';
@@ -108,18 +110,19 @@ export function openSqliteStore(path: string): Store {
     generation++;
   });
   const othersCommitStamp = (): number => (dataVersion.get() as { data_version: number }).data_version;
+  const sql = new SqliteExecutor(db);
   const repositories: Repositories = {
-    roles: new RolesRepository(db),
-    users: new UsersRepository(db),
+    roles: sql.drive(new RolesRepository()),
+    users: sql.drive(new UsersRepository()),
     configurations: new ConfigurationsRepository(db),
     apiKeys: new ApiKeysRepository(db),
     classifications: new ClassificationsRepository(db),
     logs: new LogsRepository(db),
-    tokenRevocations: new TokenRevocationsRepository(db),
-    loginFailures: new LoginFailuresRepository(db),
+    tokenRevocations: sql.drive(new TokenRevocationsRepository()),
+    loginFailures: sql.drive(new LoginFailuresRepository()),
     replication: new ReplicationRepository(db),
     shippedLogs: new ShippedLogsRepository(db),
-    meta: new MetaRepository(db),
+    meta: sql.drive(new MetaRepository()),
   };
   // One connection serves the whole process: while a transaction holds it, only the
   // transaction's handle runs statements; the rest waits for it to end.
@@ -173,9 +176,8 @@ function asyncRepositories(repositories: Repositories, through: <T>(run: () => T
   const out: Record<string, unknown> = {};
   for (const [name, repository] of Object.entries(repositories) as Array<[string, object]>) {
     const methods: Record<string, (...args: unknown[]) => Promise<unknown>> = {};
-    for (const key of Object.getOwnPropertyNames(Object.getPrototypeOf(repository))) {
-      const method = (repository as Record<string, unknown>)[key];
-      if (key === 'constructor' || typeof method !== 'function') continue;
+    for (const key of methodNames(repository)) {
+      const method = (repository as Record<string, (...args: unknown[]) => unknown>)[key]!;
       methods[key] = (...args) => through(() => method.apply(repository, args));
     }
     out[name] = Object.freeze(methods);

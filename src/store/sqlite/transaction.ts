@@ -62,13 +62,14 @@ export async function runInTransactionAsync<T>(db: DatabaseSync, fn: () => Promi
 }
 
 /** Opens the transaction, or a savepoint inside one; true for a savepoint. */
-function begin(db: DatabaseSync): boolean {
+export function begin(db: DatabaseSync): boolean {
   const nested = db.isTransaction;
   db.exec(nested ? 'SAVEPOINT svc_nested' : 'BEGIN IMMEDIATE');
   return nested;
 }
 
-function commit(db: DatabaseSync, nested: boolean): void {
+/** Commits what begin opened (`nested` is what it answered), rolling back if the commit fails. */
+export function commit(db: DatabaseSync, nested: boolean): void {
   try {
     db.exec(nested ? 'RELEASE svc_nested' : 'COMMIT');
   } catch (error) {
@@ -77,7 +78,8 @@ function commit(db: DatabaseSync, nested: boolean): void {
   }
 }
 
-function rollback(db: DatabaseSync, nested: boolean): void {
+/** Rolls back what begin opened (`nested` is what it answered). */
+export function rollback(db: DatabaseSync, nested: boolean): void {
   rollbackListeners.get(db)?.();
   // Some errors (SQLITE_FULL, SQLITE_IOERR, ...) make SQLite roll back the whole
   // transaction itself; issuing ROLLBACK then would throw and hide the original error.

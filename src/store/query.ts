@@ -1,0 +1,164 @@
+/**
+ * The one query layer of the store: repositories are written once, as generator methods
+ * that yield the statements they need and receive the rows, and a driver runs them on a
+ * database. The SQLite driver answers each statement at once, so a SQLite store's
+ * repositories stay synchronous where the request path needs them to be (the state view,
+ * KeyInUse); the PostgreSQL driver awaits each one. The logic between the statements, the
+ * mapping of rows and the transactions are the same code for both.
+ *
+ * SQL is written with `?` placeholders in the subset both databases read alike (`INSERT …
+ * ON CONFLICT … DO UPDATE`, `RETURNING`, `count(*)`, `EXISTS`); where they differ, a
+ * statement is a function of the `Dialect` and the difference is named there once.
+ */
+
+/** SQL text with `?` placeholders, or a function giving it for a dialect. */
+export type Sql = string | ((dialect: Dialect) => string);
+
+/** What differs between the databases, spelled once for each. */
+export interface Dialect {
+  readonly name: 'sqlite' | 'postgres';
+  /** A subquery of one column `value`: the integers of the JSON array text in the placeholder `param`. */
+  jsonIntegers(param: string): string;
+  /** A subquery of one column `value`: the strings of the JSON array text in the placeholder `param`. */
+  jsonStrings(param: string): string;
+  /**
+   * An ISO-8601 timestamp expression: `now` (a placeholder holding `nowIso()`), or 1 ms
+   * past `column` when that is not earlier, so a row's stamp always moves forward.
+   */
+  laterThan(column: string, now: string): string;
+  /** A JSON array (as text) of `expression` over the group's rows in `order`; `[]` for none. */
+  jsonArrayOf(expression: string, order: string): string;
+}
+
+/** A statement and its parameters, or a transaction boundary. */
+export type Command =
+  | { readonly op: 'all' | 'get' | 'run'; readonly sql: Sql; readonly params: readonly unknown[] }
+  | { readonly op: 'begin' }
+  | { readonly op: 'lock'; readonly key: string }
+  | { readonly op: 'commit' | 'rollback'; readonly nested: unknown };
+
+/** What a repository method is: it yields commands and receives their answers. */
+export type Step<T> = Generator<Command, T, unknown>;
+
+/** What a write reports. */
+export interface RunResult {
+  readonly changes: number;
+}
+
+/** Every row the statement answers. */
+export function* all<T>(sql: Sql, ...params: unknown[]): Step<T[]> {
+  return (yield { op: 'all', sql, params }) as T[];
+}
+
+/** The first row the statement answers, or undefined. */
+export function* get<T>(sql: Sql, ...params: unknown[]): Step<T | undefined> {
+  return (yield { op: 'get', sql, params }) as T | undefined;
+}
+
+/** Runs a statement that answers no rows. */
+export function* run(sql: Sql, ...params: unknown[]): Step<RunResult> {
+  return (yield { op: 'run', sql, params }) as RunResult;
+}
+
+/**
+ * Inside a transaction, waits until no other transaction holds `key`, and holds it until
+ * this one ends: for a read-then-write that must not interleave with another instance's
+ * (SQLite's writers are serialised already, so there it costs nothing).
+ */
+export function* lock(key: string): Step<void> {
+  yield { op: 'lock', key };
+}
+
+/**
+ * Runs `body` atomically: a transaction at the outermost level, a savepoint inside one, so a
+ * repository's multi-statement write also composes into a caller's larger transaction.
+ */
+export function* atomically<T>(body: () => Step<T>): Step<T> {
+  const nested: unknown = yield { op: 'begin' };
+  let value: T;
+  try {
+    value = yield* body();
+  } catch (error) {
+    yield { op: 'rollback', nested };
+    throw error;
+  }
+  yield { op: 'commit', nested };
+  return value;
+}
+
+/** A repository as its callers see it on a driver that answers at once. */
+export type Sync<R> = {
+  readonly [K in keyof R]: R[K] extends (...args: infer A) => Step<infer T> ? (...args: A) => T : R[K];
+};
+
+/** Runs `step` to its end, each command answered at once by `execute`. */
+export function runSync<T>(step: Step<T>, execute: (command: Command) => unknown): T {
+  let next = step.next();
+  while (next.done !== true) {
+    let answer: unknown;
+    try {
+      answer = execute(next.value);
+    } catch (error) {
+      next = step.throw(error);
+      continue;
+    }
+    next = step.next(answer);
+  }
+  return next.value;
+}
+
+/** Runs `step` to its end, each command answered by the promise `execute` gives. */
+export async function runAsync<T>(step: Step<T>, execute: (command: Command) => Promise<unknown>): Promise<T> {
+  let next = step.next();
+  while (next.done !== true) {
+    let answer: unknown;
+    try {
+      answer = await execute(next.value);
+    } catch (error) {
+      next = step.throw(error);
+      continue;
+    }
+    next = step.next(answer);
+  }
+  return next.value;
+}
+
+/**
+ * An object with `repository`'s methods, each running its steps through `drive`. Methods
+ * that are not generators (pure helpers) are called as they are, through `plain`.
+ */
+export function driven<R extends object, Out>(
+  repository: R,
+  drive: (step: Step<unknown>) => unknown,
+  plain: (value: unknown) => unknown = (value) => value,
+): Out {
+  const out: Record<string, (...args: unknown[]) => unknown> = {};
+  for (const key of methodNames(repository)) {
+    const method = (repository as Record<string, (...args: unknown[]) => unknown>)[key]!;
+    out[key] = (...args) => {
+      const result: unknown = method.apply(repository, args);
+      return isStep(result) ? drive(result) : plain(result);
+    };
+  }
+  return Object.freeze(out) as Out;
+}
+
+/** The names of `object`'s methods: its own function properties and its classes' methods. */
+export function methodNames(object: object): string[] {
+  const names: string[] = [];
+  for (let at: object | null = object; at !== null && at !== Object.prototype; at = Object.getPrototypeOf(at) as object | null) {
+    for (const key of Object.getOwnPropertyNames(at)) {
+      if (key !== 'constructor' && typeof (object as Record<string, unknown>)[key] === 'function' && !names.includes(key)) names.push(key);
+    }
+  }
+  return names;
+}
+
+function isStep(value: unknown): value is Step<unknown> {
+  return typeof value === 'object' && value !== null && Object.prototype.toString.call(value) === '[object Generator]';
+}
+
+/** The text of `sql` for `dialect`. */
+export function textOf(sql: Sql, dialect: Dialect): string {
+  return typeof sql === 'string' ? sql : sql(dialect);
+}

@@ -1,0 +1,76 @@
+import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { driven, runSync, textOf, type Command, type Dialect, type Step, type Sync } from '../query.ts';
+import { begin, commit, rollback } from './transaction.ts';
+
+/** SQLite's spelling of what differs between the databases (query.ts). */
+export const SQLITE: Dialect = {
+  name: 'sqlite',
+  jsonIntegers: (param) => `SELECT value FROM json_each(${param})`,
+  jsonStrings: (param) => `SELECT value FROM json_each(${param})`,
+  laterThan: (column, now) => `max(${now}, strftime('%Y-%m-%dT%H:%M:%fZ', ${column}, '+0.001 seconds'))`,
+  jsonArrayOf: (expression, order) => `json_group_array(${expression} ORDER BY ${order})`,
+};
+
+/**
+ * Answers a repository's commands on one SQLite connection, at once. Each statement is
+ * prepared on first use and kept: the statements are the repositories' constants (and a
+ * bounded number of shapes built from them), so the cache is as small as the program.
+ */
+export class SqliteExecutor {
+  readonly #db: DatabaseSync;
+  readonly #byText = new Map<string, StatementSync>();
+  /** Keyed weakly: a statement written as a closure inside a method is dropped with it. */
+  readonly #byFunction = new WeakMap<(dialect: Dialect) => string, StatementSync>();
+
+  constructor(db: DatabaseSync) {
+    this.#db = db;
+  }
+
+  /** `repository` with every method answering at once on this connection. */
+  drive<R extends object>(repository: R): Sync<R> {
+    return driven<R, Sync<R>>(repository, (step) => this.run(step));
+  }
+
+  run<T>(step: Step<T>): T {
+    return runSync(step, (command) => this.execute(command));
+  }
+
+  execute(command: Command): unknown {
+    switch (command.op) {
+      case 'all':
+        return this.#statement(command.sql).all(...(command.params as never[]));
+      case 'get':
+        return this.#statement(command.sql).get(...(command.params as never[]));
+      case 'run':
+        return { changes: Number(this.#statement(command.sql).run(...(command.params as never[])).changes) };
+      case 'lock':
+        // BEGIN IMMEDIATE already holds the one write lock.
+        return undefined;
+      case 'begin':
+        return begin(this.#db);
+      case 'commit':
+        commit(this.#db, command.nested as boolean);
+        return undefined;
+      case 'rollback':
+        rollback(this.#db, command.nested as boolean);
+        return undefined;
+    }
+  }
+
+  #statement(sql: string | ((dialect: Dialect) => string)): StatementSync {
+    if (typeof sql === 'string') {
+      let statement = this.#byText.get(sql);
+      if (statement === undefined) {
+        statement = this.#db.prepare(sql);
+        this.#byText.set(sql, statement);
+      }
+      return statement;
+    }
+    let statement = this.#byFunction.get(sql);
+    if (statement === undefined) {
+      statement = this.#db.prepare(textOf(sql, SQLITE));
+      this.#byFunction.set(sql, statement);
+    }
+    return statement;
+  }
+}
