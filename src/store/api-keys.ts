@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { all, atomically, get, run, type Dialect, type Step } from './query.ts';
 import { definedOnly, nowIso, parseJsonArray, toBuffer, type RowSource } from './sql.ts';
-import { runInTransaction } from './sqlite/transaction.ts';
 
 export type ApiKeyStatus = 'active' | 'revoked';
 
@@ -74,40 +73,28 @@ function toApiKey(record: ApiKeyRecord): ApiKey {
   };
 }
 
+const INSERT = `
+  INSERT INTO api_keys (id, name, prefix, key_hash, user_id, permissions, configurations, source, created_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`;
+const UPDATE = `
+  UPDATE api_keys SET name = ?, user_id = ?, permissions = ?, configurations = ?, updated_at = ?
+   WHERE id = ? RETURNING *`;
+// Revoking twice keeps the first revoked_at: that is when the key stopped working.
+const REVOKE = `
+  UPDATE api_keys SET status = 'revoked', revoked_at = ?, updated_at = ?
+   WHERE id = ? AND status = 'active'`;
+const REPLACE_HASH = 'UPDATE api_keys SET prefix = ?, key_hash = ?, updated_at = ? WHERE id = ? RETURNING *';
+const BY_ID = 'SELECT * FROM api_keys WHERE id = ?';
+const BY_HASH = 'SELECT * FROM api_keys WHERE key_hash = ?';
+const BY_NAME = 'SELECT * FROM api_keys WHERE name = ?';
+// Insertion order breaks ties: keys made in the same millisecond list as created.
+const LIST = (d: Dialect): string => `SELECT * FROM api_keys ORDER BY created_at, ${d.insertionOrder}`;
+
 export class ApiKeysRepository {
-  readonly #db: DatabaseSync;
-  readonly #insert: StatementSync;
-  readonly #update: StatementSync;
-  readonly #revoke: StatementSync;
-  readonly #replaceHash: StatementSync;
-  readonly #byId: StatementSync;
-  readonly #byHash: StatementSync;
-  readonly #byName: StatementSync;
-  readonly #list: StatementSync;
-
-  constructor(db: DatabaseSync) {
-    this.#db = db;
-    this.#insert = db.prepare(`
-      INSERT INTO api_keys (id, name, prefix, key_hash, user_id, permissions, configurations, source, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`);
-    this.#update = db.prepare(`
-      UPDATE api_keys SET name = ?, user_id = ?, permissions = ?, configurations = ?, updated_at = ?
-       WHERE id = ? RETURNING *`);
-    // Revoking twice keeps the first revoked_at: that is when the key stopped working.
-    this.#revoke = db.prepare(`
-      UPDATE api_keys SET status = 'revoked', revoked_at = ?, updated_at = ?
-       WHERE id = ? AND status = 'active'`);
-    this.#replaceHash = db.prepare('UPDATE api_keys SET prefix = ?, key_hash = ?, updated_at = ? WHERE id = ? RETURNING *');
-    this.#byId = db.prepare('SELECT * FROM api_keys WHERE id = ?');
-    this.#byHash = db.prepare('SELECT * FROM api_keys WHERE key_hash = ?');
-    this.#byName = db.prepare('SELECT * FROM api_keys WHERE name = ?');
-    // rowid breaks ties in insertion order: keys made in the same millisecond list as created.
-    this.#list = db.prepare('SELECT * FROM api_keys ORDER BY created_at, rowid');
-  }
-
-  create(input: NewApiKey): ApiKey {
+  *create(input: NewApiKey): Step<ApiKey> {
     const now = nowIso();
-    const record = this.#insert.get(
+    const record = (yield* get<ApiKeyRecord>(
+      INSERT,
       randomUUID(),
       input.name,
       input.prefix,
@@ -118,58 +105,60 @@ export class ApiKeysRepository {
       input.source ?? 'api',
       now,
       now,
-    ) as unknown as ApiKeyRecord;
+    ))!;
     return toApiKey(record);
   }
 
   /** Returns the updated key, or undefined when there is none with `id`. */
-  update(id: string, patch: ApiKeyPatch): ApiKey | undefined {
-    return runInTransaction(this.#db, () => {
-      const current = this.findById(id);
+  *update(id: string, patch: ApiKeyPatch): Step<ApiKey | undefined> {
+    const self = this;
+    return yield* atomically(function* () {
+      const current = yield* self.findById(id);
       if (current === undefined) return undefined;
       const next = { ...current, ...definedOnly(patch) };
-      const record = this.#update.get(
+      const record = (yield* get<ApiKeyRecord>(
+        UPDATE,
         next.name,
         next.userId,
         JSON.stringify(next.permissions),
         JSON.stringify(next.configurations),
         nowIso(),
         id,
-      ) as unknown as ApiKeyRecord;
+      ))!;
       return toApiKey(record);
     });
   }
 
   /** Includes revoked keys: the caller decides (revoked → 401). */
-  findByHash(hash: Buffer): ApiKey | undefined {
-    const record = this.#byHash.get(hash) as ApiKeyRecord | undefined;
+  *findByHash(hash: Buffer): Step<ApiKey | undefined> {
+    const record = yield* get<ApiKeyRecord>(BY_HASH, hash);
     return record && toApiKey(record);
   }
 
-  findById(id: string): ApiKey | undefined {
-    const record = this.#byId.get(id) as ApiKeyRecord | undefined;
+  *findById(id: string): Step<ApiKey | undefined> {
+    const record = yield* get<ApiKeyRecord>(BY_ID, id);
     return record && toApiKey(record);
   }
 
-  findByName(name: string): ApiKey | undefined {
-    const record = this.#byName.get(name) as ApiKeyRecord | undefined;
+  *findByName(name: string): Step<ApiKey | undefined> {
+    const record = yield* get<ApiKeyRecord>(BY_NAME, name);
     return record && toApiKey(record);
   }
 
-  list(): ApiKey[] {
-    return (this.#list.all() as unknown as ApiKeyRecord[]).map(toApiKey);
+  *list(): Step<ApiKey[]> {
+    return (yield* all<ApiKeyRecord>(LIST)).map(toApiKey);
   }
 
   /** Returns the key as it now is (already-revoked keys unchanged), or undefined when there is none. */
-  revoke(id: string): ApiKey | undefined {
+  *revoke(id: string): Step<ApiKey | undefined> {
     const now = nowIso();
-    this.#revoke.run(now, now, id);
-    return this.findById(id);
+    yield* run(REVOKE, now, now, id);
+    return yield* this.findById(id);
   }
 
   /** Rotation: the old key stops working the moment this commits. */
-  replaceHash(id: string, prefix: string, keyHash: Buffer): ApiKey | undefined {
-    const record = this.#replaceHash.get(prefix, keyHash, nowIso(), id) as ApiKeyRecord | undefined;
+  *replaceHash(id: string, prefix: string, keyHash: Buffer): Step<ApiKey | undefined> {
+    const record = yield* get<ApiKeyRecord>(REPLACE_HASH, prefix, keyHash, nowIso(), id);
     return record && toApiKey(record);
   }
 }

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { all, atomically, get, run, shredding, type Dialect, type Step } from './query.ts';
 import { definedOnly, nowIso, parseJsonArray, parseJsonObject, toBuffer, toBufferOrNull, type RowSource } from './sql.ts';
-import { runInTransaction } from './sqlite/transaction.ts';
 
 export type ConfigurationType = 'encryption' | 'provider';
 
@@ -126,74 +125,46 @@ const SELECT = `SELECT c.*,
   (SELECT max(k.version) FROM data_keys k WHERE k.configuration_id = c.id AND k.destroyed_at IS NULL) AS key_version
   FROM configurations c`;
 
+const INSERT = `
+  INSERT INTO configurations (id, name, type, provider, proxy_slug, keyring_id, deterministic,
+    min_decryption_version, destinations, fields, extra, source, created_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
+const UPDATE = `
+  UPDATE configurations SET name = ?, provider = ?, proxy_slug = ?, min_decryption_version = ?,
+    destinations = ?, fields = ?, extra = ?, updated_at = ?
+   WHERE id = ?`;
+const TOUCH = 'UPDATE configurations SET updated_at = ? WHERE id = ?';
+const DELETE = 'DELETE FROM configurations WHERE id = ?';
+const BY_ID = `${SELECT} WHERE c.id = ?`;
+const BY_NAME = `${SELECT} WHERE c.name = ?`;
+const BY_SLUG = `${SELECT} WHERE c.proxy_slug = ?`;
+const LIST = `${SELECT} ORDER BY c.created_at, c.name`;
+// A NULL scope (passed twice) means every configuration; otherwise a JSON array of ids,
+// so one prepared statement serves scoped and unscoped API keys alike.
+const PAGE = (d: Dialect): string => `${SELECT}
+  WHERE CAST(? AS TEXT) IS NULL OR c.id IN (${d.jsonStrings('?')})
+  ORDER BY c.created_at, c.${d.insertionOrder} LIMIT ? OFFSET ?`;
+const COUNT = (d: Dialect): string => `SELECT count(*) AS n FROM configurations WHERE CAST(? AS TEXT) IS NULL OR id IN (${d.jsonStrings('?')})`;
+const KEYS = 'SELECT version, wrapped, created_at, superseded_at, destroyed_at FROM data_keys WHERE configuration_id = ? ORDER BY version';
+const INSERT_KEY = 'INSERT INTO data_keys (configuration_id, version, wrapped, created_at) VALUES (?, ?, ?, ?)';
+const SUPERSEDE = 'UPDATE data_keys SET superseded_at = ? WHERE configuration_id = ? AND version < ? AND superseded_at IS NULL';
+const KEY_ALIVE = 'SELECT 1 AS alive FROM data_keys WHERE configuration_id = ? AND version = ? AND destroyed_at IS NULL';
+// The row is locked as it is read, so a destroy or rotation on another instance waits for
+// this transaction (SQLite's writers are one at a time anyway).
+const KEY_STATE = (d: Dialect): string => `
+  SELECT k.destroyed_at, k.superseded_at,
+    (SELECT max(n.version) FROM data_keys n WHERE n.configuration_id = k.configuration_id AND n.destroyed_at IS NULL) AS newest
+    FROM data_keys k WHERE k.configuration_id = ? AND k.version = ?${d.lockRows('k')}`;
+const SAMPLE_KEY = 'SELECT configuration_id, version, wrapped FROM data_keys WHERE length(wrapped) > 0 ORDER BY configuration_id, version LIMIT 1';
+const SHRED_KEY = 'UPDATE data_keys SET wrapped = ?, destroyed_at = ? WHERE configuration_id = ? AND version = ?';
+// Strictly later than before, even within the same millisecond: the codec caches of
+// every process on this store rebuild only when the row's stamp changes.
+const TOUCH_LATER = (d: Dialect): string => `UPDATE configurations SET updated_at = ${d.laterThan('updated_at', '?')} WHERE id = ?`;
+const NO_BYTES = Buffer.alloc(0);
+
 export class ConfigurationsRepository {
-  readonly #db: DatabaseSync;
-  readonly #insert: StatementSync;
-  readonly #update: StatementSync;
-  readonly #touch: StatementSync;
-  readonly #delete: StatementSync;
-  readonly #byId: StatementSync;
-  readonly #byName: StatementSync;
-  readonly #bySlug: StatementSync;
-  readonly #list: StatementSync;
-  readonly #page: StatementSync;
-  readonly #count: StatementSync;
-  readonly #keys: StatementSync;
-  readonly #insertKey: StatementSync;
-  readonly #supersede: StatementSync;
-  readonly #keyAlive: StatementSync;
-  readonly #keyState: StatementSync;
-  readonly #shredKey: StatementSync;
-  readonly #sampleKey: StatementSync;
-  readonly #touchLater: StatementSync;
-  readonly #secureDelete: StatementSync;
-  readonly #checkpoint: StatementSync;
-  readonly #inMemory: boolean;
-
-  constructor(db: DatabaseSync) {
-    this.#db = db;
-    this.#insert = db.prepare(`
-      INSERT INTO configurations (id, name, type, provider, proxy_slug, keyring_id, deterministic,
-        min_decryption_version, destinations, fields, extra, source, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
-    this.#update = db.prepare(`
-      UPDATE configurations SET name = ?, provider = ?, proxy_slug = ?, min_decryption_version = ?,
-        destinations = ?, fields = ?, extra = ?, updated_at = ?
-       WHERE id = ?`);
-    this.#touch = db.prepare('UPDATE configurations SET updated_at = ? WHERE id = ?');
-    this.#delete = db.prepare('DELETE FROM configurations WHERE id = ?');
-    this.#byId = db.prepare(`${SELECT} WHERE c.id = ?`);
-    this.#byName = db.prepare(`${SELECT} WHERE c.name = ?`);
-    this.#bySlug = db.prepare(`${SELECT} WHERE c.proxy_slug = ?`);
-    this.#list = db.prepare(`${SELECT} ORDER BY c.created_at, c.name`);
-    // A NULL scope means every configuration; otherwise a JSON array of ids, so one
-    // prepared statement serves scoped and unscoped API keys alike.
-    this.#page = db.prepare(`${SELECT}
-      WHERE ?1 IS NULL OR c.id IN (SELECT value FROM json_each(?1))
-      ORDER BY c.created_at, c.rowid LIMIT ?2 OFFSET ?3`);
-    this.#count = db.prepare('SELECT count(*) AS n FROM configurations WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))');
-    this.#keys = db.prepare('SELECT version, wrapped, created_at, superseded_at, destroyed_at FROM data_keys WHERE configuration_id = ? ORDER BY version');
-    this.#insertKey = db.prepare('INSERT INTO data_keys (configuration_id, version, wrapped, created_at) VALUES (?, ?, ?, ?)');
-    this.#supersede = db.prepare('UPDATE data_keys SET superseded_at = ?1 WHERE configuration_id = ?2 AND version < ?3 AND superseded_at IS NULL');
-    this.#keyAlive = db.prepare('SELECT 1 AS alive FROM data_keys WHERE configuration_id = ? AND version = ? AND destroyed_at IS NULL');
-    this.#keyState = db.prepare(`
-      SELECT k.destroyed_at, k.superseded_at,
-        (SELECT max(n.version) FROM data_keys n WHERE n.configuration_id = k.configuration_id AND n.destroyed_at IS NULL) AS newest
-        FROM data_keys k WHERE k.configuration_id = ? AND k.version = ?`);
-    this.#sampleKey = db.prepare("SELECT configuration_id, version, wrapped FROM data_keys WHERE length(wrapped) > 0 ORDER BY configuration_id, version LIMIT 1");
-    this.#shredKey = db.prepare("UPDATE data_keys SET wrapped = x'', destroyed_at = ? WHERE configuration_id = ? AND version = ?");
-    // Strictly later than before, even within the same millisecond: the codec caches of
-    // every process on this store rebuild only when the row's stamp changes.
-    this.#touchLater = db.prepare(`
-      UPDATE configurations SET updated_at = max(?1, strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))
-       WHERE id = ?2`);
-    this.#secureDelete = db.prepare('PRAGMA secure_delete');
-    this.#checkpoint = db.prepare('PRAGMA wal_checkpoint(TRUNCATE)');
-    this.#inMemory = (db.prepare('PRAGMA database_list').get() as { file: string }).file === '';
-  }
-
   /** Inserts the configuration and, for `encryption`, its key version 1 in one transaction. */
-  create(input: NewConfiguration): Configuration {
+  *create(input: NewConfiguration): Step<Configuration> {
     const encryption = input.type === 'encryption';
     const keyringId = input.keyringId ?? null;
     const firstKey = input.firstWrappedKey ?? null;
@@ -201,9 +172,11 @@ export class ConfigurationsRepository {
       throw new TypeError('An encryption configuration needs a keyringId and a firstWrappedKey; a provider configuration takes neither.');
     }
     const id = input.id ?? randomUUID();
-    return runInTransaction(this.#db, () => {
+    const self = this;
+    return yield* atomically(function* () {
       const now = nowIso();
-      this.#insert.run(
+      yield* run(
+        INSERT,
         id,
         input.name,
         input.type,
@@ -219,18 +192,20 @@ export class ConfigurationsRepository {
         now,
         now,
       );
-      if (firstKey !== null) this.#insertKey.run(id, 1, firstKey, now);
-      return this.#mustFind(id);
+      if (firstKey !== null) yield* run(INSERT_KEY, id, 1, firstKey, now);
+      return yield* self.#mustFind(id);
     });
   }
 
   /** Returns the updated configuration, or undefined when there is none with `id`. */
-  update(id: string, patch: ConfigurationPatch): Configuration | undefined {
-    return runInTransaction(this.#db, () => {
-      const current = this.findById(id);
+  *update(id: string, patch: ConfigurationPatch): Step<Configuration | undefined> {
+    const self = this;
+    return yield* atomically(function* () {
+      const current = yield* self.findById(id);
       if (current === undefined) return undefined;
       const next = { ...current, ...definedOnly(patch) };
-      this.#update.run(
+      yield* run(
+        UPDATE,
         next.name,
         next.provider,
         next.proxySlug,
@@ -241,53 +216,54 @@ export class ConfigurationsRepository {
         nowIso(),
         id,
       );
-      return this.#mustFind(id);
+      return yield* self.#mustFind(id);
     });
   }
 
   /** Deletes the configuration with its keys and classification links. */
-  delete(id: string): boolean {
-    return this.#delete.run(id).changes > 0;
+  *delete(id: string): Step<boolean> {
+    return (yield* run(DELETE, id)).changes > 0;
   }
 
-  findById(id: string): Configuration | undefined {
-    const record = this.#byId.get(id) as ConfigurationRecord | undefined;
+  *findById(id: string): Step<Configuration | undefined> {
+    const record = yield* get<ConfigurationRecord>(BY_ID, id);
     return record && toConfiguration(record);
   }
 
-  findByName(name: string): Configuration | undefined {
-    const record = this.#byName.get(name) as ConfigurationRecord | undefined;
+  *findByName(name: string): Step<Configuration | undefined> {
+    const record = yield* get<ConfigurationRecord>(BY_NAME, name);
     return record && toConfiguration(record);
   }
 
-  findBySlug(slug: string): Configuration | undefined {
-    const record = this.#bySlug.get(slug) as ConfigurationRecord | undefined;
+  *findBySlug(slug: string): Step<Configuration | undefined> {
+    const record = yield* get<ConfigurationRecord>(BY_SLUG, slug);
     return record && toConfiguration(record);
   }
 
-  list(): Configuration[] {
-    return (this.#list.all() as unknown as ConfigurationRecord[]).map(toConfiguration);
+  *list(): Step<Configuration[]> {
+    return (yield* all<ConfigurationRecord>(LIST)).map(toConfiguration);
   }
 
   /** One page in creation order (ties by insertion), limited to `scope` (configuration ids) unless it is null. */
-  page(limit: number, offset: number, scope: readonly string[] | null = null): Configuration[] {
-    const rows = this.#page.all(scope === null ? null : JSON.stringify(scope), limit, offset) as unknown as ConfigurationRecord[];
-    return rows.map(toConfiguration);
+  *page(limit: number, offset: number, scope: readonly string[] | null = null): Step<Configuration[]> {
+    const ids = scope === null ? null : JSON.stringify(scope);
+    return (yield* all<ConfigurationRecord>(PAGE, ids, ids, limit, offset)).map(toConfiguration);
   }
 
-  count(scope: readonly string[] | null = null): number {
-    return (this.#count.get(scope === null ? null : JSON.stringify(scope)) as { n: number }).n;
+  *count(scope: readonly string[] | null = null): Step<number> {
+    const ids = scope === null ? null : JSON.stringify(scope);
+    return (yield* get<{ n: number }>(COUNT, ids, ids))!.n;
   }
 
-  /** Every key version of the configuration, oldest first. */
   /** One wrapped key of the store, to check a master key against; undefined when it holds none. */
-  sampleWrappedKey(): { configurationId: string; version: number; wrapped: Buffer } | undefined {
-    const row = this.#sampleKey.get() as { configuration_id: string; version: number; wrapped: Uint8Array } | undefined;
+  *sampleWrappedKey(): Step<{ configurationId: string; version: number; wrapped: Buffer } | undefined> {
+    const row = yield* get<{ configuration_id: string; version: number; wrapped: Uint8Array }>(SAMPLE_KEY);
     return row === undefined ? undefined : { configurationId: row.configuration_id, version: row.version, wrapped: Buffer.from(row.wrapped) };
   }
 
-  keys(configurationId: string): DataKey[] {
-    return (this.#keys.all(configurationId) as unknown as DataKeyRecord[]).map((record) => ({
+  /** Every key version of the configuration, oldest first. */
+  *keys(configurationId: string): Step<DataKey[]> {
+    return (yield* all<DataKeyRecord>(KEYS, configurationId)).map((record) => ({
       version: record.version,
       wrapped: toBuffer(record.wrapped),
       createdAt: record.created_at,
@@ -301,17 +277,17 @@ export class ConfigurationsRepository {
    * the data plane asks it when an encryption ends, so that no token of a version destroyed
    * meanwhile is handed out (one primary-key lookup).
    */
-  keyAlive(configurationId: string, version: number): boolean {
-    return this.#keyAlive.get(configurationId, version) !== undefined;
+  *keyAlive(configurationId: string, version: number): Step<boolean> {
+    return (yield* get(KEY_ALIVE, configurationId, version)) !== undefined;
   }
 
   /** Adds a key version (rotation), which supersedes the older ones. Throws if the version already exists. */
-  addKey(configurationId: string, version: number, wrapped: Buffer): void {
-    runInTransaction(this.#db, () => {
+  *addKey(configurationId: string, version: number, wrapped: Buffer): Step<void> {
+    yield* atomically(function* () {
       const now = nowIso();
-      this.#insertKey.run(configurationId, version, wrapped, now);
-      this.#supersede.run(now, configurationId, version);
-      this.#touch.run(now, configurationId);
+      yield* run(INSERT_KEY, configurationId, version, wrapped, now);
+      yield* run(SUPERSEDE, now, configurationId, version);
+      yield* run(TOUCH, now, configurationId);
     });
   }
 
@@ -321,40 +297,29 @@ export class ConfigurationsRepository {
    * The newest live version is refused (new tokens need it), and so is one superseded at or
    * after `supersededBefore` (an ISO time; null: no such bound), or at an unknown time. The
    * checks run inside the write transaction, so a concurrent rotation or destroy from
-   * another process cannot slip between them.
-   *
-   * secure_delete makes SQLite zero the freed bytes of the old row instead of leaving
-   * them in the page; the TRUNCATE checkpoint then moves the page into the database file
-   * and empties the WAL, where older images of the page may still sit. The checkpoint is
-   * best effort: a reader holding an old snapshot defers it to a later checkpoint.
+   * another process cannot slip between them. The overwrite is `shredding`: no copy of the
+   * old row is left readable where the database allows that.
    */
-  destroyKey(configurationId: string, version: number, supersededBefore: string | null = null): DestroyKeyOutcome {
-    const previous = (this.#secureDelete.get() as { secure_delete: number }).secure_delete;
-    this.#db.exec('PRAGMA secure_delete = ON');
-    let outcome: DestroyKeyOutcome;
-    try {
-      outcome = runInTransaction(this.#db, () => {
-        const state = this.#keyState.get(configurationId, version) as
-          | { destroyed_at: string | null; superseded_at: string | null; newest: number | null }
-          | undefined;
-        if (state === undefined) return 'not-found';
-        if (state.destroyed_at !== null) return 'already-destroyed';
-        if (state.newest === null || version >= state.newest) return 'current';
-        if (supersededBefore !== null && (state.superseded_at === null || state.superseded_at >= supersededBefore)) return 'too-recent';
-        const now = nowIso();
-        this.#shredKey.run(now, configurationId, version);
-        this.#touchLater.run(now, configurationId);
-        return 'destroyed';
-      });
-    } finally {
-      this.#db.exec(`PRAGMA secure_delete = ${Number(previous)}`);
-    }
-    if (outcome === 'destroyed' && !this.#inMemory && !this.#db.isTransaction) this.#checkpoint.get();
-    return outcome;
+  *destroyKey(configurationId: string, version: number, supersededBefore: string | null = null): Step<DestroyKeyOutcome> {
+    return yield* shredding(
+      () =>
+        atomically(function* (): Step<DestroyKeyOutcome> {
+          const state = yield* get<{ destroyed_at: string | null; superseded_at: string | null; newest: number | null }>(KEY_STATE, configurationId, version);
+          if (state === undefined) return 'not-found';
+          if (state.destroyed_at !== null) return 'already-destroyed';
+          if (state.newest === null || version >= state.newest) return 'current';
+          if (supersededBefore !== null && (state.superseded_at === null || state.superseded_at >= supersededBefore)) return 'too-recent';
+          const now = nowIso();
+          yield* run(SHRED_KEY, NO_BYTES, now, configurationId, version);
+          yield* run(TOUCH_LATER, now, configurationId);
+          return 'destroyed';
+        }),
+      (outcome) => outcome === 'destroyed',
+    );
   }
 
-  #mustFind(id: string): Configuration {
-    const found = this.findById(id);
+  *#mustFind(id: string): Step<Configuration> {
+    const found = yield* this.findById(id);
     if (found === undefined) throw new Error(`Configuration ${id} vanished inside its own transaction.`);
     return found;
   }

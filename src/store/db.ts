@@ -20,8 +20,8 @@ import type { UsersRepository } from './users.ts';
 export interface Repositories {
   readonly roles: Sync<RolesRepository>;
   readonly users: Sync<UsersRepository>;
-  readonly configurations: ConfigurationsRepository;
-  readonly apiKeys: ApiKeysRepository;
+  readonly configurations: Sync<ConfigurationsRepository>;
+  readonly apiKeys: Sync<ApiKeysRepository>;
   readonly classifications: ClassificationsRepository;
   readonly logs: LogsRepository;
   readonly tokenRevocations: Sync<TokenRevocationsRepository>;

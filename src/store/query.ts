@@ -26,6 +26,10 @@ export interface Dialect {
    * past `column` when that is not earlier, so a row's stamp always moves forward.
    */
   laterThan(column: string, now: string): string;
+  /** The column that orders a table's rows as they were inserted (ties of `created_at`). */
+  readonly insertionOrder: string;
+  /** Appended to a SELECT: lock the rows of `alias` it reads until the transaction ends (nothing where writers are serialised). */
+  lockRows(alias: string): string;
   /** A JSON array (as text) of `expression` over the group's rows in `order`; `[]` for none. */
   jsonArrayOf(expression: string, order: string): string;
 }
@@ -35,6 +39,8 @@ export type Command =
   | { readonly op: 'all' | 'get' | 'run'; readonly sql: Sql; readonly params: readonly unknown[] }
   | { readonly op: 'begin' }
   | { readonly op: 'lock'; readonly key: string }
+  | { readonly op: 'shred-start' }
+  | { readonly op: 'shred-end'; readonly previous: unknown; readonly flush: boolean }
   | { readonly op: 'commit' | 'rollback'; readonly nested: unknown };
 
 /** What a repository method is: it yields commands and receives their answers. */
@@ -67,6 +73,25 @@ export function* run(sql: Sql, ...params: unknown[]): Step<RunResult> {
  */
 export function* lock(key: string): Step<void> {
   yield { op: 'lock', key };
+}
+
+/**
+ * Runs `body`, which overwrites secrets (a destroyed key), so that the database keeps no
+ * readable copy of what it overwrote as far as it can: SQLite zeroes freed bytes while
+ * `body` runs and, when `flushed(value)` says something was overwritten, moves the pages
+ * out of its write-ahead log. PostgreSQL keeps old row versions until VACUUM, whatever
+ * is done here (docs/operations.md).
+ */
+export function* shredding<T>(body: () => Step<T>, flushed: (value: T) => boolean): Step<T> {
+  const previous: unknown = yield { op: 'shred-start' };
+  let flush = false;
+  try {
+    const value = yield* body();
+    flush = flushed(value);
+    return value;
+  } finally {
+    yield { op: 'shred-end', previous, flush };
+  }
 }
 
 /**

@@ -8,6 +8,8 @@ export const SQLITE: Dialect = {
   jsonIntegers: (param) => `SELECT value FROM json_each(${param})`,
   jsonStrings: (param) => `SELECT value FROM json_each(${param})`,
   laterThan: (column, now) => `max(${now}, strftime('%Y-%m-%dT%H:%M:%fZ', ${column}, '+0.001 seconds'))`,
+  insertionOrder: 'rowid',
+  lockRows: () => '',
   jsonArrayOf: (expression, order) => `json_group_array(${expression} ORDER BY ${order})`,
 };
 
@@ -22,8 +24,11 @@ export class SqliteExecutor {
   /** Keyed weakly: a statement written as a closure inside a method is dropped with it. */
   readonly #byFunction = new WeakMap<(dialect: Dialect) => string, StatementSync>();
 
+  readonly #inMemory: boolean;
+
   constructor(db: DatabaseSync) {
     this.#db = db;
+    this.#inMemory = (db.prepare('PRAGMA database_list').get() as { file: string }).file === '';
   }
 
   /** `repository` with every method answering at once on this connection. */
@@ -45,6 +50,20 @@ export class SqliteExecutor {
         return { changes: Number(this.#statement(command.sql).run(...(command.params as never[])).changes) };
       case 'lock':
         // BEGIN IMMEDIATE already holds the one write lock.
+        return undefined;
+      case 'shred-start': {
+        // secure_delete makes SQLite zero the freed bytes of an overwritten row instead of
+        // leaving them in the page.
+        const previous = (this.#statement('PRAGMA secure_delete').get() as { secure_delete: number }).secure_delete;
+        this.#db.exec('PRAGMA secure_delete = ON');
+        return previous;
+      }
+      case 'shred-end':
+        this.#db.exec(`PRAGMA secure_delete = ${Number(command.previous)}`);
+        // The TRUNCATE checkpoint moves the pages into the database file and empties the
+        // WAL, where older images of them may still sit. Best effort: a reader holding an
+        // old snapshot defers it to a later checkpoint.
+        if (command.flush && !this.#inMemory && !this.#db.isTransaction) this.#statement('PRAGMA wal_checkpoint(TRUNCATE)').get();
         return undefined;
       case 'begin':
         return begin(this.#db);

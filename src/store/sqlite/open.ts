@@ -114,8 +114,8 @@ export function openSqliteStore(path: string): Store {
   const repositories: Repositories = {
     roles: sql.drive(new RolesRepository()),
     users: sql.drive(new UsersRepository()),
-    configurations: new ConfigurationsRepository(db),
-    apiKeys: new ApiKeysRepository(db),
+    configurations: sql.drive(new ConfigurationsRepository()),
+    apiKeys: sql.drive(new ApiKeysRepository()),
     classifications: new ClassificationsRepository(db),
     logs: new LogsRepository(db),
     tokenRevocations: sql.drive(new TokenRevocationsRepository()),
