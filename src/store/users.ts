@@ -71,7 +71,7 @@ const LIST = 'SELECT * FROM users ORDER BY id';
 const PAGE = 'SELECT * FROM users ORDER BY id LIMIT ? OFFSET ?';
 const COUNT = 'SELECT count(*) AS n FROM users';
 const CLEAR_ROLES = 'DELETE FROM user_roles WHERE user_id = ?';
-const ADD_ROLES = (d: Dialect): string => `INSERT INTO user_roles (user_id, role_id) SELECT DISTINCT ?, value FROM (${d.jsonIntegers('?')}) ids`;
+const ADD_ROLES = (d: Dialect): string => `INSERT INTO user_roles (user_id, role_id) SELECT DISTINCT CAST(? AS BIGINT), value FROM (${d.jsonIntegers('?')}) ids`;
 const ROLES_OF = (d: Dialect): string => `
   SELECT ${roleColumns(d)} FROM user_roles ur JOIN roles r ON r.id = ur.role_id
    WHERE ur.user_id = ? ORDER BY r.id`;
