@@ -1,7 +1,6 @@
-import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import { all, atomically, get, run, type Dialect, type Step } from './query.ts';
 import { grantsText, maskText, parseDefault, parseGrants, DENY_DEFAULT, type RevealDefault, type RevealGrant } from './reveal-rules.ts';
 import { definedOnly, nowIso, parseJsonArray, type RowSource } from './sql.ts';
-import { runInTransaction } from './sqlite/transaction.ts';
 
 export interface GwsGroup {
   id: string;
@@ -151,11 +150,12 @@ export interface ClassificationPage {
 
 /** The filters of a classification page; each matches a named parameter of the same name. */
 const FILTER_TERMS = {
-  user: 'c.id IN (SELECT classification_id FROM classification_users WHERE user_id = $user)',
-  roles: 'c.id IN (SELECT classification_id FROM classification_roles WHERE role_id IN (SELECT value FROM json_each($roles)))',
-  providers: `c.id IN (SELECT classification_id FROM classification_providers
-                       WHERE configuration_id IN (SELECT value FROM json_each($providers)))`,
-  search: `(c.name LIKE $search ESCAPE '\\' OR c.slug LIKE $search ESCAPE '\\' OR c.description LIKE $search ESCAPE '\\')`,
+  user: () => 'c.id IN (SELECT classification_id FROM classification_users WHERE user_id = $user)',
+  roles: (d: Dialect) => `c.id IN (SELECT classification_id FROM classification_roles WHERE role_id IN (${d.jsonIntegers('$roles')}))`,
+  providers: (d: Dialect) => `c.id IN (SELECT classification_id FROM classification_providers
+                       WHERE configuration_id IN (${d.jsonStrings('$providers')}))`,
+  search: (d: Dialect) =>
+    `(${d.likeNocase('c.name', '$search')} OR ${d.likeNocase('c.slug', '$search')} OR ${d.likeNocase('c.description', '$search')})`,
 } as const;
 type Filter = keyof typeof FILTER_TERMS;
 /**
@@ -171,23 +171,26 @@ type FilterValues = Record<Filter, number | string | null>;
  * NULL and its term is true at once. That keeps the planner walking the sort column's
  * index, so a page stops reading once it has offset + limit matches.
  */
-const PAGE_WHERE = `WHERE ${FILTERS.map((f) => `($${f} IS NULL OR ${FILTER_TERMS[f]})`).join(' AND ')}`;
+const pageWhere = (d: Dialect): string => `WHERE ${FILTERS.map((f) => `($${f} IS NULL OR ${FILTER_TERMS[f](d)})`).join(' AND ')}`;
 
 /**
  * A count visits every match anyway, so it gets a statement per combination of filters
  * present (16): with only the present terms, SQLite drives it from the membership indexes
  * (or, with no filter, counts from the smallest index) instead of scanning every row.
  */
-function countSql(shape: number): string {
-  const terms = FILTERS.filter((_, bit) => (shape & (1 << bit)) !== 0).map((f) => FILTER_TERMS[f]);
-  return `SELECT count(*) AS n FROM classifications c${terms.length === 0 ? '' : ` WHERE ${terms.join(' AND ')}`}`;
+function countSql(shape: number): (d: Dialect) => string {
+  return (d) => {
+    const terms = FILTERS.filter((_, bit) => (shape & (1 << bit)) !== 0).map((f) => FILTER_TERMS[f](d));
+    return `SELECT count(*) AS n FROM classifications c${terms.length === 0 ? '' : ` WHERE ${terms.join(' AND ')}`}`;
+  };
 }
+const COUNT = Array.from({ length: 1 << FILTERS.length }, (_, shape) => countSql(shape));
 
 function shapeOf(values: FilterValues): number {
   return FILTERS.reduce((shape, f, bit) => (values[f] === null ? shape : shape | (1 << bit)), 0);
 }
 
-/** node:sqlite refuses named parameters a statement does not have. */
+/** A statement takes only the named parameters it has. */
 function presentOnly(values: FilterValues): Record<string, number | string> {
   const out: Record<string, number | string> = {};
   for (const f of FILTERS) {
@@ -203,10 +206,17 @@ function presentOnly(values: FilterValues): Record<string, number | string> {
  * index in either direction (the NOCASE name index of migration 3, `created_at`, the
  * rowid), so a page stops reading once it has its rows.
  */
-const ORDER_BY: Record<ClassificationSort, Record<SortDirection, string>> = {
-  name: { asc: 'c.name COLLATE NOCASE ASC, c.id ASC', desc: 'c.name COLLATE NOCASE DESC, c.id DESC' },
-  id: { asc: 'c.id ASC', desc: 'c.id DESC' },
-  created_at: { asc: 'c.created_at ASC, c.id ASC', desc: 'c.created_at DESC, c.id DESC' },
+const ORDER_BY: Record<ClassificationSort, Record<SortDirection, (d: Dialect) => string>> = {
+  name: { asc: (d) => `${d.nocase('c.name')} ASC, c.id ASC`, desc: (d) => `${d.nocase('c.name')} DESC, c.id DESC` },
+  id: { asc: () => 'c.id ASC', desc: () => 'c.id DESC' },
+  created_at: { asc: () => 'c.created_at ASC, c.id ASC', desc: () => 'c.created_at DESC, c.id DESC' },
+};
+const pageSql = (order: (d: Dialect) => string) => (d: Dialect): string =>
+  `SELECT c.* FROM classifications c ${pageWhere(d)} ORDER BY ${order(d)} LIMIT $limit OFFSET $offset`;
+const PAGE: Record<ClassificationSort, Record<SortDirection, (d: Dialect) => string>> = {
+  name: { asc: pageSql(ORDER_BY.name.asc), desc: pageSql(ORDER_BY.name.desc) },
+  id: { asc: pageSql(ORDER_BY.id.asc), desc: pageSql(ORDER_BY.id.desc) },
+  created_at: { asc: pageSql(ORDER_BY.created_at.asc), desc: pageSql(ORDER_BY.created_at.desc) },
 };
 
 /** `%`, `_` and the escape character itself are literal in a search. */
@@ -214,93 +224,58 @@ function likePattern(search: string): string {
   return `%${search.replace(/[\\%_]/g, (ch) => `\\${ch}`)}%`;
 }
 
+const INSERT = `
+  INSERT INTO classifications (name, slug, description, bg_color, fg_color, emoji, provider_container_id, reveal, reveal_default,
+    reveal_default_mask, source, created_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`;
+const UPDATE = `
+  UPDATE classifications SET name = ?, slug = ?, description = ?, bg_color = ?, fg_color = ?, emoji = ?,
+    provider_container_id = ?, reveal = ?, reveal_default = ?, reveal_default_mask = ?, updated_at = ?
+   WHERE id = ? RETURNING *`;
+const DELETE = 'DELETE FROM classifications WHERE id = ?';
+const BY_ID = 'SELECT * FROM classifications WHERE id = ?';
+const BY_SLUG = 'SELECT * FROM classifications WHERE slug = ?';
+const BY_NAME = 'SELECT * FROM classifications WHERE name = ? ORDER BY id LIMIT 1';
+const LIST = 'SELECT * FROM classifications ORDER BY id';
+const SLUG_TAKEN = 'SELECT 1 AS taken FROM classifications WHERE slug = ? AND id IS DISTINCT FROM CAST(? AS BIGINT)';
+const USER_IDS = 'SELECT user_id FROM classification_users WHERE classification_id = ? ORDER BY user_id';
+const ROLE_IDS = 'SELECT role_id FROM classification_roles WHERE classification_id = ? ORDER BY role_id';
+const PROVIDERS = `
+  SELECT configuration_id, gws_groups FROM classification_providers
+   WHERE classification_id = ? ORDER BY configuration_id`;
+const ALL_USERS = 'SELECT classification_id, user_id FROM classification_users ORDER BY classification_id, user_id';
+const ALL_ROLES = 'SELECT classification_id, role_id FROM classification_roles ORDER BY classification_id, role_id';
+const ALL_PROVIDERS = `
+  SELECT classification_id, configuration_id, gws_groups FROM classification_providers
+   ORDER BY classification_id, configuration_id`;
+const CLEAR_USERS = 'DELETE FROM classification_users WHERE classification_id = ?';
+const ADD_USERS = (d: Dialect): string =>
+  `INSERT INTO classification_users (classification_id, user_id) SELECT DISTINCT CAST(? AS BIGINT), value FROM (${d.jsonIntegers('?')}) ids`;
+const CLEAR_ROLES = 'DELETE FROM classification_roles WHERE classification_id = ?';
+const ADD_ROLES = (d: Dialect): string =>
+  `INSERT INTO classification_roles (classification_id, role_id) SELECT DISTINCT CAST(? AS BIGINT), value FROM (${d.jsonIntegers('?')}) ids`;
+const CLEAR_PROVIDERS = 'DELETE FROM classification_providers WHERE classification_id = ?';
+const ADD_PROVIDER = 'INSERT INTO classification_providers (classification_id, configuration_id, gws_groups) VALUES (?, ?, ?)';
+const USERS_OF = (d: Dialect): string => `
+  SELECT classification_id, user_id FROM classification_users
+   WHERE classification_id IN (${d.jsonIntegers('?')}) ORDER BY classification_id, user_id`;
+const ROLES_OF = (d: Dialect): string => `
+  SELECT classification_id, role_id FROM classification_roles
+   WHERE classification_id IN (${d.jsonIntegers('?')}) ORDER BY classification_id, role_id`;
+const PROVIDERS_OF = (d: Dialect): string => `
+  SELECT classification_id, configuration_id, gws_groups FROM classification_providers
+   WHERE classification_id IN (${d.jsonIntegers('?')}) ORDER BY classification_id, configuration_id`;
+
 export class ClassificationsRepository {
-  readonly #db: DatabaseSync;
-  readonly #insert: StatementSync;
-  readonly #update: StatementSync;
-  readonly #delete: StatementSync;
-  readonly #byId: StatementSync;
-  readonly #bySlug: StatementSync;
-  readonly #byName: StatementSync;
-  readonly #list: StatementSync;
-  readonly #slugTaken: StatementSync;
-  readonly #userIds: StatementSync;
-  readonly #roleIds: StatementSync;
-  readonly #providers: StatementSync;
-  readonly #allUsers: StatementSync;
-  readonly #allRoles: StatementSync;
-  readonly #allProviders: StatementSync;
-  readonly #clearUsers: StatementSync;
-  readonly #addUsers: StatementSync;
-  readonly #clearRoles: StatementSync;
-  readonly #addRoles: StatementSync;
-  readonly #clearProviders: StatementSync;
-  readonly #addProvider: StatementSync;
-  /** By filter shape (`shapeOf`). */
-  readonly #count: StatementSync[];
-  readonly #page: Record<ClassificationSort, Record<SortDirection, StatementSync>>;
-  readonly #usersOf: StatementSync;
-  readonly #rolesOf: StatementSync;
-  readonly #providersOf: StatementSync;
-
-  constructor(db: DatabaseSync) {
-    this.#db = db;
-    this.#insert = db.prepare(`
-      INSERT INTO classifications (name, slug, description, bg_color, fg_color, emoji, provider_container_id, reveal, reveal_default,
-        reveal_default_mask, source, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`);
-    this.#update = db.prepare(`
-      UPDATE classifications SET name = ?, slug = ?, description = ?, bg_color = ?, fg_color = ?, emoji = ?,
-        provider_container_id = ?, reveal = ?, reveal_default = ?, reveal_default_mask = ?, updated_at = ?
-       WHERE id = ? RETURNING *`);
-    this.#delete = db.prepare('DELETE FROM classifications WHERE id = ?');
-    this.#byId = db.prepare('SELECT * FROM classifications WHERE id = ?');
-    this.#bySlug = db.prepare('SELECT * FROM classifications WHERE slug = ?');
-    this.#byName = db.prepare('SELECT * FROM classifications WHERE name = ? ORDER BY id LIMIT 1');
-    this.#list = db.prepare('SELECT * FROM classifications ORDER BY id');
-    this.#slugTaken = db.prepare('SELECT 1 FROM classifications WHERE slug = ? AND id IS NOT ?');
-    this.#userIds = db.prepare('SELECT user_id FROM classification_users WHERE classification_id = ? ORDER BY user_id');
-    this.#roleIds = db.prepare('SELECT role_id FROM classification_roles WHERE classification_id = ? ORDER BY role_id');
-    this.#providers = db.prepare(`
-      SELECT configuration_id, gws_groups FROM classification_providers
-       WHERE classification_id = ? ORDER BY configuration_id`);
-    this.#allUsers = db.prepare('SELECT classification_id, user_id FROM classification_users ORDER BY classification_id, user_id');
-    this.#allRoles = db.prepare('SELECT classification_id, role_id FROM classification_roles ORDER BY classification_id, role_id');
-    this.#allProviders = db.prepare(`
-      SELECT classification_id, configuration_id, gws_groups FROM classification_providers
-       ORDER BY classification_id, configuration_id`);
-    this.#clearUsers = db.prepare('DELETE FROM classification_users WHERE classification_id = ?');
-    this.#addUsers = db.prepare('INSERT INTO classification_users (classification_id, user_id) SELECT DISTINCT ?, value FROM json_each(?)');
-    this.#clearRoles = db.prepare('DELETE FROM classification_roles WHERE classification_id = ?');
-    this.#addRoles = db.prepare('INSERT INTO classification_roles (classification_id, role_id) SELECT DISTINCT ?, value FROM json_each(?)');
-    this.#clearProviders = db.prepare('DELETE FROM classification_providers WHERE classification_id = ?');
-    this.#addProvider = db.prepare('INSERT INTO classification_providers (classification_id, configuration_id, gws_groups) VALUES (?, ?, ?)');
-    this.#count = Array.from({ length: 1 << FILTERS.length }, (_, shape) => db.prepare(countSql(shape)));
-    const pageStatement = (order: string) =>
-      db.prepare(`SELECT c.* FROM classifications c ${PAGE_WHERE} ORDER BY ${order} LIMIT $limit OFFSET $offset`);
-    this.#page = {
-      name: { asc: pageStatement(ORDER_BY.name.asc), desc: pageStatement(ORDER_BY.name.desc) },
-      id: { asc: pageStatement(ORDER_BY.id.asc), desc: pageStatement(ORDER_BY.id.desc) },
-      created_at: { asc: pageStatement(ORDER_BY.created_at.asc), desc: pageStatement(ORDER_BY.created_at.desc) },
-    };
-    this.#usersOf = db.prepare(`
-      SELECT classification_id, user_id FROM classification_users
-       WHERE classification_id IN (SELECT value FROM json_each(?)) ORDER BY classification_id, user_id`);
-    this.#rolesOf = db.prepare(`
-      SELECT classification_id, role_id FROM classification_roles
-       WHERE classification_id IN (SELECT value FROM json_each(?)) ORDER BY classification_id, role_id`);
-    this.#providersOf = db.prepare(`
-      SELECT classification_id, configuration_id, gws_groups FROM classification_providers
-       WHERE classification_id IN (SELECT value FROM json_each(?)) ORDER BY classification_id, configuration_id`);
-  }
-
-  create(input: NewClassification): Classification {
-    return runInTransaction(this.#db, () => {
+  *create(input: NewClassification): Step<Classification> {
+    const self = this;
+    return yield* atomically(function* () {
       const now = nowIso();
       const revealDefault = input.revealDefault ?? DENY_DEFAULT;
-      const record = this.#insert.get(
+      const record = (yield* get<ClassificationRecord>(
+        INSERT,
         input.name,
-        input.slug ?? this.uniqueSlug(input.name),
+        input.slug ?? (yield* self.uniqueSlug(input.name)),
         input.description ?? null,
         input.bgColor,
         input.fgColor,
@@ -312,8 +287,8 @@ export class ClassificationsRepository {
         input.source ?? 'api',
         now,
         now,
-      ) as unknown as ClassificationRecord;
-      this.#setMembers(record.id, input);
+      ))!;
+      yield* setMembers(record.id, input);
       return toClassification(record);
     });
   }
@@ -323,12 +298,14 @@ export class ClassificationsRepository {
    * is kept when the name changes, because headers and relay routes name classifications
    * by slug; pass `slug` to change it.
    */
-  update(id: number, patch: ClassificationPatch): Classification | undefined {
-    return runInTransaction(this.#db, () => {
-      const current = this.findById(id);
+  *update(id: number, patch: ClassificationPatch): Step<Classification | undefined> {
+    const self = this;
+    return yield* atomically(function* () {
+      const current = yield* self.findById(id);
       if (current === undefined) return undefined;
       const next = { ...current, ...definedOnly(patch) };
-      const record = this.#update.get(
+      const record = (yield* get<ClassificationRecord>(
+        UPDATE,
         next.name,
         next.slug,
         next.description,
@@ -341,79 +318,79 @@ export class ClassificationsRepository {
         maskText(next.revealDefault.mask),
         nowIso(),
         id,
-      ) as unknown as ClassificationRecord;
-      this.#setMembers(id, patch);
+      ))!;
+      yield* setMembers(id, patch);
       return toClassification(record);
     });
   }
 
-  delete(id: number): boolean {
-    return this.#delete.run(id).changes > 0;
+  *delete(id: number): Step<boolean> {
+    return (yield* run(DELETE, id)).changes > 0;
   }
 
-  findById(id: number): Classification | undefined {
-    const record = this.#byId.get(id) as ClassificationRecord | undefined;
+  *findById(id: number): Step<Classification | undefined> {
+    const record = yield* get<ClassificationRecord>(BY_ID, id);
     return record && toClassification(record);
   }
 
-  findBySlug(slug: string): Classification | undefined {
-    const record = this.#bySlug.get(slug) as ClassificationRecord | undefined;
+  *findBySlug(slug: string): Step<Classification | undefined> {
+    const record = yield* get<ClassificationRecord>(BY_SLUG, slug);
     return record && toClassification(record);
   }
 
   /** Names are not unique; this returns the oldest classification with `name`. */
-  findByName(name: string): Classification | undefined {
-    const record = this.#byName.get(name) as ClassificationRecord | undefined;
+  *findByName(name: string): Step<Classification | undefined> {
+    const record = yield* get<ClassificationRecord>(BY_NAME, name);
     return record && toClassification(record);
   }
 
   /** `x-svc-classification` and `/classifications/{id}` accept either: all digits means id. */
-  findByIdOrSlug(value: string): Classification | undefined {
+  *findByIdOrSlug(value: string): Step<Classification | undefined> {
     if (ALL_DIGITS.test(value)) {
       const id = Number(value);
-      return Number.isSafeInteger(id) ? this.findById(id) : undefined;
+      return Number.isSafeInteger(id) ? yield* this.findById(id) : undefined;
     }
-    return this.findBySlug(value);
+    return yield* this.findBySlug(value);
   }
 
-  list(): Classification[] {
-    return (this.#list.all() as unknown as ClassificationRecord[]).map(toClassification);
+  *list(): Step<Classification[]> {
+    return (yield* all<ClassificationRecord>(LIST)).map(toClassification);
   }
 
   /**
    * One page of classifications matching `query`, and how many match in all. Filtering,
    * sorting, counting and paging all happen in SQL.
    */
-  page(query: ClassificationQuery): ClassificationPage {
+  *page(query: ClassificationQuery): Step<ClassificationPage> {
     const filters: FilterValues = {
       user: query.userId ?? null,
       roles: query.roleIds === undefined || query.roleIds.length === 0 ? null : JSON.stringify(query.roleIds),
       providers: query.providerIds === undefined || query.providerIds.length === 0 ? null : JSON.stringify(query.providerIds),
       search: query.search === undefined || query.search === '' ? null : likePattern(query.search),
     };
-    const records = this.#page[query.sort][query.direction].all({ ...filters, limit: query.limit, offset: query.offset }) as unknown as ClassificationRecord[];
+    const records = yield* all<ClassificationRecord>(PAGE[query.sort][query.direction], { ...filters, limit: query.limit, offset: query.offset });
     let total = query.offset + records.length;
     // A page that is not full, and not past the end, already tells the total: skip the count.
     if (records.length === 0 || records.length === query.limit) {
-      const row = this.#count[shapeOf(filters)]?.get(presentOnly(filters)) as { n: number } | undefined;
+      const row = yield* get<{ n: number }>(COUNT[shapeOf(filters)]!, presentOnly(filters));
       total = row?.n ?? 0;
     }
     return { total, items: records.map(toClassification) };
   }
 
   /** Members of the classifications `ids`, in three queries; every id gets an entry. */
-  membersOf(ids: readonly number[]): Map<number, ClassificationMembers> {
+  *membersOf(ids: readonly number[]): Step<Map<number, ClassificationMembers>> {
     const out = new Map<number, ClassificationMembers>();
     for (const id of ids) out.set(id, { userIds: [], roleIds: [], providers: [] });
     if (ids.length === 0) return out;
     const json = JSON.stringify(ids);
-    for (const row of this.#usersOf.all(json) as unknown as Array<{ classification_id: number; user_id: number }>) {
+    for (const row of yield* all<{ classification_id: number; user_id: number }>(USERS_OF, json)) {
       out.get(row.classification_id)?.userIds.push(row.user_id);
     }
-    for (const row of this.#rolesOf.all(json) as unknown as Array<{ classification_id: number; role_id: number }>) {
+    for (const row of yield* all<{ classification_id: number; role_id: number }>(ROLES_OF, json)) {
       out.get(row.classification_id)?.roleIds.push(row.role_id);
     }
-    const providers = this.#providersOf.all(json) as unknown as Array<{ classification_id: number; configuration_id: string; gws_groups: string }>;
+    const providers = yield* all<{ classification_id: number; configuration_id: string; gws_groups: string }>(PROVIDERS_OF, json);
     for (const row of providers) {
       out.get(row.classification_id)?.providers.push({
         configurationId: row.configuration_id,
@@ -423,10 +400,10 @@ export class ClassificationsRepository {
     return out;
   }
 
-  members(id: number): ClassificationMembers {
-    const users = this.#userIds.all(id) as unknown as Array<{ user_id: number }>;
-    const roles = this.#roleIds.all(id) as unknown as Array<{ role_id: number }>;
-    const providers = this.#providers.all(id) as unknown as Array<{ configuration_id: string; gws_groups: string }>;
+  *members(id: number): Step<ClassificationMembers> {
+    const users = yield* all<{ user_id: number }>(USER_IDS, id);
+    const roles = yield* all<{ role_id: number }>(ROLE_IDS, id);
+    const providers = yield* all<{ configuration_id: string; gws_groups: string }>(PROVIDERS, id);
     return {
       userIds: users.map((row) => row.user_id),
       roleIds: roles.map((row) => row.role_id),
@@ -441,7 +418,7 @@ export class ClassificationsRepository {
    * Members of every classification in three queries, for the list endpoint and access
    * caches. Classifications without members are absent from the map.
    */
-  allMembers(): Map<number, ClassificationMembers> {
+  *allMembers(): Step<Map<number, ClassificationMembers>> {
     const out = new Map<number, ClassificationMembers>();
     const entry = (id: number): ClassificationMembers => {
       let members = out.get(id);
@@ -451,13 +428,13 @@ export class ClassificationsRepository {
       }
       return members;
     };
-    for (const row of this.#allUsers.all() as unknown as Array<{ classification_id: number; user_id: number }>) {
+    for (const row of yield* all<{ classification_id: number; user_id: number }>(ALL_USERS)) {
       entry(row.classification_id).userIds.push(row.user_id);
     }
-    for (const row of this.#allRoles.all() as unknown as Array<{ classification_id: number; role_id: number }>) {
+    for (const row of yield* all<{ classification_id: number; role_id: number }>(ALL_ROLES)) {
       entry(row.classification_id).roleIds.push(row.role_id);
     }
-    const providers = this.#allProviders.all() as unknown as Array<{ classification_id: number; configuration_id: string; gws_groups: string }>;
+    const providers = yield* all<{ classification_id: number; configuration_id: string; gws_groups: string }>(ALL_PROVIDERS);
     for (const row of providers) {
       entry(row.classification_id).providers.push({
         configurationId: row.configuration_id,
@@ -472,29 +449,29 @@ export class ClassificationsRepository {
    * `classification` when that is empty, then `-2`, `-3`, ... until free. `exceptId` lets a
    * classification keep its own slug when renamed.
    */
-  uniqueSlug(name: string, exceptId?: number): string {
+  *uniqueSlug(name: string, exceptId?: number): Step<string> {
     const base = slugify(name) || 'classification';
     let candidate = base;
-    for (let n = 2; this.#slugTaken.get(candidate, exceptId ?? null) !== undefined; n++) {
+    for (let n = 2; (yield* get(SLUG_TAKEN, candidate, exceptId ?? null)) !== undefined; n++) {
       candidate = `${base}-${n}`;
     }
     return candidate;
   }
+}
 
-  #setMembers(id: number, members: Pick<ClassificationPatch, 'userIds' | 'roleIds' | 'providers'>): void {
-    if (members.userIds !== undefined) {
-      this.#clearUsers.run(id);
-      this.#addUsers.run(id, JSON.stringify(members.userIds));
-    }
-    if (members.roleIds !== undefined) {
-      this.#clearRoles.run(id);
-      this.#addRoles.run(id, JSON.stringify(members.roleIds));
-    }
-    if (members.providers !== undefined) {
-      this.#clearProviders.run(id);
-      for (const provider of members.providers) {
-        this.#addProvider.run(id, provider.configurationId, JSON.stringify(provider.gwsGroups));
-      }
+function* setMembers(id: number, members: Pick<ClassificationPatch, 'userIds' | 'roleIds' | 'providers'>): Step<void> {
+  if (members.userIds !== undefined) {
+    yield* run(CLEAR_USERS, id);
+    yield* run(ADD_USERS, id, JSON.stringify(members.userIds));
+  }
+  if (members.roleIds !== undefined) {
+    yield* run(CLEAR_ROLES, id);
+    yield* run(ADD_ROLES, id, JSON.stringify(members.roleIds));
+  }
+  if (members.providers !== undefined) {
+    yield* run(CLEAR_PROVIDERS, id);
+    for (const provider of members.providers) {
+      yield* run(ADD_PROVIDER, id, provider.configurationId, JSON.stringify(provider.gwsGroups));
     }
   }
 }

@@ -22,7 +22,7 @@ export interface Repositories {
   readonly users: Sync<UsersRepository>;
   readonly configurations: Sync<ConfigurationsRepository>;
   readonly apiKeys: Sync<ApiKeysRepository>;
-  readonly classifications: ClassificationsRepository;
+  readonly classifications: Sync<ClassificationsRepository>;
   readonly logs: LogsRepository;
   readonly tokenRevocations: Sync<TokenRevocationsRepository>;
   /** Failed logins, for the lockout. */

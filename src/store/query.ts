@@ -30,6 +30,10 @@ export interface Dialect {
   readonly insertionOrder: string;
   /** Appended to a SELECT: lock the rows of `alias` it reads until the transaction ends (nothing where writers are serialised). */
   lockRows(alias: string): string;
+  /** `expression` for ordering and comparing with ASCII letters folded (SQLite's NOCASE). */
+  nocase(expression: string): string;
+  /** `expression LIKE pattern` with ASCII letters folded and `\\` as the escape character. */
+  likeNocase(expression: string, pattern: string): string;
   /** A JSON array (as text) of `expression` over the group's rows in `order`; `[]` for none. */
   jsonArrayOf(expression: string, order: string): string;
 }

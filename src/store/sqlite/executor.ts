@@ -10,6 +10,9 @@ export const SQLITE: Dialect = {
   laterThan: (column, now) => `max(${now}, strftime('%Y-%m-%dT%H:%M:%fZ', ${column}, '+0.001 seconds'))`,
   insertionOrder: 'rowid',
   lockRows: () => '',
+  nocase: (expression) => `${expression} COLLATE NOCASE`,
+  // SQLite's LIKE folds ASCII letters already.
+  likeNocase: (expression, pattern) => `${expression} LIKE ${pattern} ESCAPE '\\'`,
   jsonArrayOf: (expression, order) => `json_group_array(${expression} ORDER BY ${order})`,
 };
 

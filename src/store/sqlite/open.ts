@@ -116,7 +116,7 @@ export function openSqliteStore(path: string): Store {
     users: sql.drive(new UsersRepository()),
     configurations: sql.drive(new ConfigurationsRepository()),
     apiKeys: sql.drive(new ApiKeysRepository()),
-    classifications: new ClassificationsRepository(db),
+    classifications: sql.drive(new ClassificationsRepository()),
     logs: new LogsRepository(db),
     tokenRevocations: sql.drive(new TokenRevocationsRepository()),
     loginFailures: sql.drive(new LoginFailuresRepository()),
