@@ -28,7 +28,7 @@ export interface Repositories {
   /** Failed logins, for the lockout. */
   readonly loginFailures: Sync<LoginFailuresRepository>;
   /** State snapshots (docs/replication.md). */
-  readonly replication: ReplicationRepository;
+  readonly replication: Sync<ReplicationRepository>;
   /** Logs a replica ships and a control plane receives (docs/replication.md). */
   readonly shippedLogs: ShippedLogsRepository;
   /** Facts about this store itself (the master key's check value). */
@@ -82,8 +82,9 @@ export interface Store extends Omit<Transaction, 'transaction'> {
    */
   othersCommitStamp(): number;
   /** Throws when the store cannot answer a query (closed, or the file gone bad): readiness. */
-  ping(): void;
-  close(): void;
+  ping(): void | Promise<void>;
+  /** Ends the store's connections; on a network database the promise settles once they are closed. */
+  close(): void | Promise<void>;
 }
 
 /**

@@ -34,6 +34,10 @@ export interface Dialect {
   nocase(expression: string): string;
   /** `expression LIKE pattern` with ASCII letters folded and `\\` as the escape character. */
   likeNocase(expression: string, pattern: string): string;
+  /** A text expression of the character U+0001: no API accepts it, so no real value holds it. */
+  readonly controlOne: string;
+  /** An expression of 32 random bytes. */
+  readonly randomBytes32: string;
   /** A JSON array (as text) of `expression` over the group's rows in `order`; `[]` for none. */
   jsonArrayOf(expression: string, order: string): string;
 }
@@ -41,7 +45,8 @@ export interface Dialect {
 /** A statement and its parameters, or a transaction boundary. */
 export type Command =
   | { readonly op: 'all' | 'get' | 'run'; readonly sql: Sql; readonly params: readonly unknown[] }
-  | { readonly op: 'begin' }
+  | { readonly op: 'begin'; readonly read?: true }
+  | { readonly op: 'defer-foreign-keys' }
   | { readonly op: 'lock'; readonly key: string }
   | { readonly op: 'shred-start' }
   | { readonly op: 'shred-end'; readonly previous: unknown; readonly flush: boolean }
@@ -113,6 +118,29 @@ export function* atomically<T>(body: () => Step<T>): Step<T> {
   }
   yield { op: 'commit', nested };
   return value;
+}
+
+/**
+ * Runs `body`, which only reads, on one consistent state of the database: what another
+ * connection commits meanwhile is not seen, and no write lock is taken. Inside a
+ * transaction it simply runs there.
+ */
+export function* snapshot<T>(body: () => Step<T>): Step<T> {
+  const nested: unknown = yield { op: 'begin', read: true };
+  let value: T;
+  try {
+    value = yield* body();
+  } catch (error) {
+    yield { op: 'rollback', nested };
+    throw error;
+  }
+  yield { op: 'commit', nested };
+  return value;
+}
+
+/** Inside a transaction: foreign keys are checked at its commit, not per statement, where the database allows. */
+export function* deferForeignKeys(): Step<void> {
+  yield { op: 'defer-foreign-keys' };
 }
 
 /** A repository as its callers see it on a driver that answers at once. */

@@ -14,8 +14,8 @@
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { Store } from '../store/db.ts';
-import { syncRepositories } from '../store/sqlite/connection.ts';
-import type { SectionName, StateChangeTracker, StateRows } from '../store/replication.ts';
+import type { SectionName, StateRows } from '../store/replication.ts';
+import { trackStateChanges, type StateChangeTracker } from '../store/sqlite/state-changes.ts';
 import type { SnapshotMac } from './snapshot-mac.ts';
 import { scopeKey, scopeState } from './snapshot-scope.ts';
 import { contentDigest, sectionDigests, sectionTexts, snapshotBody, snapshotDigest, type SectionDigests } from './snapshot.ts';
@@ -98,7 +98,7 @@ export class SnapshotPublisher {
     this.#lead = options.versionLeadSeconds ?? VERSION_LEAD_SECONDS;
     this.#clock = options.clock ?? { wallMs: Date.now, monotonicMs: () => performance.now() };
     // Change detection is the SQLite session extension: it is read synchronously.
-    this.#tracker = syncRepositories(store).replication.trackChanges();
+    this.#tracker = trackStateChanges(store);
   }
 
   /** The current snapshot, whole (`scope` null) or as a key limited to `scope` may see it. */

@@ -9,12 +9,18 @@ export const SQLITE: Dialect = {
   jsonStrings: (param) => `SELECT value FROM json_each(${param})`,
   laterThan: (column, now) => `max(${now}, strftime('%Y-%m-%dT%H:%M:%fZ', ${column}, '+0.001 seconds'))`,
   insertionOrder: 'rowid',
+  controlOne: 'char(1)',
+  randomBytes32: 'randomblob(32)',
   lockRows: () => '',
   nocase: (expression) => `${expression} COLLATE NOCASE`,
   // SQLite's LIKE folds ASCII letters already.
   likeNocase: (expression, pattern) => `${expression} LIKE ${pattern} ESCAPE '\\'`,
   jsonArrayOf: (expression, order) => `json_group_array(${expression} ORDER BY ${order})`,
 };
+
+/** What `begin` answers for a snapshot read: one of its own, or inside a transaction already open. */
+const READ = Symbol('read');
+const INSIDE = Symbol('inside');
 
 /**
  * Answers a repository's commands on one SQLite connection, at once. Each statement is
@@ -69,12 +75,27 @@ export class SqliteExecutor {
         if (command.flush && !this.#inMemory && !this.#db.isTransaction) this.#statement('PRAGMA wal_checkpoint(TRUNCATE)').get();
         return undefined;
       case 'begin':
+        if (command.read === true) {
+          // A deferred transaction: in WAL mode it reads one snapshot of the file without
+          // taking the write lock the log writer needs.
+          if (this.#db.isTransaction) return INSIDE;
+          this.#db.exec('BEGIN DEFERRED');
+          return READ;
+        }
         return begin(this.#db);
       case 'commit':
-        commit(this.#db, command.nested as boolean);
+        if (command.nested === INSIDE) return undefined;
+        if (command.nested === READ) this.#db.exec('COMMIT');
+        else commit(this.#db, command.nested as boolean);
         return undefined;
       case 'rollback':
-        rollback(this.#db, command.nested as boolean);
+        if (command.nested === INSIDE) return undefined;
+        if (command.nested === READ) {
+          if (this.#db.isTransaction) this.#db.exec('ROLLBACK');
+        } else rollback(this.#db, command.nested as boolean);
+        return undefined;
+      case 'defer-foreign-keys':
+        this.#db.exec('PRAGMA defer_foreign_keys = ON');
         return undefined;
     }
   }

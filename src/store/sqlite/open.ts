@@ -120,7 +120,7 @@ export function openSqliteStore(path: string): Store {
     logs: new LogsRepository(db),
     tokenRevocations: sql.drive(new TokenRevocationsRepository()),
     loginFailures: sql.drive(new LoginFailuresRepository()),
-    replication: new ReplicationRepository(db),
+    replication: sql.drive(new ReplicationRepository()),
     shippedLogs: new ShippedLogsRepository(db),
     meta: sql.drive(new MetaRepository()),
   };

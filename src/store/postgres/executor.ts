@@ -1,0 +1,204 @@
+import type { Pool, PoolClient, QueryResult } from 'pg';
+import { driven, runAsync, textOf, type Command, type Dialect, type Step } from '../query.ts';
+
+const ASCII_UPPER = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
+const ASCII_LOWER = 'abcdefghijklmnopqrstuvwxyz';
+const fold = (expression: string): string => `translate(${expression}, '${ASCII_UPPER}', '${ASCII_LOWER}')`;
+
+/**
+ * PostgreSQL's spelling of what differs between the databases (query.ts). Timestamps are
+ * ISO-8601 text in both, so comparisons and `nowIso()` values mean the same everywhere.
+ */
+export const POSTGRES: Dialect = {
+  name: 'postgres',
+  jsonIntegers: (param) => `SELECT CAST(value AS BIGINT) AS value FROM jsonb_array_elements_text(CAST(${param} AS jsonb)) AS value`,
+  jsonStrings: (param) => `SELECT value FROM jsonb_array_elements_text(CAST(${param} AS jsonb)) AS value`,
+  laterThan: (column, now) =>
+    `greatest(CAST(${now} AS TEXT), to_char((CAST(${column} AS timestamptz) + interval '1 millisecond') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))`,
+  insertionOrder: 'seq',
+  controlOne: 'chr(1)',
+  randomBytes32: "sha256(convert_to(CAST(gen_random_uuid() AS TEXT), 'UTF8'))",
+  lockRows: (alias) => ` FOR UPDATE OF ${alias}`,
+  // SQLite's NOCASE folds ASCII letters only; so does translate(), where lower() would fold more.
+  nocase: (expression) => `${fold(expression)} COLLATE "C"`,
+  likeNocase: (expression, pattern) => `${fold(expression)} LIKE ${fold(pattern)} ESCAPE '\\'`,
+  jsonArrayOf: (expression, order) => `CAST(coalesce(json_agg(${expression} ORDER BY ${order}), CAST('[]' AS json)) AS TEXT)`,
+};
+
+/** A statement as PostgreSQL takes it: `$n` placeholders, and how to order the arguments. */
+interface Prepared {
+  readonly text: string;
+  /** For named parameters: the name behind each `$n`; null for positional `?`. */
+  readonly names: readonly string[] | null;
+}
+
+/**
+ * Rewrites `?` (positional) or `$name` (named) placeholders as `$1`, `$2`, …, leaving quoted
+ * literals and identifiers alone. A statement uses one kind or the other.
+ */
+export function toPostgres(sql: string): Prepared {
+  let out = '';
+  let position = 0;
+  const names: string[] = [];
+  let named = false;
+  for (let i = 0; i < sql.length; i++) {
+    const ch = sql[i]!;
+    if (ch === "'" || ch === '"') {
+      const end = sql.indexOf(ch, i + 1);
+      if (end === -1) throw new Error('unterminated quote in SQL');
+      out += sql.slice(i, end + 1);
+      i = end;
+    } else if (ch === '?') {
+      out += `$${++position}`;
+    } else if (ch === '$' && /[a-z_]/i.test(sql[i + 1] ?? '')) {
+      const name = /^[a-z_][a-z0-9_]*/i.exec(sql.slice(i + 1))![0];
+      named = true;
+      let index = names.indexOf(name);
+      if (index === -1) index = names.push(name) - 1;
+      out += `$${index + 1}`;
+      i += name.length;
+    } else {
+      out += ch;
+    }
+  }
+  if (named && position > 0) throw new Error('a statement takes either ? or $name placeholders, not both');
+  return { text: out, names: named ? names : null };
+}
+
+/** Whatever runs queries: the pool, or one client of it (inside a transaction). */
+type Queryable = Pick<Pool, 'query'> | PoolClient;
+
+/**
+ * Answers a repository's commands on PostgreSQL. A store-level call runs its statements on
+ * the pool; when it opens a transaction, it takes one client for it until it ends. A
+ * transaction handle's calls run on that transaction's client, nested ones as savepoints.
+ */
+export class PostgresExecutor {
+  readonly #pool: Pool;
+  /** Set for a transaction handle: its client, held by `store.transaction`. */
+  readonly #client: PoolClient | null;
+  readonly #prepared = new Map<string, Prepared>();
+  readonly #onWrite: () => void;
+
+  constructor(pool: Pool, client: PoolClient | null, onWrite: () => void, prepared?: Map<string, Prepared>) {
+    this.#pool = pool;
+    this.#client = client;
+    this.#onWrite = onWrite;
+    if (prepared !== undefined) this.#prepared = prepared;
+  }
+
+  /** This executor bound to `client`, a transaction's. */
+  within(client: PoolClient): PostgresExecutor {
+    return new PostgresExecutor(this.#pool, client, this.#onWrite, this.#prepared);
+  }
+
+  /** `repository` with every method answering with a promise. */
+  drive<R extends object>(repository: R): unknown {
+    return driven<R, unknown>(
+      repository,
+      (step) => this.run(step),
+      (value) => Promise.resolve(value),
+    );
+  }
+
+  /** Runs `step`; a transaction it opens holds one client of the pool until it ends. */
+  async run<T>(step: Step<T>): Promise<T> {
+    let client = this.#client;
+    let owned: PoolClient | null = null;
+    let depth = this.#client === null ? 0 : 1;
+    try {
+      return await runAsync(step, async (command) => {
+        switch (command.op) {
+          case 'all':
+          case 'get':
+          case 'run': {
+            const result = await this.#query(client ?? this.#pool, command.sql, command.params);
+            if (command.op === 'all') return result.rows;
+            if (command.op === 'get') return result.rows[0];
+            if (result.command !== 'SELECT') this.#onWrite();
+            return { changes: result.rowCount ?? 0 };
+          }
+          case 'begin':
+            if (client === null) {
+              owned = await this.#pool.connect();
+              client = owned;
+            }
+            depth++;
+            // A snapshot read sees one state of the database for all its statements: the
+            // lists of a state snapshot agree with each other on every instance.
+            await client.query(depth > 1 ? `SAVEPOINT svc_nested_${depth}` : command.read === true ? 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY' : 'BEGIN');
+            return depth;
+          case 'commit': {
+            const level = command.nested as number;
+            await client!.query(level === 1 ? 'COMMIT' : `RELEASE SAVEPOINT svc_nested_${level}`);
+            depth--;
+            this.#release(level, owned);
+            if (level === 1) {
+              owned = null;
+              client = this.#client;
+            }
+            return undefined;
+          }
+          case 'rollback': {
+            const level = command.nested as number;
+            this.#onWrite();
+            await client!.query(level === 1 ? 'ROLLBACK' : `ROLLBACK TO SAVEPOINT svc_nested_${level}`);
+            if (level > 1) await client!.query(`RELEASE SAVEPOINT svc_nested_${level}`);
+            depth--;
+            this.#release(level, owned);
+            if (level === 1) {
+              owned = null;
+              client = this.#client;
+            }
+            return undefined;
+          }
+          case 'lock':
+            await (client ?? this.#pool).query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [command.key]);
+            return undefined;
+          case 'defer-foreign-keys':
+            // The schema's foreign keys are not deferrable: the statements come in an order
+            // that keeps them (children removed first, parents upserted first).
+            return undefined;
+          case 'shred-start':
+          case 'shred-end':
+            // Old row versions stay in the table's pages until VACUUM reclaims them; nothing
+            // a statement can do here changes that (docs/operations.md).
+            return undefined;
+        }
+      });
+    } finally {
+      // A step that ended (or failed) inside its own transaction leaves nothing open.
+      const left = owned as PoolClient | null;
+      if (left !== null) {
+        await left.query('ROLLBACK').catch(() => {});
+        left.release();
+      }
+    }
+  }
+
+  #release(level: number, owned: PoolClient | null): void {
+    if (level === 1 && owned !== null) owned.release();
+  }
+
+  #query(on: Queryable, sql: string | ((dialect: Dialect) => string), params: readonly unknown[]): Promise<QueryResult> {
+    const text = textOf(sql, POSTGRES);
+    let prepared = this.#prepared.get(text);
+    if (prepared === undefined) {
+      prepared = toPostgres(text);
+      this.#prepared.set(text, prepared);
+    }
+    const values = prepared.names === null ? params : namedValues(prepared.names, params[0]);
+    return on.query({ text: prepared.text, values: values.map(toParameter) });
+  }
+}
+
+function namedValues(names: readonly string[], values: unknown): unknown[] {
+  const record = (values ?? {}) as Record<string, unknown>;
+  return names.map((name) => record[name] ?? null);
+}
+
+/** Uint8Arrays go as bytea (pg sends Buffers so); everything else as it is. */
+function toParameter(value: unknown): unknown {
+  if (value instanceof Uint8Array && !Buffer.isBuffer(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  return value;
+}
