@@ -23,14 +23,14 @@ export interface Repositories {
   readonly configurations: Sync<ConfigurationsRepository>;
   readonly apiKeys: Sync<ApiKeysRepository>;
   readonly classifications: Sync<ClassificationsRepository>;
-  readonly logs: LogsRepository;
+  readonly logs: Sync<LogsRepository>;
   readonly tokenRevocations: Sync<TokenRevocationsRepository>;
   /** Failed logins, for the lockout. */
   readonly loginFailures: Sync<LoginFailuresRepository>;
   /** State snapshots (docs/replication.md). */
   readonly replication: Sync<ReplicationRepository>;
   /** Logs a replica ships and a control plane receives (docs/replication.md). */
-  readonly shippedLogs: ShippedLogsRepository;
+  readonly shippedLogs: Sync<ShippedLogsRepository>;
   /** Facts about this store itself (the master key's check value). */
   readonly meta: Sync<MetaRepository>;
 }

@@ -1,6 +1,5 @@
-import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
-import { runInTransaction } from './sqlite/transaction.ts';
+import { all, atomically, get, run, withoutWaiting, type Step } from './query.ts';
 
 export type LogKind = 'activity' | 'api' | 'usage';
 export const LOG_KINDS: readonly LogKind[] = Object.freeze(['activity', 'api', 'usage']);
@@ -275,11 +274,14 @@ export const LOG_SQL = Object.freeze({
   deleteChunk: Object.freeze({ activity: deleteChunkSql(TABLES.activity), api: deleteChunkSql(TABLES.api), usage: deleteChunkSql(TABLES.usage) }),
 });
 
-export function activityParams(r: NewActivityLog): SQLInputValue[] {
+/** A parameter of the write statements. */
+export type LogParam = string | number | null;
+
+export function activityParams(r: NewActivityLog): LogParam[] {
   return [r.action, r.description, r.ip, r.userId ?? null, r.causerEmail ?? null, r.requestId ?? null, r.createdAt];
 }
 
-export function apiParams(r: NewApiLog): SQLInputValue[] {
+export function apiParams(r: NewApiLog): LogParam[] {
   return [
     r.requestId,
     r.method,
@@ -296,7 +298,7 @@ export function apiParams(r: NewApiLog): SQLInputValue[] {
   ];
 }
 
-export function usageParams(r: NewUsageLog): SQLInputValue[] {
+export function usageParams(r: NewUsageLog): LogParam[] {
   return [r.requestId, r.configurationId, r.apiKeyId ?? null, r.userId ?? null, r.mode, r.fieldCount, r.bytes, revealCountsText(r.reveal), r.createdAt];
 }
 
@@ -322,9 +324,10 @@ const COUNT_REUSE_MAX_MS = 60_000;
 
 /**
  * Every combination of filters gets its own statement, prepared once: a single statement
- * with `($user IS NULL OR user_id = $user)` would be planned without knowing which
- * filters are set and could not use the (user_id, created_at) and request_id indexes.
- * Index into these arrays with `shapeOf(filter)`.
+ * with `(? IS NULL OR user_id = ?)` would be planned without knowing which filters are
+ * set and could not use the (user_id, created_at) and request_id indexes. Index into
+ * these arrays with `shapeOf(filter)`; `filterParams(filter)` gives the filters' values
+ * in the order their terms appear.
  */
 const FILTER_SHAPES = [0, 1, 2, 3] as const;
 const BY_USER = 1;
@@ -336,140 +339,141 @@ function shapeOf(filter: LogFilter): number {
 
 function whereOf(shape: number): string[] {
   const terms: string[] = [];
-  if (shape & BY_USER) terms.push('user_id = $user');
-  if (shape & BY_REQUEST) terms.push('request_id = $request');
+  if (shape & BY_USER) terms.push('user_id = ?');
+  if (shape & BY_REQUEST) terms.push('request_id = ?');
   return terms;
 }
 
-function filterParams(filter: LogFilter): Record<string, number | string> {
-  const params: Record<string, number | string> = {};
-  if (filter.userId !== undefined) params['user'] = filter.userId;
-  if (filter.requestId !== undefined) params['request'] = filter.requestId;
+function filterParams(filter: LogFilter): Array<number | string> {
+  const params: Array<number | string> = [];
+  if (filter.userId !== undefined) params.push(filter.userId);
+  if (filter.requestId !== undefined) params.push(filter.requestId);
   return params;
 }
 
-interface KindStatements {
-  /** By filter shape. */
-  count: StatementSync[];
-  page: StatementSync[];
-  /** By filter shape: the rows after a position. */
-  after: StatementSync[];
-  byId: StatementSync;
-  anyOlder: StatementSync;
-  deleteChunk: StatementSync;
+function whereClause(terms: readonly string[]): string {
+  return terms.length === 0 ? '' : ` WHERE ${terms.join(' AND ')}`;
 }
 
+interface KindSql {
+  /** By filter shape; parameters: the filters. */
+  readonly count: readonly string[];
+  /** By filter shape; parameters: the filters, limit, offset. */
+  readonly page: readonly string[];
+  /** By filter shape: the rows after a position; parameters: the filters, its created_at and id, limit. */
+  readonly after: readonly string[];
+  readonly byId: string;
+  readonly anyOlder: string;
+  readonly deleteChunk: string;
+}
+
+function kindSql(table: string): KindSql {
+  return {
+    count: FILTER_SHAPES.map((shape) => `SELECT count(*) AS n FROM ${table}${whereClause(whereOf(shape))}`),
+    page: FILTER_SHAPES.map((shape) => `SELECT * FROM ${table}${whereClause(whereOf(shape))} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`),
+    // The row value is a range on the (created_at) and (user_id, created_at) indexes,
+    // whose entries end with the rowid: the page starts at the position, however deep.
+    after: FILTER_SHAPES.map(
+      (shape) => `SELECT * FROM ${table}${whereClause([...whereOf(shape), '(created_at, id) < (?, ?)'])} ORDER BY created_at DESC, id DESC LIMIT ?`,
+    ),
+    byId: `SELECT * FROM ${table} WHERE id = ?`,
+    // One index probe: the first row older than the cutoff, if any. A row or none reads
+    // alike in both databases, where EXISTS answers 1 in one and true in the other.
+    anyOlder: `SELECT 1 AS found FROM ${table} WHERE created_at < ? LIMIT 1`,
+    deleteChunk: deleteChunkSql(table),
+  };
+}
+
+const KINDS: Readonly<Record<LogKind, KindSql>> = { activity: kindSql(TABLES.activity), api: kindSql(TABLES.api), usage: kindSql(TABLES.usage) };
+
+/**
+ * Each branch is ordered by its created_at index (whose entries end with the rowid),
+ * which lets SQLite merge them instead of sorting every log row for each page. A kind
+ * that is not asked for has a constant false WHERE term (`? = 1` with 0), which SQLite
+ * tests once before touching the table. The kind breaks ties between tables, so the order
+ * is total and a position names one place in it.
+ *
+ * After a position (created_at, id, kind), a branch of a kind ordered before it (a
+ * smaller name, as the order is descending) may also hold the row with the same
+ * created_at and id: its bound is id + 1, bound by the caller (unifiedParams).
+ *
+ * Parameters, for each kind in LOG_KINDS order: whether it is asked for (1 or 0), the
+ * filters, and after a position its created_at and the kind's id bound; then limit, and
+ * without a position offset.
+ */
+function unifiedSql(shape: number, after: boolean): string {
+  const branch = (): string => ['? = 1', ...whereOf(shape), ...(after ? ['(created_at, id) < (?, ?)'] : [])].join(' AND ');
+  return `
+    SELECT 'activity' AS kind, id, created_at FROM activity_logs WHERE ${branch()}
+    UNION ALL SELECT 'api', id, created_at FROM api_logs WHERE ${branch()}
+    UNION ALL SELECT 'usage', id, created_at FROM usage_logs WHERE ${branch()}
+    ORDER BY created_at DESC, id DESC, kind DESC LIMIT ?${after ? '' : ' OFFSET ?'}`;
+}
+
+/** By filter shape. */
+const UNIFIED = FILTER_SHAPES.map((shape) => unifiedSql(shape, false));
+const UNIFIED_AFTER = FILTER_SHAPES.map((shape) => unifiedSql(shape, true));
+
+function unifiedParams(kinds: readonly LogKind[], query: LogQuery): Array<number | string> {
+  const filters = filterParams(query);
+  const after = query.after;
+  const params: Array<number | string> = [];
+  for (const kind of LOG_KINDS) {
+    params.push(kinds.includes(kind) ? 1 : 0, ...filters);
+    if (after !== undefined) params.push(after.createdAt, kind < after.kind ? after.id + 1 : after.id);
+  }
+  // One more than asked for tells whether there is a next page.
+  params.push(query.limit + 1);
+  if (after === undefined) params.push(query.offset);
+  return params;
+}
+
+const IP_OF_REQUEST = 'SELECT ip FROM api_logs WHERE request_id = ? ORDER BY id LIMIT 1';
+
 export class LogsRepository {
-  readonly #db: DatabaseSync;
-  readonly #insertActivity: StatementSync;
-  readonly #insertApi: StatementSync;
-  readonly #insertUsage: StatementSync;
-  /** By filter shape. */
-  readonly #unified: StatementSync[];
-  readonly #unifiedAfter: StatementSync[];
-  readonly #ipOfRequest: StatementSync;
-  readonly #busyTimeout: StatementSync;
-  readonly #kinds: Record<LogKind, KindStatements>;
   /** Unfiltered counts of big tables, and until when (performance.now()) they may be reused. */
   readonly #totals = new Map<LogKind, { n: number; until: number }>();
 
-  constructor(db: DatabaseSync) {
-    this.#db = db;
-    this.#insertActivity = db.prepare(LOG_SQL.insert.activity);
-    this.#insertApi = db.prepare(LOG_SQL.insert.api);
-    this.#insertUsage = db.prepare(LOG_SQL.insert.usage);
-    // Each branch is ordered by its created_at index (whose entries end with the rowid),
-    // which lets SQLite merge them instead of sorting every log row for each page. A kind
-    // that is not asked for has a constant false WHERE term, which SQLite tests once before
-    // touching the table. The kind breaks ties between tables, so the order is total and a
-    // position names one place in it.
-    //
-    // After a position (created_at, id, kind), a branch of a kind ordered before it (a
-    // smaller name, as the order is descending) may also hold the row with the same
-    // created_at and id: its bound is id + 1, bound by the caller ($after_<kind>).
-    const unified = (shape: number, after: boolean) => {
-      const branch = (kind: LogKind) => ['$' + kind, ...whereOf(shape), ...(after ? [`(created_at, id) < ($at, $after_${kind})`] : [])].join(' AND ');
-      return db.prepare(`
-        SELECT 'activity' AS kind, id, created_at FROM activity_logs WHERE ${branch('activity')}
-        UNION ALL SELECT 'api', id, created_at FROM api_logs WHERE ${branch('api')}
-        UNION ALL SELECT 'usage', id, created_at FROM usage_logs WHERE ${branch('usage')}
-        ORDER BY created_at DESC, id DESC, kind DESC LIMIT $limit${after ? '' : ' OFFSET $offset'}`);
-    };
-    this.#unified = FILTER_SHAPES.map((shape) => unified(shape, false));
-    this.#unifiedAfter = FILTER_SHAPES.map((shape) => unified(shape, true));
-    this.#ipOfRequest = db.prepare('SELECT ip FROM api_logs WHERE request_id = ? ORDER BY id LIMIT 1');
-    this.#busyTimeout = db.prepare('PRAGMA busy_timeout');
-    const prepareKind = (table: string): KindStatements => ({
-      count: FILTER_SHAPES.map((shape) => {
-        const where = whereOf(shape);
-        return db.prepare(`SELECT count(*) AS n FROM ${table}${where.length === 0 ? '' : ` WHERE ${where.join(' AND ')}`}`);
-      }),
-      page: FILTER_SHAPES.map((shape) => {
-        const where = whereOf(shape);
-        return db.prepare(
-          `SELECT * FROM ${table}${where.length === 0 ? '' : ` WHERE ${where.join(' AND ')}`} ORDER BY created_at DESC, id DESC LIMIT $limit OFFSET $offset`,
-        );
-      }),
-      // The row value is a range on the (created_at) and (user_id, created_at) indexes,
-      // whose entries end with the rowid: the page starts at the position, however deep.
-      after: FILTER_SHAPES.map((shape) => {
-        const where = [...whereOf(shape), '(created_at, id) < ($at, $id)'];
-        return db.prepare(`SELECT * FROM ${table} WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id DESC LIMIT $limit`);
-      }),
-      byId: db.prepare(`SELECT * FROM ${table} WHERE id = ?`),
-      anyOlder: db.prepare(`SELECT EXISTS (SELECT 1 FROM ${table} WHERE created_at < ?) AS found`),
-      deleteChunk: db.prepare(deleteChunkSql(table)),
-    });
-    this.#kinds = { activity: prepareKind(TABLES.activity), api: prepareKind(TABLES.api), usage: prepareKind(TABLES.usage) };
-  }
-
   /** Writes the batch in one transaction: all rows or none. */
-  insertActivity(rows: readonly NewActivityLog[]): void {
-    this.#insert(this.#insertActivity, rows, activityParams);
+  *insertActivity(rows: readonly NewActivityLog[]): Step<void> {
+    yield* insertRows(LOG_SQL.insert.activity, rows, activityParams);
   }
 
-  insertApi(rows: readonly NewApiLog[]): void {
-    this.#insert(this.#insertApi, rows, apiParams);
+  *insertApi(rows: readonly NewApiLog[]): Step<void> {
+    yield* insertRows(LOG_SQL.insert.api, rows, apiParams);
   }
 
-  insertUsage(rows: readonly NewUsageLog[]): void {
-    this.#insert(this.#insertUsage, rows, usageParams);
+  *insertUsage(rows: readonly NewUsageLog[]): Step<void> {
+    yield* insertRows(LOG_SQL.insert.usage, rows, usageParams);
   }
 
   /**
    * Writes a batch of every kind in one transaction: all rows or none. With `wait: false`
-   * a write lock held by another connection fails the batch at once (SQLITE_BUSY) instead
-   * of waiting out the busy timeout: node:sqlite waits synchronously, and a log writer
-   * that waited would hold up every request on the event loop for that long.
+   * a write lock held by another connection fails the batch at once (on SQLite,
+   * SQLITE_BUSY) instead of waiting out the busy timeout: node:sqlite waits
+   * synchronously, and a log writer that waited would hold up every request on the event
+   * loop for that long.
    */
-  insertBatch(batch: LogBatch, options: { wait: boolean } = { wait: true }): void {
+  *insertBatch(batch: LogBatch, options: { wait: boolean } = { wait: true }): Step<void> {
+    const self = this;
     const write = () =>
-      runInTransaction(this.#db, () => {
-        this.insertActivity(batch.activity);
-        this.insertApi(batch.api);
-        this.insertUsage(batch.usage);
+      atomically(function* () {
+        yield* self.insertActivity(batch.activity);
+        yield* self.insertApi(batch.api);
+        yield* self.insertUsage(batch.usage);
       });
-    if (options.wait || this.#db.isTransaction) {
-      write();
-      return;
-    }
-    const { timeout } = this.#busyTimeout.get() as { timeout: number };
-    this.#db.exec('PRAGMA busy_timeout = 0');
-    try {
-      write();
-    } finally {
-      this.#db.exec(`PRAGMA busy_timeout = ${Math.trunc(timeout)}`);
-    }
+    if (options.wait) yield* write();
+    else yield* withoutWaiting(write);
   }
 
-  count(kind: LogKind, filter: LogFilter = {}): number {
+  *count(kind: LogKind, filter: LogFilter = {}): Step<number> {
     const shape = shapeOf(filter);
     const started = performance.now();
     if (shape === 0) {
       const reused = this.#totals.get(kind);
       if (reused !== undefined && started < reused.until) return reused.n;
     }
-    const { n } = this.#kinds[kind].count[shape]!.get(filterParams(filter)) as { n: number };
+    const { n } = (yield* get<{ n: number }>(KINDS[kind].count[shape]!, ...filterParams(filter)))!;
     if (shape === 0) {
       if (n >= COUNT_REUSE_ROWS) this.#totals.set(kind, { n, until: started + Math.min(COUNT_REUSE_MAX_MS, (performance.now() - started) * COUNT_REUSE_FACTOR) });
       else this.#totals.delete(kind);
@@ -478,34 +482,34 @@ export class LogsRepository {
   }
 
   /** Newest first. */
-  listActivity(query: LogQuery): ActivityLog[] {
-    return (this.#page('activity', query) as unknown as ActivityLogRecord[]).map(toActivityLog);
+  *listActivity(query: LogQuery): Step<ActivityLog[]> {
+    return (yield* page<ActivityLogRecord>('activity', query)).map(toActivityLog);
   }
 
-  listApi(query: LogQuery): ApiLog[] {
-    return (this.#page('api', query) as unknown as ApiLogRecord[]).map(toApiLog);
+  *listApi(query: LogQuery): Step<ApiLog[]> {
+    return (yield* page<ApiLogRecord>('api', query)).map(toApiLog);
   }
 
-  listUsage(query: LogQuery): UsageLog[] {
-    return (this.#page('usage', query) as unknown as UsageLogRecord[]).map(toUsageLog);
+  *listUsage(query: LogQuery): Step<UsageLog[]> {
+    return (yield* page<UsageLogRecord>('usage', query)).map(toUsageLog);
   }
 
   /** A page of the activity log, newest first, with where the next page starts. */
-  activityPage(query: LogQuery): LogPage<ActivityLog> {
-    return this.#pageOf<ActivityLogRecord, ActivityLog>('activity', query, toActivityLog);
+  *activityPage(query: LogQuery): Step<LogPage<ActivityLog>> {
+    return yield* pageOf<ActivityLogRecord, ActivityLog>('activity', query, toActivityLog);
   }
 
-  apiPage(query: LogQuery): LogPage<ApiLog> {
-    return this.#pageOf<ApiLogRecord, ApiLog>('api', query, toApiLog);
+  *apiPage(query: LogQuery): Step<LogPage<ApiLog>> {
+    return yield* pageOf<ApiLogRecord, ApiLog>('api', query, toApiLog);
   }
 
-  usagePage(query: LogQuery): LogPage<UsageLog> {
-    return this.#pageOf<UsageLogRecord, UsageLog>('usage', query, toUsageLog);
+  *usagePage(query: LogQuery): Step<LogPage<UsageLog>> {
+    return yield* pageOf<UsageLogRecord, UsageLog>('usage', query, toUsageLog);
   }
 
   /** Rows of the given kinds, newest first, interleaved by time. */
-  listUnified(kinds: readonly LogKind[], query: LogQuery): UnifiedLog[] {
-    return this.unifiedPage(kinds, query).rows;
+  *listUnified(kinds: readonly LogKind[], query: LogQuery): Step<UnifiedLog[]> {
+    return (yield* this.unifiedPage(kinds, query)).rows;
   }
 
   /**
@@ -513,42 +517,28 @@ export class LogsRepository {
    * last entry even when its row was deleted by retention between the two reads, so the
    * next page does not repeat or skip anything.
    */
-  unifiedPage(kinds: readonly LogKind[], query: LogQuery): LogPage<UnifiedLog> {
+  *unifiedPage(kinds: readonly LogKind[], query: LogQuery): Step<LogPage<UnifiedLog>> {
     const shape = shapeOf(query);
-    const params: Record<string, SQLInputValue> = {
-      ...filterParams(query),
-      activity: kinds.includes('activity') ? 1 : 0,
-      api: kinds.includes('api') ? 1 : 0,
-      usage: kinds.includes('usage') ? 1 : 0,
-      // One more than asked for tells whether there is a next page.
-      limit: query.limit + 1,
-    };
-    const after = query.after;
-    if (after === undefined) params['offset'] = query.offset;
-    else {
-      params['at'] = after.createdAt;
-      for (const kind of LOG_KINDS) params[`after_${kind}`] = kind < after.kind ? after.id + 1 : after.id;
-    }
-    const statement = after === undefined ? this.#unified[shape]! : this.#unifiedAfter[shape]!;
-    const refs = statement.all(params) as unknown as Array<{ kind: LogKind; id: number; created_at: string }>;
+    const statement = query.after === undefined ? UNIFIED[shape]! : UNIFIED_AFTER[shape]!;
+    const refs = yield* all<{ kind: LogKind; id: number; created_at: string }>(statement, ...unifiedParams(kinds, query));
     const more = refs.length > query.limit;
     if (more) refs.length = query.limit;
     const tail = refs.at(-1);
     const out: UnifiedLog[] = [];
     for (const ref of refs) {
-      const record = this.#kinds[ref.kind].byId.get(ref.id);
+      const record = yield* get(KINDS[ref.kind].byId, ref.id);
       // A retention delete may have run between the two statements.
       if (record === undefined) continue;
-      if (ref.kind === 'activity') out.push({ kind: 'activity', log: toActivityLog(record as unknown as ActivityLogRecord) });
-      else if (ref.kind === 'api') out.push({ kind: 'api', log: toApiLog(record as unknown as ApiLogRecord) });
-      else out.push({ kind: 'usage', log: toUsageLog(record as unknown as UsageLogRecord) });
+      if (ref.kind === 'activity') out.push({ kind: 'activity', log: toActivityLog(record as ActivityLogRecord) });
+      else if (ref.kind === 'api') out.push({ kind: 'api', log: toApiLog(record as ApiLogRecord) });
+      else out.push({ kind: 'usage', log: toUsageLog(record as UsageLogRecord) });
     }
     return { rows: out, next: more && tail !== undefined ? { createdAt: tail.created_at, id: tail.id, kind: tail.kind } : null };
   }
 
-  countUnified(kinds: readonly LogKind[], filter: LogFilter = {}): number {
+  *countUnified(kinds: readonly LogKind[], filter: LogFilter = {}): Step<number> {
     let total = 0;
-    for (const kind of new Set(kinds)) total += this.count(kind, filter);
+    for (const kind of new Set(kinds)) total += yield* this.count(kind, filter);
     return total;
   }
 
@@ -556,8 +546,8 @@ export class LogsRepository {
    * The client address of a request, from its api log entry. Usage entries do not keep
    * one of their own: the api entry of the same request already does.
    */
-  ipOfRequest(requestId: string): string | undefined {
-    const row = this.#ipOfRequest.get(requestId) as { ip: string } | undefined;
+  *ipOfRequest(requestId: string): Step<string | undefined> {
+    const row = yield* get<{ ip: string }>(IP_OF_REQUEST, requestId);
     return row?.ip;
   }
 
@@ -565,12 +555,12 @@ export class LogsRepository {
    * Retention: deletes rows created before `isoTimestamp`, in chunks that each commit on
    * their own, and returns how many rows of each kind went.
    */
-  deleteOlderThan(isoTimestamp: string): Record<LogKind, number> {
+  *deleteOlderThan(isoTimestamp: string): Step<Record<LogKind, number>> {
     const bound = normaliseCutoff(isoTimestamp);
     const deleted: Record<LogKind, number> = { activity: 0, api: 0, usage: 0 };
     for (const kind of LOG_KINDS) {
       for (;;) {
-        const changes = this.deleteChunkOlderThan(kind, bound);
+        const changes = yield* this.deleteChunkOlderThan(kind, bound);
         deleted[kind] += changes;
         if (changes < DELETE_CHUNK) break;
       }
@@ -579,9 +569,12 @@ export class LogsRepository {
   }
 
   /** Whether any row of any kind was created before `isoTimestamp` (one index probe per kind). */
-  anyOlderThan(isoTimestamp: string): boolean {
+  *anyOlderThan(isoTimestamp: string): Step<boolean> {
     const bound = normaliseCutoff(isoTimestamp);
-    return LOG_KINDS.some((kind) => (this.#kinds[kind].anyOlder.get(bound) as { found: number }).found === 1);
+    for (const kind of LOG_KINDS) {
+      if ((yield* get(KINDS[kind].anyOlder, bound)) !== undefined) return true;
+    }
+    return false;
   }
 
   /**
@@ -589,33 +582,34 @@ export class LogsRepository {
    * yield to the event loop between chunks. Returns the rows deleted; fewer than
    * `DELETE_CHUNK` means none older are left.
    */
-  deleteChunkOlderThan(kind: LogKind, isoTimestamp: string): number {
+  *deleteChunkOlderThan(kind: LogKind, isoTimestamp: string): Step<number> {
     this.#totals.delete(kind);
     const bound = normaliseCutoff(isoTimestamp);
-    const statement = this.#kinds[kind].deleteChunk;
-    return Number(runInTransaction(this.#db, () => statement.run(bound)).changes);
+    const statement = KINDS[kind].deleteChunk;
+    return (yield* atomically(() => run(statement, bound))).changes;
   }
+}
 
-  #insert<T>(statement: StatementSync, rows: readonly T[], params: (row: T) => SQLInputValue[]): void {
-    if (rows.length === 0) return;
-    runInTransaction(this.#db, () => {
-      for (const row of rows) statement.run(...params(row));
-    });
-  }
+/** Inserts `rows` in one transaction (a savepoint inside a caller's); nothing for none. */
+function* insertRows<T>(sql: string, rows: readonly T[], params: (row: T) => LogParam[]): Step<void> {
+  if (rows.length === 0) return;
+  yield* atomically(function* () {
+    for (const row of rows) yield* run(sql, ...params(row));
+  });
+}
 
-  #pageOf<R extends { id: number; created_at: string }, T>(kind: LogKind, query: LogQuery, convert: (record: R) => T): LogPage<T> {
-    // One more than asked for tells whether there is a next page.
-    const records = this.#page(kind, { ...query, limit: query.limit + 1 }) as unknown as R[];
-    const more = records.length > query.limit;
-    if (more) records.length = query.limit;
-    const tail = records.at(-1);
-    return { rows: records.map(convert), next: more && tail !== undefined ? { createdAt: tail.created_at, id: tail.id, kind } : null };
-  }
+function* pageOf<R extends { id: number; created_at: string }, T>(kind: LogKind, query: LogQuery, convert: (record: R) => T): Step<LogPage<T>> {
+  // One more than asked for tells whether there is a next page.
+  const records = yield* page<R>(kind, { ...query, limit: query.limit + 1 });
+  const more = records.length > query.limit;
+  if (more) records.length = query.limit;
+  const tail = records.at(-1);
+  return { rows: records.map(convert), next: more && tail !== undefined ? { createdAt: tail.created_at, id: tail.id, kind } : null };
+}
 
-  #page(kind: LogKind, query: LogQuery): ReturnType<StatementSync['all']> {
-    const statements = this.#kinds[kind];
-    const after = query.after;
-    if (after === undefined) return statements.page[shapeOf(query)]!.all({ ...filterParams(query), limit: query.limit, offset: query.offset });
-    return statements.after[shapeOf(query)]!.all({ ...filterParams(query), limit: query.limit, at: after.createdAt, id: after.id });
-  }
+function* page<R>(kind: LogKind, query: LogQuery): Step<R[]> {
+  const statements = KINDS[kind];
+  const after = query.after;
+  if (after === undefined) return yield* all<R>(statements.page[shapeOf(query)]!, ...filterParams(query), query.limit, query.offset);
+  return yield* all<R>(statements.after[shapeOf(query)]!, ...filterParams(query), after.createdAt, after.id, query.limit);
 }

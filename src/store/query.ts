@@ -50,6 +50,8 @@ export type Command =
   | { readonly op: 'lock'; readonly key: string }
   | { readonly op: 'shred-start' }
   | { readonly op: 'shred-end'; readonly previous: unknown; readonly flush: boolean }
+  | { readonly op: 'no-wait-start' }
+  | { readonly op: 'no-wait-end'; readonly previous: unknown }
   | { readonly op: 'commit' | 'rollback'; readonly nested: unknown };
 
 /** What a repository method is: it yields commands and receives their answers. */
@@ -100,6 +102,22 @@ export function* shredding<T>(body: () => Step<T>, flushed: (value: T) => boolea
     return value;
   } finally {
     yield { op: 'shred-end', previous, flush };
+  }
+}
+
+/**
+ * Runs `body` so that a lock another connection holds fails it at once instead of being
+ * waited for: for a write that may be retried later and must not hold up the caller. On
+ * SQLite, whose waits block the thread, the busy timeout is 0 while `body` runs (unless a
+ * transaction is already open: it holds the write lock, so there is nothing left to wait
+ * for). A driver whose waits do not block the thread may leave this out.
+ */
+export function* withoutWaiting<T>(body: () => Step<T>): Step<T> {
+  const previous: unknown = yield { op: 'no-wait-start' };
+  try {
+    return yield* body();
+  } finally {
+    yield { op: 'no-wait-end', previous };
   }
 }
 

@@ -134,3 +134,28 @@ test('ping answers while the store is open and throws once it is closed', () => 
   store.close();
   assert.throws(() => store.ping());
 });
+
+test('a log batch written without waiting inside a transaction goes or stays with it, and leaves the busy timeout as it was', async (t) => {
+  const store = openStore(join(tempDir(t), 'svc.db'));
+  t.after(() => store.close());
+  const entry = { action: 'x.y', description: 'z', ip: '', createdAt: '2026-01-01T00:00:00.000Z' };
+  const batch = { activity: [entry], api: [], usage: [] };
+  await assert.rejects(
+    store.transaction(async (tx) => {
+      await tx.logs.insertBatch(batch, { wait: false });
+      throw new Error('rolled back');
+    }),
+    /rolled back/,
+  );
+  assert.equal(await store.logs.count('activity'), 0, 'the batch went back with the transaction');
+  assert.equal(pragma(sqliteConnection(store), 'busy_timeout'), 5000);
+  await store.transaction(async (tx) => {
+    await tx.logs.insertBatch(batch, { wait: false });
+    assert.equal(pragma(sqliteConnection(store), 'busy_timeout'), 5000, 'as it was, inside the transaction');
+  });
+  assert.equal(await store.logs.count('activity'), 1);
+  assert.equal(pragma(sqliteConnection(store), 'busy_timeout'), 5000);
+  await store.logs.insertBatch(batch, { wait: false });
+  assert.equal(await store.logs.count('activity'), 2);
+  assert.equal(pragma(sqliteConnection(store), 'busy_timeout'), 5000, 'restored after a batch of its own');
+});

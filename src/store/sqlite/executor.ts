@@ -74,6 +74,17 @@ export class SqliteExecutor {
         // old snapshot defers it to a later checkpoint.
         if (command.flush && !this.#inMemory && !this.#db.isTransaction) this.#statement('PRAGMA wal_checkpoint(TRUNCATE)').get();
         return undefined;
+      case 'no-wait-start': {
+        // Inside a transaction BEGIN IMMEDIATE already holds the write lock, and the
+        // timeout is left as it is; null says so to no-wait-end.
+        if (this.#db.isTransaction) return null;
+        const { timeout } = this.#statement('PRAGMA busy_timeout').get() as { timeout: number };
+        this.#db.exec('PRAGMA busy_timeout = 0');
+        return timeout;
+      }
+      case 'no-wait-end':
+        if (command.previous !== null) this.#db.exec(`PRAGMA busy_timeout = ${Math.trunc(Number(command.previous))}`);
+        return undefined;
       case 'begin':
         if (command.read === true) {
           // A deferred transaction: in WAL mode it reads one snapshot of the file without

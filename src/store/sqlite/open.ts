@@ -117,11 +117,11 @@ export function openSqliteStore(path: string): Store {
     configurations: sql.drive(new ConfigurationsRepository()),
     apiKeys: sql.drive(new ApiKeysRepository()),
     classifications: sql.drive(new ClassificationsRepository()),
-    logs: new LogsRepository(db),
+    logs: sql.drive(new LogsRepository()),
     tokenRevocations: sql.drive(new TokenRevocationsRepository()),
     loginFailures: sql.drive(new LoginFailuresRepository()),
     replication: sql.drive(new ReplicationRepository()),
-    shippedLogs: new ShippedLogsRepository(db),
+    shippedLogs: sql.drive(new ShippedLogsRepository()),
     meta: sql.drive(new MetaRepository()),
   };
   // One connection serves the whole process: while a transaction holds it, only the
