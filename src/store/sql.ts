@@ -38,17 +38,40 @@ export function parseJsonObject(text: string): Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
 }
 
-/** Extended result codes from https://www.sqlite.org/rescode.html. */
-const SQLITE_CONSTRAINT_PRIMARYKEY = 1555;
-const SQLITE_CONSTRAINT_UNIQUE = 2067;
+/** A constraint of the schema that a write broke. */
+export type ConstraintKind = 'unique' | 'check' | 'foreign-key' | 'not-null';
+
+/** SQLite's extended result codes (https://www.sqlite.org/rescode.html) for each kind. */
+const SQLITE_CONSTRAINTS: ReadonlyMap<number, ConstraintKind> = new Map([
+  [1555, 'unique'], // SQLITE_CONSTRAINT_PRIMARYKEY
+  [2067, 'unique'], // SQLITE_CONSTRAINT_UNIQUE
+  [275, 'check'], // SQLITE_CONSTRAINT_CHECK
+  [787, 'foreign-key'], // SQLITE_CONSTRAINT_FOREIGNKEY
+  [1299, 'not-null'], // SQLITE_CONSTRAINT_NOTNULL
+]);
+
+/** PostgreSQL's SQLSTATE codes (class 23, integrity constraint violation) for each kind. */
+const POSTGRES_CONSTRAINTS: ReadonlyMap<string, ConstraintKind> = new Map([
+  ['23505', 'unique'],
+  ['23514', 'check'],
+  ['23503', 'foreign-key'],
+  ['23502', 'not-null'],
+]);
+
+/** Which constraint `error` reports broken, whichever database raised it; null for any other error. */
+export function constraintViolated(error: unknown): ConstraintKind | null {
+  if (!(error instanceof Error)) return null;
+  if ('errcode' in error && typeof error.errcode === 'number') return SQLITE_CONSTRAINTS.get(error.errcode) ?? null;
+  if ('code' in error && typeof error.code === 'string') return POSTGRES_CONSTRAINTS.get(error.code) ?? null;
+  return null;
+}
 
 /**
  * True when `error` is a UNIQUE or PRIMARY KEY violation, so callers (the API) can turn
  * a race between "check name is free" and "insert" into a validation error.
  */
 export function isUniqueViolation(error: unknown): boolean {
-  if (!(error instanceof Error) || !('errcode' in error)) return false;
-  return error.errcode === SQLITE_CONSTRAINT_UNIQUE || error.errcode === SQLITE_CONSTRAINT_PRIMARYKEY;
+  return constraintViolated(error) === 'unique';
 }
 
 /** Copy only the keys whose value is not `undefined`, so `{ name: undefined }` leaves `name` alone. */

@@ -1,7 +1,26 @@
-import type { Pool, PoolClient, QueryResult } from 'pg';
+import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { driven, runAsync, textOf, type Command, type Dialect, type Step } from '../query.ts';
 
-const ASCII_UPPER = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
+const INT8 = 20;
+
+/**
+ * 64-bit integers (counts, log ids) as JavaScript numbers, as SQLite answers them: every
+ * value the store holds is far below 2^53; one that is not is refused rather than rounded.
+ */
+export const types = {
+  getTypeParser(oid: number, format?: 'text' | 'binary') {
+    if (oid === INT8 && format !== 'binary') {
+      return (text: string): number => {
+        const value = Number(text);
+        if (!Number.isSafeInteger(value)) throw new RangeError(`64-bit value ${text} is beyond what the store reads exactly`);
+        return value;
+      };
+    }
+    return pg.types.getTypeParser(oid, format as 'text');
+  },
+} as pg.CustomTypesConfig;
+const ASCII_UPPER
+ = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
 const ASCII_LOWER = 'abcdefghijklmnopqrstuvwxyz';
 const fold = (expression: string): string => `translate(${expression}, '${ASCII_UPPER}', '${ASCII_LOWER}')`;
 
@@ -158,6 +177,10 @@ export class PostgresExecutor {
           case 'defer-foreign-keys':
             // The schema's foreign keys are not deferrable: the statements come in an order
             // that keeps them (children removed first, parents upserted first).
+            return undefined;
+          case 'no-wait-start':
+          case 'no-wait-end':
+            // A wait for a lock here is awaited, not a blocked thread: nothing to avoid.
             return undefined;
           case 'shred-start':
           case 'shred-end':

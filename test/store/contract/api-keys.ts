@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
 import type { Store } from '../../../src/store/db.ts';
-import { isUniqueViolation } from '../../../src/store/sql.ts';
+import { isUniqueViolation, constraintViolated } from '../../../src/store/sql.ts';
 import type { StoreTarget } from './target.ts';
 
 const sha256 = (key: string): Buffer => createHash('sha256').update(key).digest();
@@ -51,8 +51,8 @@ export function apiKeysContract(target: StoreTarget): void {
     await store.apiKeys.create({ name: 'one', prefix: 'p', keyHash: hash, userId });
     await assert.rejects(async () => store.apiKeys.create({ name: 'two', prefix: 'p', keyHash: hash, userId }), (e) => isUniqueViolation(e));
     await assert.rejects(async () => store.apiKeys.create({ name: 'one', prefix: 'p', keyHash: sha256('j'), userId }), (e) => isUniqueViolation(e));
-    await assert.rejects(async () => store.apiKeys.create({ name: 'three', prefix: 'p', keyHash: sha256('x'), userId: 999 }), /FOREIGN KEY/);
-    await assert.rejects(async () => store.apiKeys.create({ name: 'four', prefix: 'p', keyHash: Buffer.alloc(5), userId }), /CHECK/);
+    await assert.rejects(async () => store.apiKeys.create({ name: 'three', prefix: 'p', keyHash: sha256('x'), userId: 999 }), (e) => constraintViolated(e) === 'foreign-key');
+    await assert.rejects(async () => store.apiKeys.create({ name: 'four', prefix: 'p', keyHash: Buffer.alloc(5), userId }), (e) => constraintViolated(e) === 'check');
   });
 
   test('revoke marks the key once; a second revoke keeps the first time', async (t) => {

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
 import type { Store } from '../../../src/store/db.ts';
+import { constraintViolated } from '../../../src/store/sql.ts';
 import type { StoreTarget } from './target.ts';
 
 const colors = { bgColor: '#aa0000', fgColor: '#ffffff' };
@@ -21,7 +22,7 @@ export function classificationsContract(target: StoreTarget): void {
     const phi = await store.classifications.findBySlug('phi');
     assert.ok(phi);
     assert.equal(await store.classifications.uniqueSlug('PHI', phi.id), 'phi');
-    await assert.rejects(async () => store.classifications.create({ name: 'x', slug: 'phi', ...colors }), /UNIQUE/);
+    await assert.rejects(async () => store.classifications.create({ name: 'x', slug: 'phi', ...colors }), (e) => constraintViolated(e) === 'unique');
   });
 
   test('create stores fields and members; finders agree', async (t) => {

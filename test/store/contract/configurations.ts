@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
 import type { Store } from '../../../src/store/db.ts';
-import { isUniqueViolation } from '../../../src/store/sql.ts';
+import { isUniqueViolation, constraintViolated } from '../../../src/store/sql.ts';
 import type { StoreTarget } from './target.ts';
 
 async function encryption(store: Store, name: string, proxySlug: string) {
@@ -70,7 +70,7 @@ export function configurationsContract(target: StoreTarget): void {
     await assert.rejects(async () => store.configurations.create({ name: 'bad', type: 'provider', keyringId: randomBytes(16) }), TypeError);
     await assert.rejects(
       async () => store.configurations.create({ name: 'short', type: 'encryption', keyringId: randomBytes(8), firstWrappedKey: randomBytes(60) }),
-      /CHECK/,
+      (e) => constraintViolated(e) === 'check',
     );
     assert.equal(await store.configurations.findByName('short'), undefined);
   });
@@ -125,7 +125,7 @@ export function configurationsContract(target: StoreTarget): void {
     );
     assert.ok((await store.configurations.keys(a.id))[1]?.wrapped.equals(v2));
     await assert.rejects(async () => store.configurations.addKey(a.id, 2, v2), (error) => isUniqueViolation(error));
-    await assert.rejects(async () => store.configurations.addKey(randomUUID(), 1, v2), /FOREIGN KEY/);
+    await assert.rejects(async () => store.configurations.addKey(randomUUID(), 1, v2), (e) => constraintViolated(e) === 'foreign-key');
 
     assert.equal(await store.configurations.delete(a.id), true);
     assert.equal(await store.configurations.delete(a.id), false);

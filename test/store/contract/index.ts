@@ -18,7 +18,7 @@ import { usersContract } from './users.ts';
 export type { StoreTarget } from './target.ts';
 
 export function runStoreContract(target: StoreTarget): void {
-  describe(`store contract: ${target.name}`, () => {
+  describe(`store contract: ${target.name}`, { skip: target.skip ?? false }, () => {
     describe('roles', () => rolesContract(target));
     describe('users', () => usersContract(target));
     describe('api keys', () => apiKeysContract(target));

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import type { Store } from '../../../src/store/db.ts';
+import { constraintViolated } from '../../../src/store/sql.ts';
 import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../../src/store/logs.ts';
 import type { StoreTarget } from './target.ts';
 
@@ -51,7 +52,7 @@ export function logsContract(target: StoreTarget): void {
   test('a batch is atomic: one bad row stores none of it', async (t) => {
     const store = await setup(t);
     const bad = { ...usage(2), mode: 'explode' } as unknown as NewUsageLog;
-    await assert.rejects(async () => store.logs.insertUsage([usage(1), bad, usage(3)]), /CHECK/);
+    await assert.rejects(async () => store.logs.insertUsage([usage(1), bad, usage(3)]), (e) => constraintViolated(e) === 'check');
     assert.equal(await store.logs.count('usage'), 0);
     assert.equal(await target.sql.inTransaction(store), false);
   });

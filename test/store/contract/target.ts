@@ -12,6 +12,8 @@ export type Row = Record<string, unknown>;
 export interface StoreTarget {
   /** Names the suite: the backend and how it is opened. */
   readonly name: string;
+  /** Why the backend cannot run here (its server is not installed); absent when it can. */
+  readonly skip?: string;
   /** A new, migrated, empty store, closed (and its files removed) when `t` ends. */
   open(t: TestContext): Promise<Store>;
   /**

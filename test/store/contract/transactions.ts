@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { constraintViolated } from '../../../src/store/sql.ts';
 import type { StoreTarget } from './target.ts';
 
 export function transactionsContract(target: StoreTarget): void {
@@ -29,7 +30,7 @@ export function transactionsContract(target: StoreTarget): void {
         // The same email again: a unique violation.
         await tx.users.create({ name: 'C again', email: 'c@example.com', roleIds: [] });
       }),
-      /UNIQUE/,
+      (e) => constraintViolated(e) === 'unique',
     );
     assert.equal(await store.users.findByEmail('c@example.com'), undefined);
     assert.equal(await target.sql.inTransaction(store), false);
@@ -91,7 +92,7 @@ export function transactionsContract(target: StoreTarget): void {
     await store.transaction(async (tx) => {
       await tx.users.create({ name: 'Kept', email: 'kept@example.com', roleIds: [] });
       // The user row goes in first, then role 999 violates the foreign key.
-      await assert.rejects(tx.users.create({ name: 'X', email: 'x@example.com', roleIds: [1, 999] }), /FOREIGN KEY/);
+      await assert.rejects(tx.users.create({ name: 'X', email: 'x@example.com', roleIds: [1, 999] }), (e) => constraintViolated(e) === 'foreign-key');
       await tx.users.create({ name: 'After', email: 'after@example.com', roleIds: [] });
     });
     assert.deepEqual(
@@ -104,7 +105,7 @@ export function transactionsContract(target: StoreTarget): void {
   test('a repository write that fails half-way inside is atomic', async (t) => {
     const store = await target.open(t);
     // The user row goes in first, then role 999 violates the foreign key.
-    await assert.rejects(async () => store.users.create({ name: 'X', email: 'x@example.com', roleIds: [1, 999] }), /FOREIGN KEY/);
+    await assert.rejects(async () => store.users.create({ name: 'X', email: 'x@example.com', roleIds: [1, 999] }), (e) => constraintViolated(e) === 'foreign-key');
     assert.equal((await store.users.list()).length, 0);
   });
 }

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import type { Store } from '../../../src/store/db.ts';
+import { constraintViolated } from '../../../src/store/sql.ts';
 import type { StoreTarget } from './target.ts';
 
 export function usersContract(target: StoreTarget): void {
@@ -38,7 +39,7 @@ export function usersContract(target: StoreTarget): void {
     const user = await store.users.create({ name: 'Ada', email: 'ada@example.com', roleIds: [] });
     assert.equal((await store.users.findByEmail('ADA@EXAMPLE.COM'))?.id, user.id);
     assert.equal(await store.users.findByEmail('nobody@example.com'), undefined);
-    await assert.rejects(async () => store.users.create({ name: 'Other', email: 'Ada@example.COM', roleIds: [] }), /UNIQUE/);
+    await assert.rejects(async () => store.users.create({ name: 'Other', email: 'Ada@example.COM', roleIds: [] }), (e) => constraintViolated(e) === 'unique');
   });
 
   test('update changes only the given fields and can clear the password', async (t) => {

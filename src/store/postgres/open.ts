@@ -1,0 +1,182 @@
+import pg from 'pg';
+import { ApiKeysRepository } from '../api-keys.ts';
+import { ClassificationsRepository } from '../classifications.ts';
+import { ConfigurationsRepository } from '../configurations.ts';
+import type { Store, Transaction } from '../db.ts';
+import { LoginFailuresRepository } from '../login-failures.ts';
+import { LogsRepository } from '../logs.ts';
+import { MetaRepository } from '../meta.ts';
+import { ReplicationRepository } from '../replication.ts';
+import { RolesRepository } from '../roles.ts';
+import { ShippedLogsRepository } from '../shipped-logs.ts';
+import { TokenRevocationsRepository } from '../token-revocations.ts';
+import { UsersRepository } from '../users.ts';
+import { ConcurrentSavepointError, TransactionEndedError } from '../sqlite/gate.ts';
+import { PostgresExecutor, types } from './executor.ts';
+import { migratePostgres } from './schema.ts';
+
+/** How often the state version is read, besides the notifications that announce it. */
+const STATE_POLL_MS = 500;
+/** One instance of each repository: they hold no state, so every executor drives the same ones. */
+function repositories() {
+  return {
+    roles: new RolesRepository(),
+    users: new UsersRepository(),
+    configurations: new ConfigurationsRepository(),
+    apiKeys: new ApiKeysRepository(),
+    classifications: new ClassificationsRepository(),
+    logs: new LogsRepository(),
+    tokenRevocations: new TokenRevocationsRepository(),
+    loginFailures: new LoginFailuresRepository(),
+    replication: new ReplicationRepository(),
+    shippedLogs: new ShippedLogsRepository(),
+    meta: new MetaRepository(),
+  };
+}
+
+type Driven = Omit<Transaction, 'transaction'>;
+
+function drive(executor: PostgresExecutor, repos: ReturnType<typeof repositories>): Driven {
+  const out: Record<string, unknown> = {};
+  for (const [name, repository] of Object.entries(repos)) out[name] = executor.drive(repository);
+  return out as Driven;
+}
+
+/**
+ * Opens the store on the PostgreSQL database at `url` and migrates it to the newest schema
+ * (once, under an advisory lock, however many instances start together). Every instance on
+ * the database sees the others' writes within STATE_POLL_MS through the state version.
+ */
+export async function openPostgresStore(url: string, options: { readonly max?: number } = {}): Promise<Store> {
+  const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, types });
+  // An idle client that loses its connection must not take the process down.
+  pool.on('error', () => {});
+  let created: boolean;
+  try {
+    created = (await migratePostgres(pool)).from === 0;
+  } catch (error) {
+    await pool.end();
+    throw error;
+  }
+
+  let generation = 0;
+  let version = -1;
+  let closed = false;
+  const readVersion = async (): Promise<void> => {
+    const { rows } = await pool.query<{ version: number }>('SELECT version FROM svc_state WHERE id = 1');
+    const now = rows[0]?.version ?? 0;
+    if (now !== version) {
+      version = now;
+      generation++;
+    }
+  };
+  await readVersion();
+  // Another instance's commit is announced at once; the poll covers a lost notification
+  // (the listening connection dropped and came back).
+  const listener = new pg.Client({ connectionString: url, types });
+  listener.on('error', () => {});
+  listener.on('notification', () => {
+    generation++;
+  });
+  await listener.connect();
+  await listener.query('LISTEN svc_state');
+  const poll = setInterval(() => {
+    readVersion().catch(() => {});
+  }, STATE_POLL_MS);
+  poll.unref();
+
+  const executor = new PostgresExecutor(pool, null, () => {
+    generation++;
+  });
+  const repos = repositories();
+
+  /** A transaction on its own client; nested ones are savepoints, one at a time. */
+  const begin = async <T>(client: pg.PoolClient, depth: number, fn: (tx: Transaction) => Promise<T>): Promise<T> => {
+    let ended = false;
+    let inner = false;
+    const bound = executor.within(client);
+    const repositoriesOf = drive(bound, repos);
+    const guard = <R>(run: () => Promise<R>): Promise<R> => (ended ? Promise.reject(new TransactionEndedError()) : run());
+    const handle: Record<string, unknown> = {};
+    for (const [name, repository] of Object.entries(repositoriesOf)) {
+      const methods: Record<string, (...args: unknown[]) => Promise<unknown>> = {};
+      for (const [key, method] of Object.entries(repository as Record<string, (...args: unknown[]) => Promise<unknown>>)) {
+        methods[key] = (...args) => guard(() => method(...args));
+      }
+      handle[name] = Object.freeze(methods);
+    }
+    handle['transaction'] = <N>(nested: (tx: Transaction) => Promise<N>): Promise<N> =>
+      guard(async () => {
+        if (inner) throw new ConcurrentSavepointError();
+        inner = true;
+        const name = `svc_tx_${depth + 1}`;
+        await client.query(`SAVEPOINT ${name}`);
+        try {
+          const value = await begin(client, depth + 1, nested);
+          await client.query(`RELEASE SAVEPOINT ${name}`);
+          return value;
+        } catch (error) {
+          generation++;
+          await client.query(`ROLLBACK TO SAVEPOINT ${name}`);
+          await client.query(`RELEASE SAVEPOINT ${name}`);
+          throw error;
+        } finally {
+          inner = false;
+        }
+      });
+    try {
+      return await fn(handle as Transaction);
+    } finally {
+      ended = true;
+    }
+  };
+
+  const store: Store = {
+    path: redact(url),
+    created,
+    ...drive(executor, repos),
+    async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        let value;
+        try {
+          value = await begin(client, 0, fn);
+        } catch (error) {
+          generation++;
+          await client.query('ROLLBACK');
+          throw error;
+        }
+        await client.query('COMMIT');
+        generation++;
+        return value;
+      } finally {
+        client.release();
+      }
+    },
+    changeStamp: () => generation,
+    othersCommitStamp: () => version,
+    async ping() {
+      await pool.query('SELECT 1');
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearInterval(poll);
+      await listener.end().catch(() => {});
+      await pool.end();
+    },
+  };
+  return store;
+}
+
+/** The URL without its password, for messages and `store.path`. */
+function redact(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return 'postgres://';
+  }
+}

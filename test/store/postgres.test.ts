@@ -1,0 +1,89 @@
+/**
+ * The store contract (test/store/contract/) against a real PostgreSQL server: one
+ * throwaway cluster for this file (test/support/postgres.ts), a new database per test.
+ */
+import { after, before } from 'node:test';
+import pg from 'pg';
+import type { Store } from '../../src/store/db.ts';
+import { types } from '../../src/store/postgres/executor.ts';
+import { openPostgresStore } from '../../src/store/postgres/open.ts';
+import { postgresUnavailable, startPostgres, type Postgres } from '../support/postgres.ts';
+import { runStoreContract, type StoreTarget } from './contract/index.ts';
+import type { Row } from './contract/target.ts';
+
+const skip = postgresUnavailable();
+let server: Postgres | null = null;
+let databases = 0;
+const urls = new WeakMap<Store, string>();
+
+if (skip === null) {
+  before(async () => {
+    server = await startPostgres();
+  });
+  after(async () => {
+    await server?.stop();
+  });
+}
+
+/** Runs `fn` on a connection of its own to the store's database. */
+async function connected<T>(store: Store, fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: urls.get(store)!, types });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/** `?` placeholders as PostgreSQL numbers them. */
+const numbered = (text: string): string => {
+  let n = 0;
+  return text.replace(/\?/g, () => `$${++n}`);
+};
+
+const sql: StoreTarget['sql'] = {
+  all: (store, text, ...params) => connected(store, async (client) => (await client.query(numbered(text), params)).rows as Row[]),
+  run: (store, text, ...params) =>
+    connected(store, async (client) => {
+      await client.query(numbered(text), params);
+    }),
+  // Not the migrations' bookkeeping (svc_schema) nor the state version (svc_state): like
+  // SQLite's own tables and its data_version, they describe the store, not what it holds.
+  tables: (store) =>
+    connected(store, async (client) => {
+      const { rows } = await client.query(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT IN ('svc_schema', 'svc_state') ORDER BY tablename",
+      );
+      return rows.map((row: { tablename: string }) => row.tablename);
+    }),
+  // A transaction left open holds a connection "idle in transaction".
+  inTransaction: (store) =>
+    connected(store, async (client) => {
+      const { rows } = await client.query(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()",
+      );
+      return Number((rows[0] as { n: string }).n) > 0;
+    }),
+};
+
+runStoreContract({
+  name: 'PostgreSQL',
+  skip: skip ?? undefined,
+  async open(t) {
+    const url = await server!.createDatabase(`svc_contract_${++databases}`);
+    const store = await openPostgresStore(url, { max: 4 });
+    urls.set(store, url);
+    t.after(() => store.close());
+    return store;
+  },
+  async reopen(t, store) {
+    const url = urls.get(store)!;
+    await store.close();
+    const again = await openPostgresStore(url, { max: 4 });
+    urls.set(again, url);
+    t.after(() => again.close());
+    return again;
+  },
+  sql,
+});
