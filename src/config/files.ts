@@ -11,7 +11,10 @@ const MEMORY = ':memory:';
 
 /** A store that does not exist yet will hold exactly the seed once started. */
 export function storeIsNew(config: unknown): boolean {
-  const path = asRecord(asRecord(config)?.store)?.path;
+  const store = asRecord(asRecord(config)?.store);
+  // A database's contents cannot be known from here: assume it holds more than the seed.
+  if (typeof store?.url === 'string') return false;
+  const path = store?.path;
   if (typeof path !== 'string') return false;
   if (path === MEMORY) return true;
   try {
@@ -32,7 +35,8 @@ export function fileProblems(config: unknown): Problem[] {
     const problem = notAFile(value, example);
     if (problem !== undefined) problems.push({ path, message: problem });
   };
-  check(['store', 'path'], asRecord(root?.store)?.path, 'svc.db');
+  const store = asRecord(root?.store);
+  if (typeof store?.url !== 'string') check(['store', 'path'], store?.path, 'svc.db');
   check(['keys', 'master_key_file'], asRecord(root?.keys)?.master_key_file, 'master.key');
   return problems;
 }

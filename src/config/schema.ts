@@ -546,12 +546,43 @@ const egressProxySchema = z.strictObject({
 });
 
 // ---------------------------------------------------------------------------------------
+// The store
+
+const POSTGRES_PROTOCOLS = new Set(['postgres:', 'postgresql:']);
+
+/**
+ * A SQLite file (`path`, the default) or a PostgreSQL database (`url`, for a control plane
+ * of several instances; DESIGN §16), never both. Messages never quote the URL: it may hold
+ * a password.
+ */
+const storeSchema = z
+  .strictObject({
+    path: text.optional(),
+    url: text
+      .refine((value) => {
+        try {
+          const url = new URL(value);
+          return POSTGRES_PROTOCOLS.has(url.protocol) && url.hostname !== '';
+        } catch {
+          return false;
+        }
+      }, 'must be a postgres:// URL with a host (postgres://user:password@host:5432/database)')
+      .optional(),
+  })
+  .superRefine((store, ctx) => {
+    if (store.path !== undefined && store.url !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['url'], message: 'store.url and store.path are mutually exclusive: a store is a SQLite file or a PostgreSQL database' });
+    }
+  })
+  .transform((store) => ({ path: store.path ?? './data/svc.db', url: store.url ?? null }));
+
+// ---------------------------------------------------------------------------------------
 // The file
 
 export const configSchema = z
   .strictObject({
     server: serverSchema.prefault({}),
-    store: z.strictObject({ path: text.default('./data/svc.db') }).prefault({}),
+    store: storeSchema.prefault({}),
     keys: z
       .strictObject({
         master_key_file: text.default('./data/master.key'),

@@ -56,7 +56,9 @@ export type Transaction = { readonly [K in keyof Repositories]: Async<Repositori
  * sqlite/; the repositories beside this file hold the queries.
  */
 export interface Store extends Omit<Transaction, 'transaction'> {
-  /** The file path, or `:memory:`. */
+  /** Which database holds it: a SQLite file (every replica, one instance) or PostgreSQL (DESIGN §16). */
+  readonly kind: 'sqlite' | 'postgres';
+  /** The file path, or `:memory:`; for PostgreSQL, the URL without its password. */
   readonly path: string;
   /** True when this open created the store (it had no schema yet): nothing can have been written to it before. */
   readonly created: boolean;
@@ -93,4 +95,14 @@ export interface Store extends Omit<Transaction, 'transaction'> {
  */
 export function openStore(path: string): Store {
   return openSqliteStore(path);
+}
+
+/**
+ * Opens the configured store: the SQLite file at `path`, or the PostgreSQL database at
+ * `url` when there is one (the driver is loaded only then).
+ */
+export async function openConfiguredStore(location: { readonly path: string; readonly url: string | null }): Promise<Store> {
+  if (location.url === null) return openSqliteStore(location.path);
+  const { openPostgresStore } = await import('./postgres/open.ts');
+  return openPostgresStore(location.url);
 }

@@ -81,7 +81,7 @@ describe('defaults', () => {
       max_header_size: 16 * 1024,
     });
     assert.equal(config.server.public_url, undefined);
-    assert.deepEqual(config.store, { path: './data/svc.db' });
+    assert.deepEqual(config.store, { path: './data/svc.db', url: null });
     assert.deepEqual(config.keys, { master_key_file: './data/master.key', destroy_after: 86_400_000 });
     assert.deepEqual(config.state, { source: 'local' });
     assert.deepEqual(config.auth, { access_token_ttl: 3_600_000, login_max_attempts: 5, login_window: 900_000 });
@@ -486,5 +486,22 @@ ${extra}`;
     assertProblem(classification('      default: plain'), /^seed\.classifications\.0\.default: /);
     assertProblem(classification('      default: mask'), 'seed.classifications.0.default_mask: required with default: mask');
     assertProblem(classification('      default: token\n      default_mask: ssn'), 'seed.classifications.0.default_mask: applies only with default: mask');
+  });
+});
+
+describe('store.url: the control plane on PostgreSQL', () => {
+  it('takes a postgres:// URL, with the password from the environment, and leaves the file path unused', () => {
+    const config = loadConfig({ text: 'store:\n  url: postgres://svc:${DB_PASSWORD}@db.internal:5432/svc\n', env: { DB_PASSWORD: 's3cret' } });
+    assert.deepEqual(config.store, { path: './data/svc.db', url: 'postgres://svc:s3cret@db.internal:5432/svc' });
+    assert.equal(loadConfig({ text: 'store:\n  url: postgresql://db/svc\n', env: {} }).store.url, 'postgresql://db/svc');
+  });
+
+  it('refuses store.url beside store.path, and a URL that is not postgres://, without quoting it', () => {
+    assertProblem('store:\n  path: ./data/svc.db\n  url: postgres://db/svc\n', 'store.url: store.url and store.path are mutually exclusive: a store is a SQLite file or a PostgreSQL database');
+    for (const url of ['mysql://u:hunter2@db/svc', 'postgres:///svc', 'not a url hunter2']) {
+      const problems = problemsOf(`store:\n  url: "${url}"\n`);
+      assert.deepEqual(problems, ['store.url: must be a postgres:// URL with a host (postgres://user:password@host:5432/database)'], url);
+      assert.ok(!problems.join('').includes('hunter2'));
+    }
   });
 });

@@ -132,6 +132,7 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
   };
 
   const store: Store = {
+    kind: 'postgres',
     path: redact(url),
     created,
     ...drive(executor, repos),

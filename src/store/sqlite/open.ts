@@ -133,6 +133,7 @@ export function openSqliteStore(path: string): Store {
     transaction: (fn) => gate.within(() => gate.savepoint(() => runInTransactionAsync(db, () => fn(tx)))),
   };
   const store: Store = {
+    kind: 'sqlite',
     path,
     created,
     ...asyncRepositories(repositories, (run) => gate.through(run)),
