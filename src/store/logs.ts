@@ -1,5 +1,6 @@
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
-import { all, atomically, get, run, withoutWaiting, type Step } from './query.ts';
+import { all, atomically, dropLogPartitions, get, prepareLogPartitions, run, withoutWaiting, type Step } from './query.ts';
+import { nowIso } from './sql.ts';
 
 export type LogKind = 'activity' | 'api' | 'usage';
 export const LOG_KINDS: readonly LogKind[] = Object.freeze(['activity', 'api', 'usage']);
@@ -362,7 +363,8 @@ interface KindSql {
   readonly page: readonly string[];
   /** By filter shape: the rows after a position; parameters: the filters, its created_at and id, limit. */
   readonly after: readonly string[];
-  readonly byId: string;
+  /** By id and created_at: a row the unified list found, read where it is (on PostgreSQL, in its day's partition only). */
+  readonly byRef: string;
   readonly anyOlder: string;
   readonly deleteChunk: string;
 }
@@ -376,7 +378,7 @@ function kindSql(table: string): KindSql {
     after: FILTER_SHAPES.map(
       (shape) => `SELECT * FROM ${table}${whereClause([...whereOf(shape), '(created_at, id) < (?, ?)'])} ORDER BY created_at DESC, id DESC LIMIT ?`,
     ),
-    byId: `SELECT * FROM ${table} WHERE id = ?`,
+    byRef: `SELECT * FROM ${table} WHERE id = ? AND created_at = ?`,
     // One index probe: the first row older than the cutoff, if any. A row or none reads
     // alike in both databases, where EXISTS answers 1 in one and true in the other.
     anyOlder: `SELECT 1 AS found FROM ${table} WHERE created_at < ? LIMIT 1`,
@@ -526,7 +528,7 @@ export class LogsRepository {
     const tail = refs.at(-1);
     const out: UnifiedLog[] = [];
     for (const ref of refs) {
-      const record = yield* get(KINDS[ref.kind].byId, ref.id);
+      const record = yield* get(KINDS[ref.kind].byRef, ref.id, ref.created_at);
       // A retention delete may have run between the two statements.
       if (record === undefined) continue;
       if (ref.kind === 'activity') out.push({ kind: 'activity', log: toActivityLog(record as ActivityLogRecord) });
@@ -552,12 +554,13 @@ export class LogsRepository {
   }
 
   /**
-   * Retention: deletes rows created before `isoTimestamp`, in chunks that each commit on
-   * their own, and returns how many rows of each kind went.
+   * Retention: deletes rows created before `isoTimestamp` (whole days' partitions where the
+   * tables are partitioned, then the rest in chunks that each commit on their own), and
+   * returns how many rows of each kind went.
    */
   *deleteOlderThan(isoTimestamp: string): Step<Record<LogKind, number>> {
     const bound = normaliseCutoff(isoTimestamp);
-    const deleted: Record<LogKind, number> = { activity: 0, api: 0, usage: 0 };
+    const deleted = yield* this.dropPartitionsOlderThan(bound);
     for (const kind of LOG_KINDS) {
       for (;;) {
         const changes = yield* this.deleteChunkOlderThan(kind, bound);
@@ -566,6 +569,31 @@ export class LogsRepository {
       }
     }
     return deleted;
+  }
+
+  /**
+   * Where the log tables are partitioned by day (PostgreSQL), makes the partitions of the
+   * day of `isoTimestamp` (default: now) and of the next few days, if they are missing.
+   * Runs when the store opens and with every retention run; nothing on SQLite.
+   */
+  *preparePartitions(isoTimestamp: string = nowIso()): Step<void> {
+    yield* prepareLogPartitions(normaliseCutoff(isoTimestamp));
+  }
+
+  /**
+   * The first part of retention where the log tables are partitioned by day: drops every
+   * partition whose rows were all created before `isoTimestamp`, and returns how many rows
+   * of each kind went. The rest (the day the cutoff falls in, the DEFAULT partition, and
+   * every row on SQLite) is for deleteChunkOlderThan.
+   */
+  *dropPartitionsOlderThan(isoTimestamp: string): Step<Record<LogKind, number>> {
+    const bound = normaliseCutoff(isoTimestamp);
+    const dropped: Record<LogKind, number> = { activity: 0, api: 0, usage: 0 };
+    for (const kind of LOG_KINDS) {
+      dropped[kind] = yield* dropLogPartitions(TABLES[kind], bound);
+      if (dropped[kind] > 0) this.#totals.delete(kind);
+    }
+    return dropped;
   }
 
   /** Whether any row of any kind was created before `isoTimestamp` (one index probe per kind). */

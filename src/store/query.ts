@@ -52,6 +52,8 @@ export type Command =
   | { readonly op: 'shred-end'; readonly previous: unknown; readonly flush: boolean }
   | { readonly op: 'no-wait-start' }
   | { readonly op: 'no-wait-end'; readonly previous: unknown }
+  | { readonly op: 'prepare-log-partitions'; readonly at: string }
+  | { readonly op: 'drop-log-partitions'; readonly table: string; readonly before: string }
   | { readonly op: 'commit' | 'rollback'; readonly nested: unknown };
 
 /** What a repository method is: it yields commands and receives their answers. */
@@ -119,6 +121,27 @@ export function* withoutWaiting<T>(body: () => Step<T>): Step<T> {
   } finally {
     yield { op: 'no-wait-end', previous };
   }
+}
+
+/**
+ * Where the log tables are partitioned by day (PostgreSQL), makes sure the partitions of
+ * the day of `at` (an ISO timestamp) and of the next few days exist, once however many
+ * instances do it together. Nothing where they are not (SQLite). A schema step rather
+ * than a statement: it is DDL whose names and bounds depend on the day, and only the
+ * driver of a partitioned schema knows its partitions.
+ */
+export function* prepareLogPartitions(at: string): Step<void> {
+  yield { op: 'prepare-log-partitions', at };
+}
+
+/**
+ * Where `table` is partitioned by day, removes its partitions whose every row was created
+ * before `before` (an ISO timestamp) at once, rather than row by row, and answers how many
+ * rows they held; 0 where it is not. Rows of the day that holds `before`, and those of
+ * the default partition, are left for a row-by-row delete.
+ */
+export function* dropLogPartitions(table: string, before: string): Step<number> {
+  return (yield { op: 'drop-log-partitions', table, before }) as number;
 }
 
 /**

@@ -66,15 +66,38 @@ const PUT_CURSOR = `
   INSERT INTO sync_log_cursors (kind, last_id, last_request_id, id_base, updated_at) VALUES (?, ?, ?, ?, ?)
   ON CONFLICT (kind) DO UPDATE SET last_id = excluded.last_id, last_request_id = excluded.last_request_id, id_base = excluded.id_base,
     updated_at = excluded.updated_at`;
-// No conflict target: the only unique index these rows can hit is the (instance, row) one.
-const RECEIVE_API = `
-  INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination, duration_ms, ip,
-    created_at, replica, replica_instance, replica_log_id, end_user)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`;
-const RECEIVE_USAGE = `
-  INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, reveal, created_at, replica,
-    replica_instance, replica_log_id)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`;
+/**
+ * Rows per INSERT at most. A batch goes in as multi-row INSERTs of 512, 256, …, 1 rows, so
+ * a batch of any size is a few statements of ten shapes per kind, each prepared once
+ * (512 rows of 15 parameters are well below either database's limit).
+ */
+export const RECEIVE_CHUNK = 512;
+
+/**
+ * The INSERT of `rows` rows into `table`. No conflict target: the only unique index these
+ * rows can hit is the (instance, row) one, so a row already received is skipped (a
+ * retried batch, or the same row twice in one).
+ */
+function receiveSql(table: string, columns: readonly string[], rows: number): string {
+  const tuple = `(${columns.map(() => '?').join(', ')})`;
+  return `INSERT INTO ${table} (${columns.join(', ')}) VALUES ${Array.from({ length: rows }, () => tuple).join(', ')} ON CONFLICT DO NOTHING`;
+}
+
+/** By rows: the statement for 2^k rows at index k. */
+function receiveStatements(table: string, columns: readonly string[]): readonly string[] {
+  const out: string[] = [];
+  for (let rows = 1; rows <= RECEIVE_CHUNK; rows *= 2) out.push(receiveSql(table, columns, rows));
+  return out;
+}
+
+const RECEIVE_API = receiveStatements('api_logs', [
+  'request_id', 'method', 'path', 'status_code', 'api_key_id', 'user_id', 'configuration_id', 'destination', 'duration_ms', 'ip',
+  'created_at', 'replica', 'replica_instance', 'replica_log_id', 'end_user',
+]);
+const RECEIVE_USAGE = receiveStatements('usage_logs', [
+  'request_id', 'configuration_id', 'api_key_id', 'user_id', 'mode', 'field_count', 'bytes', 'reveal', 'created_at', 'replica',
+  'replica_instance', 'replica_log_id',
+]);
 const GET_INSTANCE = 'SELECT instance_id FROM sync_instance WHERE id = 1';
 const PUT_INSTANCE = 'INSERT INTO sync_instance (id, instance_id, created_at) VALUES (1, ?, ?) ON CONFLICT (id) DO NOTHING';
 // The list of ids is one parameter, a JSON array, read as rows the way each database does.
@@ -148,48 +171,56 @@ export class ShippedLogsRepository {
    */
   *receive(replica: string, instance: string, logs: ShippedLogs): Step<{ stored: number; duplicates: number }> {
     const stored = yield* atomically(function* () {
-      let n = 0;
-      for (const r of logs.api) {
-        n += (yield* run(
-          RECEIVE_API,
-          r.request_id,
-          r.method,
-          r.path,
-          r.status_code,
-          r.api_key_id,
-          r.user_id,
-          r.configuration_id,
-          r.destination,
-          r.duration_ms,
-          r.ip,
-          r.created_at,
-          replica,
-          instance,
-          r.id,
-          r.end_user ?? null,
-        )).changes;
-      }
-      for (const r of logs.usage) {
-        n += (yield* run(
-          RECEIVE_USAGE,
-          r.request_id,
-          r.configuration_id,
-          r.api_key_id,
-          r.user_id,
-          r.mode,
-          r.field_count,
-          r.bytes,
-          revealCountsText(r.reveal),
-          r.created_at,
-          replica,
-          instance,
-          r.id,
-        )).changes;
-      }
-      return n;
+      const apiRows = logs.api.map((r) => [
+        r.request_id,
+        r.method,
+        r.path,
+        r.status_code,
+        r.api_key_id,
+        r.user_id,
+        r.configuration_id,
+        r.destination,
+        r.duration_ms,
+        r.ip,
+        r.created_at,
+        replica,
+        instance,
+        r.id,
+        r.end_user ?? null,
+      ]);
+      const usageRows = logs.usage.map((r) => [
+        r.request_id,
+        r.configuration_id,
+        r.api_key_id,
+        r.user_id,
+        r.mode,
+        r.field_count,
+        r.bytes,
+        revealCountsText(r.reveal),
+        r.created_at,
+        replica,
+        instance,
+        r.id,
+      ]);
+      return (yield* insertChunked(RECEIVE_API, apiRows)) + (yield* insertChunked(RECEIVE_USAGE, usageRows));
     });
     return { stored, duplicates: logs.api.length + logs.usage.length - stored };
   }
+}
+
+/**
+ * Inserts `rows` (each a statement's parameters for one row) with `statements` (by rows,
+ * 2^k at index k), the largest chunk that fits first; answers the rows inserted.
+ */
+function* insertChunked(statements: readonly string[], rows: readonly unknown[][]): Step<number> {
+  let inserted = 0;
+  for (let at = 0; at < rows.length; ) {
+    const k = Math.min(statements.length - 1, 31 - Math.clz32(rows.length - at));
+    const size = 2 ** k;
+    inserted += (yield* run(statements[k]!, ...rows.slice(at, at + size).flat())).changes;
+    at += size;
+  }
+  return inserted;
 }
 
 /** Which of `values` are ids of rows `sql` finds; no statement for none. */

@@ -50,10 +50,13 @@ const sql: StoreTarget['sql'] = {
     }),
   // Not the migrations' bookkeeping (svc_schema) nor the state version (svc_state): like
   // SQLite's own tables and its data_version, they describe the store, not what it holds.
+  // A partitioned log table is one table; its day partitions are where its rows are kept.
   tables: (store) =>
     connected(store, async (client) => {
       const { rows } = await client.query(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT IN ('svc_schema', 'svc_state') ORDER BY tablename",
+        `SELECT c.relname AS tablename FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relname NOT IN ('svc_schema', 'svc_state')
+          ORDER BY c.relname`,
       );
       return rows.map((row: { tablename: string }) => row.tablename);
     }),

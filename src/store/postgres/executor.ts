@@ -1,5 +1,6 @@
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { driven, runAsync, textOf, type Command, type Dialect, type Step } from '../query.ts';
+import { dropLogPartitions, prepareLogPartitions } from './partitions.ts';
 
 const INT8 = 20;
 
@@ -187,6 +188,11 @@ export class PostgresExecutor {
             // Old row versions stay in the table's pages until VACUUM reclaims them; nothing
             // a statement can do here changes that (docs/operations.md).
             return undefined;
+          case 'prepare-log-partitions':
+            await this.#transacted(client, (on) => prepareLogPartitions(on, command.at));
+            return undefined;
+          case 'drop-log-partitions':
+            return this.#transacted(client, (on) => dropLogPartitions(on, command.table, command.before));
         }
       });
     } finally {
@@ -196,6 +202,26 @@ export class PostgresExecutor {
         await left.query('ROLLBACK').catch(() => {});
         left.release();
       }
+    }
+  }
+
+  /**
+   * Runs `work` inside the transaction open on `client`, or else in one of its own: the
+   * partition steps take a transaction-scoped lock and must go or stay whole.
+   */
+  async #transacted<T>(client: PoolClient | null, work: (on: PoolClient) => Promise<T>): Promise<T> {
+    if (client !== null) return work(client);
+    const own = await this.#pool.connect();
+    try {
+      await own.query('BEGIN');
+      const value = await work(own);
+      await own.query('COMMIT');
+      return value;
+    } catch (error) {
+      await own.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      own.release();
     }
   }
 

@@ -51,15 +51,22 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
   const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, types });
   // An idle client that loses its connection must not take the process down.
   pool.on('error', () => {});
+  let generation = 0;
+  const executor = new PostgresExecutor(pool, null, () => {
+    generation++;
+  });
+  const repos = repositories();
   let created: boolean;
   try {
     created = (await migratePostgres(pool)).from === 0;
+    // Today's log partitions and the next days', before the first row of them arrives;
+    // retention makes them again as the days go (postgres/partitions.ts).
+    await executor.run(repos.logs.preparePartitions());
   } catch (error) {
     await pool.end();
     throw error;
   }
 
-  let generation = 0;
   let version = -1;
   let closed = false;
   const readVersion = async (): Promise<void> => {
@@ -84,11 +91,6 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
     readVersion().catch(() => {});
   }, STATE_POLL_MS);
   poll.unref();
-
-  const executor = new PostgresExecutor(pool, null, () => {
-    generation++;
-  });
-  const repos = repositories();
 
   /** A transaction on its own client; nested ones are savepoints, one at a time. */
   const begin = async <T>(client: pg.PoolClient, depth: number, fn: (tx: Transaction) => Promise<T>): Promise<T> => {

@@ -108,6 +108,11 @@ export class SqliteExecutor {
       case 'defer-foreign-keys':
         this.#db.exec('PRAGMA defer_foreign_keys = ON');
         return undefined;
+      case 'prepare-log-partitions':
+        // The log tables are plain tables here: retention deletes row by row.
+        return undefined;
+      case 'drop-log-partitions':
+        return 0;
     }
   }
 
