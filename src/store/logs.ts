@@ -1,5 +1,5 @@
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
-import { all, atomically, dropLogPartitions, get, prepareLogPartitions, run, withoutWaiting, type Step } from './query.ts';
+import { all, atomically, dropLogPartitions, get, prepareLogPartitions, run, withoutWaiting, type Dialect, type Sql, type Step } from './query.ts';
 import { nowIso } from './sql.ts';
 
 export type LogKind = 'activity' | 'api' | 'usage';
@@ -389,44 +389,65 @@ function kindSql(table: string): KindSql {
 const KINDS: Readonly<Record<LogKind, KindSql>> = { activity: kindSql(TABLES.activity), api: kindSql(TABLES.api), usage: kindSql(TABLES.usage) };
 
 /**
- * Each branch is ordered by its created_at index (whose entries end with the rowid),
- * which lets SQLite merge them instead of sorting every log row for each page. A kind
- * that is not asked for has a constant false WHERE term (`? = 1` with 0), which SQLite
- * tests once before touching the table. The kind breaks ties between tables, so the order
- * is total and a position names one place in it.
+ * Each branch is ordered by its created_at index (whose entries end with the rowid, or
+ * with id on PostgreSQL), which lets the database merge them instead of sorting every log
+ * row for each page (how each database is asked to: Dialect.pagedBranch). A kind that is
+ * not asked for has a constant false WHERE term (`$api = 1` with 0), which the database
+ * tests once before touching the table. The kind breaks ties between tables, so the
+ * order is total and a position names one place in it.
  *
  * After a position (created_at, id, kind), a branch of a kind ordered before it (a
  * smaller name, as the order is descending) may also hold the row with the same
  * created_at and id: its bound is id + 1, bound by the caller (unifiedParams).
  *
- * Parameters, for each kind in LOG_KINDS order: whether it is asked for (1 or 0), the
- * filters, and after a position its created_at and the kind's id bound; then limit, and
- * without a position offset.
+ * Named parameters: for each kind, whether it is asked for (`$activity` & co., 1 or 0)
+ * and after a position the kind's id bound (`$activity_id` & co.); the filters (`$user`,
+ * `$request`); after a position its created_at (`$after`); `$limit`, and without a
+ * position `$offset`.
  */
-function unifiedSql(shape: number, after: boolean): string {
-  const branch = (): string => ['? = 1', ...whereOf(shape), ...(after ? ['(created_at, id) < (?, ?)'] : [])].join(' AND ');
-  return `
-    SELECT 'activity' AS kind, id, created_at FROM activity_logs WHERE ${branch()}
-    UNION ALL SELECT 'api', id, created_at FROM api_logs WHERE ${branch()}
-    UNION ALL SELECT 'usage', id, created_at FROM usage_logs WHERE ${branch()}
-    ORDER BY created_at DESC, id DESC, kind DESC LIMIT ?${after ? '' : ' OFFSET ?'}`;
+function unifiedSql(shape: number, after: boolean): (dialect: Dialect) => string {
+  const order = 'created_at DESC, id DESC';
+  const limit = after ? '$limit' : 'CAST($limit AS BIGINT) + CAST($offset AS BIGINT)';
+  const terms: string[] = [];
+  if (shape & BY_USER) terms.push('user_id = $user');
+  if (shape & BY_REQUEST) terms.push('request_id = $request');
+  const branch = (dialect: Dialect, kind: LogKind): string => {
+    const where = [`$${kind} = 1`, ...terms, ...(after ? [`(created_at, id) < ($after, $${kind}_id)`] : [])].join(' AND ');
+    return dialect.pagedBranch(`SELECT '${kind}' AS kind, id, created_at FROM ${TABLES[kind]} WHERE ${where}`, order, limit, `${kind}_page`);
+  };
+  return (dialect) => `
+    ${LOG_KINDS.map((kind) => branch(dialect, kind)).join('\n    UNION ALL ')}
+    ORDER BY ${order}, kind DESC LIMIT $limit${after ? '' : ' OFFSET $offset'}`;
 }
 
 /** By filter shape. */
 const UNIFIED = FILTER_SHAPES.map((shape) => unifiedSql(shape, false));
 const UNIFIED_AFTER = FILTER_SHAPES.map((shape) => unifiedSql(shape, true));
 
-function unifiedParams(kinds: readonly LogKind[], query: LogQuery): Array<number | string> {
-  const filters = filterParams(query);
+/**
+ * The statement that finds a page of the unified list, and its parameters: what
+ * unifiedPage runs first (then it reads each row it names). Also what an EXPLAIN of that
+ * page is made of.
+ */
+export function unifiedPageStatement(kinds: readonly LogKind[], query: LogQuery): { sql: Sql; params: Record<string, number | string> } {
+  const shape = shapeOf(query);
+  return { sql: query.after === undefined ? UNIFIED[shape]! : UNIFIED_AFTER[shape]!, params: unifiedParams(kinds, query) };
+}
+
+/** A statement takes only the named parameters it has. */
+function unifiedParams(kinds: readonly LogKind[], query: LogQuery): Record<string, number | string> {
   const after = query.after;
-  const params: Array<number | string> = [];
+  const params: Record<string, number | string> = {};
   for (const kind of LOG_KINDS) {
-    params.push(kinds.includes(kind) ? 1 : 0, ...filters);
-    if (after !== undefined) params.push(after.createdAt, kind < after.kind ? after.id + 1 : after.id);
+    params[kind] = kinds.includes(kind) ? 1 : 0;
+    if (after !== undefined) params[`${kind}_id`] = kind < after.kind ? after.id + 1 : after.id;
   }
+  if (query.userId !== undefined) params['user'] = query.userId;
+  if (query.requestId !== undefined) params['request'] = query.requestId;
+  if (after !== undefined) params['after'] = after.createdAt;
   // One more than asked for tells whether there is a next page.
-  params.push(query.limit + 1);
-  if (after === undefined) params.push(query.offset);
+  params['limit'] = query.limit + 1;
+  if (after === undefined) params['offset'] = query.offset;
   return params;
 }
 
@@ -520,9 +541,8 @@ export class LogsRepository {
    * next page does not repeat or skip anything.
    */
   *unifiedPage(kinds: readonly LogKind[], query: LogQuery): Step<LogPage<UnifiedLog>> {
-    const shape = shapeOf(query);
-    const statement = query.after === undefined ? UNIFIED[shape]! : UNIFIED_AFTER[shape]!;
-    const refs = yield* all<{ kind: LogKind; id: number; created_at: string }>(statement, ...unifiedParams(kinds, query));
+    const { sql, params } = unifiedPageStatement(kinds, query);
+    const refs = yield* all<{ kind: LogKind; id: number; created_at: string }>(sql, params);
     const more = refs.length > query.limit;
     if (more) refs.length = query.limit;
     const tail = refs.at(-1);

@@ -40,6 +40,13 @@ export interface Dialect {
   readonly randomBytes32: string;
   /** A JSON array (as text) of `expression` over the group's rows in `order`; `[]` for none. */
   jsonArrayOf(expression: string, order: string): string;
+  /**
+   * `select`, as a branch of a UNION ALL whose rows the statement orders by `order` (which
+   * an index of the branch's table gives) and of which it keeps at most `limit`: written
+   * so that the database merges the branches' index orders, reading about `limit` rows
+   * of each, instead of sorting all their rows. `alias` names it where a name is needed.
+   */
+  pagedBranch(select: string, order: string, limit: string, alias: string): string;
 }
 
 /** A statement and its parameters, or a transaction boundary. */

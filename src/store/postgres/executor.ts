@@ -43,6 +43,10 @@ export const POSTGRES: Dialect = {
   nocase: (expression) => `${fold(expression)} COLLATE "C"`,
   likeNocase: (expression, pattern) => `${fold(expression)} LIKE ${fold(pattern)} ESCAPE '\\'`,
   jsonArrayOf: (expression, order) => `CAST(coalesce(json_agg(${expression} ORDER BY ${order}), CAST('[]' AS json)) AS TEXT)`,
+  // A bare branch with WHERE terms over a partitioned table is appended and sorted whole;
+  // ordered and limited on its own, each is a Merge Append of its partitions' index scans
+  // under a Limit, and the branches are merged in turn (docs/replication.md).
+  pagedBranch: (select, order, limit, alias) => `SELECT * FROM (${select} ORDER BY ${order} LIMIT ${limit}) AS ${alias}`,
 };
 
 /** A statement as PostgreSQL takes it: `$n` placeholders, and how to order the arguments. */

@@ -3,6 +3,7 @@ import { test, type TestContext } from 'node:test';
 import type { Store } from '../../../src/store/db.ts';
 import { constraintViolated } from '../../../src/store/sql.ts';
 import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../../src/store/logs.ts';
+import { RECEIVE_CHUNK, type ShippedApiLog, type ShippedUsageLog } from '../../../src/store/shipped-logs.ts';
 import type { StoreTarget } from './target.ts';
 
 const at = (minute: number): string => new Date(Date.UTC(2025, 0, 1, 0, minute)).toISOString();
@@ -30,6 +31,33 @@ const usage = (i: number): NewUsageLog => ({
   fieldCount: 3,
   bytes: 120,
   createdAt: at(i),
+});
+
+const shippedApi = (id: number): ShippedApiLog => ({
+  id,
+  request_id: `shipped-${id}`,
+  method: 'GET',
+  path: '/x',
+  status_code: 200,
+  api_key_id: null,
+  user_id: null,
+  configuration_id: null,
+  destination: null,
+  duration_ms: 2.5,
+  ip: '10.0.0.3',
+  created_at: new Date(Date.UTC(2025, 0, 1) + id * 1000).toISOString(),
+});
+const shippedUsage = (id: number): ShippedUsageLog => ({
+  id,
+  request_id: `shipped-${id}`,
+  configuration_id: 'cfg',
+  api_key_id: null,
+  user_id: null,
+  mode: 'decrypt',
+  field_count: 1,
+  bytes: 10,
+  reveal: { plain: 1, mask: 0, redact: 0, token: 0 },
+  created_at: new Date(Date.UTC(2025, 0, 1) + id * 1000).toISOString(),
 });
 
 export function logsContract(target: StoreTarget): void {
@@ -150,6 +178,51 @@ export function logsContract(target: StoreTarget): void {
     assert.equal(first.log.requestId, 'req-5');
     assert.deepEqual(await store.logs.listUnified([], { limit: 10, offset: 0 }), []);
     assert.equal(await store.logs.countUnified(['api', 'usage']), 3);
+  });
+
+  test('a shipped batch longer than one INSERT lands row for row, once: a retry, and a row repeated inside a batch, are skipped', async (t) => {
+    const store = await setup(t);
+    const instance = 'a'.repeat(32);
+    // Chunks of 512, 256, 16 and 1 rows for api; 512 and 8 for usage.
+    const api = Array.from({ length: 2 * RECEIVE_CHUNK - 239 }, (_, i) => shippedApi(i + 1));
+    const usage = Array.from({ length: RECEIVE_CHUNK + 8 }, (_, i) => shippedUsage(i + 1));
+    api[3] = { ...api[3]!, end_user: 'kate@example.com', user_id: 7 };
+    assert.deepEqual(await store.shippedLogs.receive('r1', instance, { api, usage }), { stored: api.length + usage.length, duplicates: 0 });
+    assert.equal(await store.logs.count('api'), api.length);
+    assert.equal(await store.logs.count('usage'), usage.length);
+    const listed = await store.logs.listApi({ limit: api.length, offset: 0 });
+    assert.deepEqual(
+      listed.map((row) => row.requestId),
+      api.map((row) => row.request_id).reverse(),
+      'every row, in the batch\'s order',
+    );
+    assert.deepEqual(new Set(listed.map((row) => row.id)).size, api.length);
+    assert.ok(listed.at(-1)!.id < listed[0]!.id, 'ids follow the batch\'s order');
+    const [kate] = await store.logs.listApi({ limit: 1, offset: 0, userId: 7 });
+    assert.deepEqual({ ...kate, id: 0 }, {
+      id: 0,
+      requestId: 'shipped-4',
+      method: 'GET',
+      path: '/x',
+      statusCode: 200,
+      apiKeyId: null,
+      userId: 7,
+      configurationId: null,
+      destination: null,
+      endUser: 'kate@example.com',
+      durationMs: 2.5,
+      ip: '10.0.0.3',
+      createdAt: api[3]!.created_at,
+    });
+    const [decrypt] = await store.logs.listUsage({ limit: 1, offset: 0 });
+    assert.deepEqual(decrypt?.reveal, { plain: 1, mask: 0, redact: 0, token: 0 });
+
+    assert.deepEqual(await store.shippedLogs.receive('r1', instance, { api, usage }), { stored: 0, duplicates: api.length + usage.length });
+    // Four rows: one statement, which holds the same new row twice.
+    const [next, after] = [shippedApi(api.length + 1), shippedApi(api.length + 2)];
+    assert.deepEqual(await store.shippedLogs.receive('r1', instance, { api: [next, next, api[0]!, after], usage: [] }), { stored: 2, duplicates: 2 });
+    assert.equal(await store.logs.count('api'), api.length + 2);
+    assert.equal(await target.sql.inTransaction(store), false);
   });
 
   test('deleteOlderThan removes rows before the cutoff in every table, in chunks', async (t) => {
