@@ -219,10 +219,11 @@ describe('log tables on PostgreSQL, partitioned by day', { skip: skip ?? undefin
     assert.deepEqual(await store.logs.deleteOlderThan('2026-01-12T12:00:00.000Z'), { activity: 0, api: 0, usage: 0 });
   });
 
-  test('the retention job on PostgreSQL makes the coming days\' partitions and drops the past ones, without a SQLite thread', async (t) => {
+  test('the retention job on PostgreSQL makes the coming days\' partitions and drops the past ones, empty or not, without a SQLite thread', async (t) => {
     const { store, db } = await open(t);
+    await store.logs.preparePartitions('2026-01-28T00:00:00.000Z');
     await store.logs.preparePartitions('2026-02-01T00:00:00.000Z');
-    await store.logs.insertApi([api('2026-02-01T10:00:00.000Z', 1), api('2026-02-02T10:00:00.000Z', 2), api('2026-02-03T10:00:00.000Z', 3)]);
+    await store.logs.insertApi([api('2026-02-02T13:00:00.000Z', 1)]);
     const lines: Array<{ level: number; msg: string }> = [];
     const sink = new Writable({
       write(chunk: Buffer, _encoding, done) {
@@ -231,16 +232,41 @@ describe('log tables on PostgreSQL, partitioned by day', { skip: skip ?? undefin
       },
     });
     const logger = createLogger('info', sink);
-    // Now is 2026-02-03T12:00Z, and a day is kept.
-    const job = new RetentionJob(store, logger, { retention: DAY_MS, now: () => Date.parse('2026-02-03T12:00:00.000Z') });
-    assert.deepEqual(await job.run(), { activity: 0, api: 2, usage: 0 });
-    await job.stop();
-    const names = Object.keys(await partitions(db, 'api_logs'));
-    assert.ok(!names.includes('api_logs_p20260201'), 'the day before the cutoff\'s is dropped');
-    assert.ok(names.includes('api_logs_p20260202'));
-    assert.ok(names.includes(`api_logs_p${compact(new Date(Date.parse('2026-02-03T12:00:00.000Z') + PARTITION_DAYS_AHEAD * DAY_MS).toISOString().slice(0, 10))}`), 'the coming days are made');
-    assert.deepEqual((await store.logs.listApi({ limit: 10, offset: 0 })).map((row) => row.requestId), ['req-3']);
+    let now = Date.parse('2026-02-03T12:00:00.000Z');
+    // A day is kept.
+    const job = new RetentionJob(store, logger, { retention: DAY_MS, now: () => now });
+    t.after(() => job.stop());
+
+    // No row is past retention, but the days before the cutoff's have partitions.
+    assert.deepEqual(await job.run(), { activity: 0, api: 0, usage: 0 });
+    let names = Object.keys(await partitions(db, 'api_logs'));
+    for (const gone of ['20260128', '20260131', '20260201']) assert.ok(!names.includes(`api_logs_p${gone}`), `${gone}: dropped though empty`);
+    assert.ok(names.includes('api_logs_p20260202'), 'the cutoff\'s day stays');
+    assert.ok(names.includes(`api_logs_p${compact(new Date(now + PARTITION_DAYS_AHEAD * DAY_MS).toISOString().slice(0, 10))}`), 'the coming days are made');
+
+    // A day later: the whole of 02-02 goes as a partition, 03-03 before noon row by row.
+    await store.logs.insertApi([api('2026-02-02T10:00:00.000Z', 2), api('2026-02-03T10:00:00.000Z', 3), api('2026-02-03T14:00:00.000Z', 4)]);
+    now += DAY_MS;
+    assert.deepEqual(await job.run(), { activity: 0, api: 3, usage: 0 });
+    names = Object.keys(await partitions(db, 'api_logs'));
+    assert.ok(!names.includes('api_logs_p20260202') && names.includes('api_logs_p20260203'));
+    assert.deepEqual((await store.logs.listApi({ limit: 10, offset: 0 })).map((row) => row.requestId), ['req-4']);
     assert.deepEqual(lines.filter((line) => line.level >= 40), [], 'no warning: no thread tried, nothing failed');
+  });
+
+  test('a partition step stuck behind a long transaction on a log table gives up instead of holding up the logs, and goes through later', async (t) => {
+    const { store, db } = await open(t);
+    await store.logs.preparePartitions('2026-04-01T00:00:00.000Z');
+    await store.logs.insertApi([api('2026-04-01T10:00:00.000Z', 1), api('2026-04-02T10:00:00.000Z', 2)]);
+    // A reader holds the table's lock, which DETACH needs alone.
+    await db.query('BEGIN');
+    await db.query('SELECT count(*) FROM api_logs');
+    await assert.rejects(store.logs.dropPartitionsOlderThan('2026-04-03T00:00:00.000Z'), (error: Error & { code?: string }) => error.code === '55P03');
+    // Its lock request queued the logs' readers until it gave up; they read at once now.
+    assert.equal(await store.logs.count('api'), 2);
+    await db.query('COMMIT');
+    assert.deepEqual(await store.logs.dropPartitionsOlderThan('2026-04-03T00:00:00.000Z'), { activity: 0, api: 2, usage: 0 });
+    assert.equal(await store.logs.count('api'), 0);
   });
 
   test('a retried shipped batch lands once, in its days\' partitions; so does a row repeated inside one', async (t) => {

@@ -19,6 +19,7 @@ import { PARTITIONED_LOG_TABLES } from './schema.ts';
 export const PARTITION_DAYS_AHEAD = 3;
 
 const PARTITION_LOCK = 'svc_log_partitions';
+const LOCK_TIMEOUT_MS = 5_000;
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 type Client = Pick<PoolClient, 'query'>;
@@ -56,8 +57,16 @@ function dayText(at: number, days: number): string {
 
 const quoted = (name: string): string => `"${name.replaceAll('"', '""')}"`;
 
+/**
+ * Waits for the other instances' partition work, then bounds this one's waits for table
+ * locks: DDL on a log table queues every later read and write of it behind its lock
+ * request, so one stuck behind a long transaction gives up (and is tried again at the
+ * next retention run) rather than stall the logs. Inside a caller's transaction the bound
+ * holds for the rest of it.
+ */
 async function lockPartitions(client: Client): Promise<void> {
   await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [PARTITION_LOCK]);
+  await client.query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT_MS}ms'`);
 }
 
 /**
