@@ -50,7 +50,8 @@ export class RetentionJob {
     this.retention = options.retention;
     this.interval = options.interval ?? HOUR;
     this.now = options.now ?? Date.now;
-    this.threaded = options.thread !== false && store.path !== ':memory:';
+    // A thread of its own only for a SQLite file: a database server's deletes are awaited anyway.
+    this.threaded = options.thread !== false && store.kind === 'sqlite' && store.path !== ':memory:';
   }
 
   /** Runs once now and then every interval, without keeping the process alive. */
