@@ -77,22 +77,34 @@ test('two control-plane instances on one PostgreSQL database and two replicas: e
     await startReplica(t, join(dir, 'two.db'), [b.url, a.url], 'two', { pollMs: 100 }),
   ];
 
-  // A write on either instance: the other serves it on its next request, the replicas get it.
+  // A write on either instance: the other serves it once the state version's notice has
+  // reached it (at once, or with the next poll), the replicas get it.
   await createClassification(a, 'Written on A');
-  assert.ok((await classificationNames(b)).includes('Written on A'), 'B sees what A wrote');
+  assert.ok((await classificationNames(a)).includes('Written on A'), 'A serves its own write on the very next request');
+  await waitFor('B to see what A wrote', async () => ((await classificationNames(b)).includes('Written on A') ? true : undefined));
   await createClassification(b, 'Written on B');
-  assert.ok((await classificationNames(a)).includes('Written on B'), 'A sees what B wrote');
+  await waitFor('A to see what B wrote', async () => ((await classificationNames(a)).includes('Written on B') ? true : undefined));
   for (const replica of replicas) {
     await replicated(replica, 'Written on A');
     await replicated(replica, 'Written on B');
   }
 
-  // An API key revoked on one instance is refused by the other at once.
+  // An API key revoked on one instance: refused there on the very next request, and by the
+  // other once the notice reaches it.
   const key = await call(b.url, '/api/v3/api-keys', { body: JSON.stringify({ name: 'short-lived' }) });
   assert.equal(key.status, 201, key.text);
-  assert.equal((await call(a.url, CLASSIFICATIONS, { method: 'GET', key: key.json.key })).status, 200);
+  const status = async (instance: Child) => (await call(instance.url, CLASSIFICATIONS, { method: 'GET', key: key.json.key })).status;
+  await waitFor('A to know the new key', async () => ((await status(a)) === 200 ? true : undefined));
   assert.equal((await call(b.url, `/api/v3/api-keys/${key.json.id}/revoke`, { method: 'POST' })).status, 204);
-  assert.equal((await call(a.url, CLASSIFICATIONS, { method: 'GET', key: key.json.key })).status, 401);
+  assert.equal(await status(b), 401);
+  await waitFor('A to refuse the revoked key', async () => ((await status(a)) === 401 ? true : undefined));
+
+  // Failed logins count on the database, whichever instance takes them: five spread over
+  // both, and the sixth is refused by either.
+  const login = (instance: Child) => call(instance.url, '/api/v2/auth/login', { body: JSON.stringify({ email: 'ada@example.com', password: 'wrong' }) });
+  for (const instance of [a, b, a, b, a]) assert.equal((await login(instance)).status, 401);
+  assert.equal((await login(b)).status, 429);
+  assert.equal((await login(a)).status, 429);
 
   // Writes acknowledged by A, then A killed at once: every one of them is in the database.
   const acknowledged: string[] = [];
