@@ -31,14 +31,15 @@ import { sendBody, sendJson } from './http/respond.ts';
 import { Router } from './http/router.ts';
 import { Listener, listenAll, routerHandler, type Handler, type ListenerOptions, type RequestHandler } from './http/listener.ts';
 import { refuseUnknownSvcHeaders } from './http/svc-headers.ts';
-import { openStore, type Store } from './store/db.ts';
+import { openConfiguredStore, type Store } from './store/db.ts';
+import { prepareState } from './store/state-view.ts';
 import { applySeed, type SeedDeps } from './store/seed.ts';
 import { LogSampler } from './telemetry/log-sampler.ts';
 import { recordApiLog } from './telemetry/usage.ts';
 import { FileSource, logSeedResult } from './sync/file-source.ts';
 import { createReplication, type Replication } from './sync/replica.ts';
 import { createLogger } from './telemetry/logger.ts';
-import { MasterKeyMismatchError, NotReadyError } from './errors.ts';
+import { ControlPlaneOnlyError, MasterKeyMismatchError, NotReadyError } from './errors.ts';
 import { apiRoutes } from './api/index.ts';
 import { mount } from './api/routes.ts';
 import { LogWriter } from './telemetry/log-writer.ts';
@@ -93,13 +94,36 @@ export function buildRouter(): Router<Handler<Services>> {
     .add('GET', '/healthz', healthz)
     .add('GET', '/readyz', readyz)
     .add('GET', '/api/openapi.json', openApiRoute)
-    .add('POST', '/api/v3/encryption/:slug/encrypt', encryptRoute)
-    .add('POST', '/api/v3/encryption/:slug/decrypt', decryptRoute)
-    .add('POST', '/api/v3/encryption/:slug/rewrap', rewrapRoute);
-  for (const method of PROXY_METHODS) router.add(method, '/proxy/:slug', proxyRoute);
-  for (const method of PROXY_METHODS) router.add(method, '/egress/:name/*rest', egressRoute);
+    .add('POST', '/api/v3/encryption/:slug/encrypt', dataPlane(encryptRoute))
+    .add('POST', '/api/v3/encryption/:slug/decrypt', dataPlane(decryptRoute))
+    .add('POST', '/api/v3/encryption/:slug/rewrap', dataPlane(rewrapRoute));
+  for (const method of PROXY_METHODS) router.add(method, '/proxy/:slug', dataPlane(proxyRoute));
+  for (const method of PROXY_METHODS) router.add(method, '/egress/:name/*rest', dataPlane(egressRoute));
   mount(router, apiRoutes);
   return router;
+}
+
+/**
+ * A data-plane route: on a control plane whose store is PostgreSQL (DESIGN §16) it is
+ * refused, loudly. Those instances serve the management API, login and replication; the
+ * sidecars (replicas), each on its own copy of the state, serve the data.
+ */
+function dataPlane(handler: Handler<Services>): Handler<Services> {
+  return (ctx, services) => {
+    if (services.store.kind === 'postgres') throw new ControlPlaneOnlyError();
+    return handler(ctx, services);
+  };
+}
+
+/**
+ * Routes `handler`'s requests once the state view is current: on PostgreSQL that may mean
+ * reading the state first (prepareState), on SQLite it never waits.
+ */
+function withCurrentState(store: Store, handler: RequestHandler): RequestHandler {
+  return (ctx) => {
+    const preparing = prepareState(store);
+    return preparing === undefined ? handler(ctx) : preparing.then(() => handler(ctx));
+  };
 }
 
 /** The admin listener's routes (`server.admin_listen`): health and metrics, never the API. */
@@ -144,10 +168,10 @@ function healthz(ctx: RequestContext): void {
   sendJson(ctx, 200, { status: 'ok' });
 }
 
-function readyz(ctx: RequestContext, services: Services): void {
+async function readyz(ctx: RequestContext, services: Services): Promise<void> {
   if (!services.health.ready) throw new NotReadyError();
   try {
-    services.store.ping();
+    await services.store.ping();
   } catch {
     throw new NotReadyError();
   }
@@ -159,13 +183,13 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
   // Routes are compiled before the store opens: a bad one stops the start with nothing to undo.
   const egress = new EgressRoutes(config.egress);
   const relayRoutes = config.relay === undefined ? null : compileRelayRoutes(config.relay);
-  const store = openStore(config.store.path);
+  const store = await openConfiguredStore(config.store);
   let createdApiKeys: Array<{ name: string; key: string }> = [];
   let master: MasterKey;
   try {
     master = await openMasterKey(config, logger, options.env ?? process.env, store);
   } catch (err) {
-    store.close();
+    await store.close();
     throw err;
   }
   try {
@@ -177,9 +201,11 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
       logSeedResult(logger, seeded);
       createdApiKeys = seeded.createdApiKeys;
     }
+    // On PostgreSQL the request path reads a view loaded beforehand: the first one now.
+    await prepareState(store);
     await checkRouteReferences(config, store);
   } catch (err) {
-    store.close();
+    await store.close();
     throw err;
   }
   // The log queue is read at scrape time, once services exist.
@@ -228,12 +254,12 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
   };
   const sampler = new LogSampler(logger, 'requests refused before authentication or routing (not stored; counted in svc_http_requests_total)');
   const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths, sampler) });
-  const main = new Listener('main', config.server.listen, mainHandler(routerHandler(buildRouter(), services)), listenerOptions(true));
+  const main = new Listener('main', config.server.listen, withCurrentState(store, mainHandler(routerHandler(buildRouter(), services))), listenerOptions(true));
   const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, listenerOptions(false));
   const admin =
     config.server.admin_listen === 'off'
       ? null
-      : new Listener('admin', config.server.admin_listen, routerHandler(buildAdminRouter(), services), { server, logger });
+      : new Listener('admin', config.server.admin_listen, withCurrentState(store, routerHandler(buildAdminRouter(), services)), { server, logger });
   const egressProxy = config.egress_proxy === undefined ? null : new EgressProxy(config.egress_proxy, services, listenerOptions(false), options.resolve);
   const listeners = [main, ...(admin === null ? [] : [admin]), ...(relay === null ? [] : [relay.listener]), ...(egressProxy === null ? [] : [egressProxy.listener])];
 
@@ -284,7 +310,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
       await services.logs.close();
       await services.forwarder.close();
       metrics.close();
-      store.close();
+      await store.close();
     },
   };
 }

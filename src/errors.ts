@@ -298,6 +298,17 @@ export class RouteUnavailableError extends SvcError {
   }
 }
 
+/**
+ * A data request (encrypt, decrypt, proxy, egress) sent to a control plane whose store is
+ * PostgreSQL: those instances serve the management API and replication only (DESIGN §16).
+ * 421 Misdirected Request: this server will not answer for the resource; another will.
+ */
+export class ControlPlaneOnlyError extends SvcError {
+  constructor() {
+    super('SVC_ERR_CONTROL_PLANE_ONLY', 421, 'This control plane serves no data requests: send them to a sidecar.');
+  }
+}
+
 export class InternalError extends SvcError {
   constructor(cause?: unknown) {
     super('SVC_ERR_INTERNAL', 500, 'Server error.', { cause });

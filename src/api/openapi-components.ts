@@ -771,6 +771,10 @@ export const components: JsonObject = {
       schemaRef('DataForbiddenError'),
     ),
     NotFound: errorResponse('No such resource.', schemaRef('NotFoundError')),
+    ControlPlaneOnly: errorResponse(
+      'A data request sent to a control plane whose store is PostgreSQL (`store.url`): those instances serve the management API, login and replication; the sidecars serve the data.',
+      errorSaying('This control plane serves no data requests: send them to a sidecar.'),
+    ),
     ManagedByControlPlane: errorResponse('State comes from a control plane: management writes and password logins are refused.', errorSaying('Managed by the control plane.')),
     KeyDestroyConflict: errorResponse(
       'A replica refuses management writes; or the version was current less than `keys.destroy_after` ago and the request did not say `force: true`.',

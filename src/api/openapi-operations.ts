@@ -6,7 +6,7 @@
 import type { Permission } from '../config/schema.ts';
 import { DIRECTIONS, parameterRef, REQUEST_ID_HEADERS, responseRef, schemaRef, SORTS, type JsonObject } from './openapi-components.ts';
 
-type Status = 200 | 201 | 204 | 400 | 401 | 403 | 404 | 408 | 409 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
+type Status = 200 | 201 | 204 | 400 | 401 | 403 | 404 | 408 | 409 | 413 | 415 | 421 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
 
 const ERROR_RESPONSES: Partial<Record<Status, string>> = {
   400: 'BadRequest',
@@ -17,6 +17,7 @@ const ERROR_RESPONSES: Partial<Record<Status, string>> = {
   409: 'ManagedByControlPlane',
   413: 'PayloadTooLarge',
   415: 'UnsupportedMediaType',
+  421: 'ControlPlaneOnly',
   422: 'ValidationFailed',
   429: 'TooManyRequests',
   431: 'RequestHeaderFieldsTooLarge',

@@ -79,7 +79,7 @@ const RELAYED: JsonObject = {
   content: { '*/*': { schema: {} } },
 };
 
-const DATA_ERRORS = { ...errors(400, 401), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 422, 500) };
+const DATA_ERRORS = { ...errors(400, 401), '403': responseRef('DataForbidden'), ...errors(404, 413, 415, 421, 422, 500) };
 const FORWARD_ERRORS = errors(502, 504);
 /** Whatever writes tokens can meet a key version destroyed while it ran. */
 const KEY_DESTROYED = { '409': responseRef('KeyDestroyed') };
@@ -168,7 +168,7 @@ function egressPath(): JsonObject {
         '2XX': { ...RELAYED, description: "The destination's answer, its body transformed back as the route says." },
         ...errors(400),
         '403': responseRef('DataForbidden'),
-        ...errors(404, 413, 415, 422),
+        ...errors(404, 413, 415, 421, 422),
         ...KEY_DESTROYED,
         ...errors(500, 502),
         '503': responseRef('RouteUnavailable'),

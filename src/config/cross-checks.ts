@@ -15,6 +15,7 @@ export function crossCheck(config: unknown, options: { storeIsNew: boolean }): P
   if (root === undefined) return problems;
 
   checkControlPlane(root, problems);
+  checkPostgresStore(root, problems);
   checkServerTimeouts(root, problems);
 
   const seed = asRecord(root.seed);
@@ -43,6 +44,21 @@ export function crossCheck(config: unknown, options: { storeIsNew: boolean }): P
   const replica = asRecord(root.state)?.source === 'control-plane';
   problems.push(...routeReferenceProblems(root, seedNames(root, options.storeIsNew && !replica)));
   return problems;
+}
+
+/**
+ * A store on PostgreSQL makes this instance one of a control plane's (DESIGN §16): it
+ * serves no data, so it takes no relay or egress proxy, and it is no replica.
+ */
+function checkPostgresStore(root: Record<string, unknown>, problems: Problem[]): void {
+  if (typeof asRecord(root.store)?.url !== 'string') return;
+  const why = 'a control plane on PostgreSQL (store.url) serves no data requests: run it in the sidecars';
+  if (root.relay !== undefined) problems.push({ path: ['relay'], message: why });
+  if (root.egress_proxy !== undefined) problems.push({ path: ['egress_proxy'], message: why });
+  if (Array.isArray(root.egress) && root.egress.length > 0) problems.push({ path: ['egress'], message: why });
+  if (asRecord(root.state)?.source === 'control-plane') {
+    problems.push({ path: ['state', 'source'], message: 'a replica keeps its copy of the state in SQLite: control-plane takes store.path, not store.url' });
+  }
 }
 
 function checkControlPlane(root: Record<string, unknown>, problems: Problem[]): void {

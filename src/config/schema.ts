@@ -574,7 +574,7 @@ const storeSchema = z
       ctx.addIssue({ code: 'custom', path: ['url'], message: 'store.url and store.path are mutually exclusive: a store is a SQLite file or a PostgreSQL database' });
     }
   })
-  .transform((store) => ({ path: store.path ?? './data/svc.db', url: store.url ?? null }));
+  .transform((store): { path: string; url?: string } => (store.url === undefined ? { path: store.path ?? './data/svc.db' } : { path: store.path ?? './data/svc.db', url: store.url }));
 
 // ---------------------------------------------------------------------------------------
 // The file

@@ -171,7 +171,9 @@ type FilterValues = Record<Filter, number | string | null>;
  * NULL and its term is true at once. That keeps the planner walking the sort column's
  * index, so a page stops reading once it has offset + limit matches.
  */
-const pageWhere = (d: Dialect): string => `WHERE ${FILTERS.map((f) => `($${f} IS NULL OR ${FILTER_TERMS[f](d)})`).join(' AND ')}`;
+const pageWhere = (d: Dialect): string => `WHERE ${FILTERS.map((f) => `(CAST($${f} AS ${FILTER_TYPES[f]}) IS NULL OR ${FILTER_TERMS[f](d)})`).join(' AND ')}`;
+/** Each filter's parameter typed, so that a NULL bound alone still has a type to PostgreSQL. */
+const FILTER_TYPES: Record<Filter, string> = { user: 'BIGINT', roles: 'TEXT', providers: 'TEXT', search: 'TEXT' };
 
 /**
  * A count visits every match anyway, so it gets a statement per combination of filters

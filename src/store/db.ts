@@ -47,6 +47,12 @@ export type Async<R> = {
 export type Transaction = { readonly [K in keyof Repositories]: Async<Repositories[K]> } & {
   /** Runs `fn` inside this transaction, as a savepoint: its writes go or stay together. */
   transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  /**
+   * Waits until no other transaction on the database holds `key`, and holds it until this
+   * one ends: for work that instances sharing one database must do one at a time (the
+   * seed). On SQLite, whose writers are one at a time already, it waits for nothing.
+   */
+  lock(key: string): Promise<void>;
 };
 
 /**
@@ -55,7 +61,7 @@ export type Transaction = { readonly [K in keyof Repositories]: Async<Repositori
  * change stamp's triggers, migrations, transactions, worker connections) lives under
  * sqlite/; the repositories beside this file hold the queries.
  */
-export interface Store extends Omit<Transaction, 'transaction'> {
+export interface Store extends Omit<Transaction, 'transaction' | 'lock'> {
   /** Which database holds it: a SQLite file (every replica, one instance) or PostgreSQL (DESIGN §16). */
   readonly kind: 'sqlite' | 'postgres';
   /** The file path, or `:memory:`; for PostgreSQL, the URL without its password. */
@@ -101,8 +107,8 @@ export function openStore(path: string): Store {
  * Opens the configured store: the SQLite file at `path`, or the PostgreSQL database at
  * `url` when there is one (the driver is loaded only then).
  */
-export async function openConfiguredStore(location: { readonly path: string; readonly url: string | null }): Promise<Store> {
-  if (location.url === null) return openSqliteStore(location.path);
+export async function openConfiguredStore(location: { readonly path: string; readonly url?: string }): Promise<Store> {
+  if (location.url === undefined) return openSqliteStore(location.path);
   const { openPostgresStore } = await import('./postgres/open.ts');
   return openPostgresStore(location.url);
 }

@@ -54,6 +54,7 @@ export type Command =
   | { readonly op: 'all' | 'get' | 'run'; readonly sql: Sql; readonly params: readonly unknown[] }
   | { readonly op: 'begin'; readonly read?: true }
   | { readonly op: 'defer-foreign-keys' }
+  | { readonly op: 'state-version' }
   | { readonly op: 'lock'; readonly key: string }
   | { readonly op: 'shred-start' }
   | { readonly op: 'shred-end'; readonly previous: unknown; readonly flush: boolean }
@@ -189,6 +190,15 @@ export function* snapshot<T>(body: () => Step<T>): Step<T> {
 /** Inside a transaction: foreign keys are checked at its commit, not per statement, where the database allows. */
 export function* deferForeignKeys(): Step<void> {
   yield { op: 'defer-foreign-keys' };
+}
+
+/**
+ * The state version, where the database keeps one (PostgreSQL: moved by every write to the
+ * state tables, in the same transaction); null where it does not (SQLite, whose one writer
+ * process knows its own changes).
+ */
+export function* stateVersion(): Step<number | null> {
+  return (yield { op: 'state-version' }) as number | null;
 }
 
 /** A repository as its callers see it on a driver that answers at once. */

@@ -8,7 +8,7 @@
  * replica that renumbered anything would break them.
  */
 import type { Classification, ClassificationMembers } from './classifications.ts';
-import { all, atomically, deferForeignKeys, get, run, shredding, snapshot, type Dialect, type Step } from './query.ts';
+import { all, atomically, deferForeignKeys, get, run, shredding, snapshot, stateVersion, type Dialect, type Step } from './query.ts';
 import { toBuffer } from './sql.ts';
 
 // ---------------------------------------------------------------------------------------
@@ -248,6 +248,24 @@ export class ReplicationRepository {
    */
   *readState(): Step<StateRows> {
     return (yield* this.readSections(new Set(SECTIONS))) as StateRows;
+  }
+
+  /**
+   * The whole state as `readState` reads it, with the state version it is (null on a
+   * database that keeps none): several instances minting snapshot versions check it, so
+   * that none mints one for a state another has already moved past.
+   */
+  *readStateAt(): Step<{ rows: StateRows; stateVersion: number | null }> {
+    const self = this;
+    return yield* snapshot(function* () {
+      const version = yield* stateVersion();
+      return { rows: yield* self.readState(), stateVersion: version };
+    });
+  }
+
+  /** The state version now (see `readStateAt`). */
+  *stateVersion(): Step<number | null> {
+    return yield* stateVersion();
   }
 
   /** The `sections` of the state, read as `readState` does. */

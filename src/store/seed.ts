@@ -176,6 +176,9 @@ export async function applySeed(store: Store, seed: SeedInput, deps: SeedDeps, o
     if (apiKey.key !== undefined) literalKeyHashes.set(apiKey, deps.hashApiKey(apiKey.key));
   }
   return store.transaction(async (tx) => {
+    // Instances starting together on one database apply it one after the other: the
+    // second finds the first's rows and changes nothing.
+    await tx.lock('svc-seed');
     const result: SeedResult = { createdApiKeys: [], changes: [], warnings: [], keptConfigurations: [] };
     // Removals come first, so the checks below see the store as it will be: a slug or a
     // configuration name freed by a removal can be taken, a removed row cannot be referred to.

@@ -75,6 +75,7 @@ const ADD_ROLES = (d: Dialect): string => `INSERT INTO user_roles (user_id, role
 const ROLES_OF = (d: Dialect): string => `
   SELECT ${roleColumns(d)} FROM user_roles ur JOIN roles r ON r.id = ur.role_id
    WHERE ur.user_id = ? ORDER BY r.id`;
+const ALL_ROLE_IDS = 'SELECT user_id, role_id FROM user_roles ORDER BY user_id, role_id';
 const PERMISSIONS_OF = `
   SELECT DISTINCT p.name FROM user_roles ur
     JOIN role_permissions rp ON rp.role_id = ur.role_id
@@ -174,6 +175,17 @@ export class UsersRepository {
 
   *rolesOf(id: number): Step<Role[]> {
     return (yield* all<RoleRecord>(ROLES_OF, id)).map(toRole);
+  }
+
+  /** Every user's role ids, in id order; users without roles are absent. */
+  *roleIdsByUser(): Step<Map<number, number[]>> {
+    const out = new Map<number, number[]>();
+    for (const row of yield* all<{ user_id: number; role_id: number }>(ALL_ROLE_IDS)) {
+      let ids = out.get(row.user_id);
+      if (ids === undefined) out.set(row.user_id, (ids = []));
+      ids.push(row.role_id);
+    }
+    return out;
   }
 
   /** The union of the permissions of the user's roles. */

@@ -15,7 +15,7 @@ import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { Store } from '../store/db.ts';
 import type { SectionName, StateRows } from '../store/replication.ts';
-import { trackStateChanges, type StateChangeTracker } from '../store/sqlite/state-changes.ts';
+import { trackStateChanges } from '../store/sqlite/state-changes.ts';
 import type { SnapshotMac } from './snapshot-mac.ts';
 import { scopeKey, scopeState } from './snapshot-scope.ts';
 import { contentDigest, sectionDigests, sectionTexts, snapshotBody, snapshotDigest, type SectionDigests } from './snapshot.ts';
@@ -56,6 +56,33 @@ export interface PublisherOptions {
   readonly clock?: { readonly wallMs: () => number; readonly monotonicMs: () => number };
 }
 
+/** Tells whether the state may have changed since `restart`. */
+interface ChangeDetector {
+  readonly changed: boolean;
+  restart(): void;
+}
+
+/**
+ * On SQLite, the session extension's record of this connection's writes to the state
+ * tables (other connections' commits are noticed through othersCommitStamp). On
+ * PostgreSQL, the store's change stamp, which follows the state version of every instance.
+ */
+function detectChanges(store: Store): ChangeDetector {
+  if (store.kind === 'sqlite') return trackStateChanges(store);
+  let seen = store.changeStamp();
+  return {
+    get changed() {
+      return store.changeStamp() !== seen;
+    },
+    restart() {
+      seen = store.changeStamp();
+    },
+  };
+}
+
+/** The state moved between reading it and minting its version: read it again. */
+const STALE = Symbol('stale');
+
 /** The state the published version was minted for. */
 interface Base {
   readonly version: number;
@@ -78,7 +105,7 @@ interface Base {
 export class SnapshotPublisher {
   readonly #store: Store;
   readonly #mac: SnapshotMac;
-  readonly #tracker: StateChangeTracker;
+  readonly #tracker: ChangeDetector;
   readonly #foreignRecheck: number;
   readonly #lead: number;
   readonly #clock: NonNullable<PublisherOptions['clock']>;
@@ -97,8 +124,7 @@ export class SnapshotPublisher {
     this.#foreignRecheck = options.foreignRecheckMs ?? FOREIGN_RECHECK_MS;
     this.#lead = options.versionLeadSeconds ?? VERSION_LEAD_SECONDS;
     this.#clock = options.clock ?? { wallMs: Date.now, monotonicMs: () => performance.now() };
-    // Change detection is the SQLite session extension: it is read synchronously.
-    this.#tracker = trackStateChanges(store);
+    this.#tracker = detectChanges(store);
   }
 
   /** The current snapshot, whole (`scope` null) or as a key limited to `scope` may see it. */
@@ -134,28 +160,32 @@ export class SnapshotPublisher {
   async #refresh(): Promise<Base> {
     const othersCommit = this.#store.othersCommitStamp();
     const now = this.#clock.monotonicMs();
-    const foreign = othersCommit !== this.#seenOthersCommit && now - this.#builtAt >= this.#foreignRecheck;
+    // On PostgreSQL every instance's change moves the tracker's stamp already.
+    const foreign = this.#store.kind === 'sqlite' && othersCommit !== this.#seenOthersCommit && now - this.#builtAt >= this.#foreignRecheck;
     const due = this.#heldUntil !== null && now >= this.#heldUntil;
     if (this.#base !== null && !foreign && !due && !this.#tracker.changed) return this.#base;
-    // Before reading: a change made from here on is one the next call must see.
-    this.#tracker.restart();
-    this.#seenOthersCommit = othersCommit;
-    this.#builtAt = now;
-    this.#heldUntil = null;
-    const rows = await this.#store.replication.readState();
-    const texts = sectionTexts(rows);
-    const sections = sectionDigests(texts);
-    const content = contentDigest(sections);
-    if (this.#base !== null && content === this.#base.content) return this.#base;
-    const version = await this.#versionFor(content, sections, this.#base === null);
-    if (version === null) {
-      // Too far ahead of the clock to mint again this second: serve the last snapshot a
-      // little longer, and build again once the pace allows.
-      this.#heldUntil = this.#mintedAt + 1000;
-      return this.#base!;
+    for (;;) {
+      // Before reading: a change made from here on is one the next call must see.
+      this.#tracker.restart();
+      this.#seenOthersCommit = othersCommit;
+      this.#builtAt = now;
+      this.#heldUntil = null;
+      const { rows, stateVersion } = await this.#store.replication.readStateAt();
+      const texts = sectionTexts(rows);
+      const sections = sectionDigests(texts);
+      const content = contentDigest(sections);
+      if (this.#base !== null && content === this.#base.content) return this.#base;
+      const version = await this.#versionFor(content, sections, this.#base === null, stateVersion);
+      if (version === STALE) continue;
+      if (version === null) {
+        // Too far ahead of the clock to mint again this second: serve the last snapshot a
+        // little longer, and build again once the pace allows.
+        this.#heldUntil = this.#mintedAt + 1000;
+        return this.#base!;
+      }
+      this.#base = { version, content, rows, texts, sections, whole: null, scoped: new Map() };
+      return this.#base;
     }
-    this.#base = { version, content, rows, texts, sections, whole: null, scoped: new Map() };
-    return this.#base;
   }
 
   /** The body of `texts` at the base's version, signed and gzipped; `forget` drops it from the cache if that fails. */
@@ -170,10 +200,16 @@ export class SnapshotPublisher {
   /**
    * The published version for `content`: the stored one when it was minted for this
    * content, else a new one; null when the pace holds a new one back (never on the
-   * first build, which has nothing else to serve).
+   * first build, which has nothing else to serve); STALE when the state has moved past
+   * `stateVersion` since it was read.
    */
-  #versionFor(content: string, sections: SectionDigests, first: boolean): Promise<number | null> {
-    return this.#store.transaction(async ({ replication }) => {
+  #versionFor(content: string, sections: SectionDigests, first: boolean, stateVersion: number | null): Promise<number | null | typeof STALE> {
+    return this.#store.transaction(async ({ replication, lock }) => {
+      // Instances on one database mint one at a time, each for the state as it is now: one
+      // that read the state before another's change committed reads it again rather than
+      // minting a newer version for older rows.
+      await lock('svc-snapshot-version');
+      if (stateVersion !== null && (await replication.stateVersion()) !== stateVersion) return STALE;
       const last = await replication.getSync('published');
       if (last !== undefined && contentDigest(JSON.parse(last.sections) as SectionDigests) === content) return last.version;
       const monotonic = this.#clock.monotonicMs();

@@ -61,6 +61,8 @@ export class LogWriter {
   private closed = false;
   private closing: Promise<void> | null = null;
   private thread: SqlThread | null = null;
+  /** True on a database server (PostgreSQL): every batch is written with awaited statements. */
+  private readonly remote: boolean;
   /** The batch the thread is writing. */
   private inFlight: LogBatch | null = null;
   private whenSettled: (() => void) | null = null;
@@ -76,7 +78,9 @@ export class LogWriter {
     this.logger = logger;
     this.options = options;
     this.enabled = options.enabled !== false;
-    if (options.thread !== false && store.path !== ':memory:') this.thread = this.startThread(store.path);
+    // A database server is written to with awaited statements: no thread, nothing blocks.
+    this.remote = store.kind === 'postgres';
+    if (!this.remote && options.thread !== false && store.path !== ':memory:') this.thread = this.startThread(store.path);
   }
 
   get depth(): number {
@@ -102,9 +106,11 @@ export class LogWriter {
 
   /**
    * Writes everything queued now, on this thread, batch after batch. Safe to call at any
-   * time; a batch already handed to the writer thread is written by that thread.
+   * time; a batch already handed to the writer thread is written by that thread. On a
+   * database server the promise settles once everything queued has been written.
    */
-  flush(): void {
+  flush(): void | Promise<void> {
+    if (this.remote) return this.drainRemote();
     this.drain(false);
   }
 
@@ -122,7 +128,8 @@ export class LogWriter {
     this.clearTimers();
     await this.stopThread();
     // Shutting down, nothing left to hold up: waiting out another connection's lock beats losing the entries.
-    this.drain(true);
+    if (this.remote) await this.drainRemote();
+    else this.drain(true);
     const lost = this.depth;
     if (lost > 0) {
       this.logger.error({ lost }, 'log entries could not be written before closing');
@@ -131,6 +138,29 @@ export class LogWriter {
       this.apiQueue = [];
       this.usageQueue = [];
     }
+  }
+
+  /** After the batch in flight, every batch queued, one after the other; stops at a refused one. */
+  private async drainRemote(): Promise<void> {
+    await this.inFlightSettled();
+    while (this.depth > 0) {
+      const batch = this.take();
+      try {
+        await this.store.logs.insertBatch(batch, { wait: true });
+      } catch (err) {
+        this.refused(batch, err);
+        return;
+      }
+      this.succeeded(batch);
+    }
+    if (this.depth === 0) this.clearTimers();
+  }
+
+  private async inFlightSettled(): Promise<void> {
+    if (this.inFlight === null) return;
+    await new Promise<void>((resolve) => {
+      this.whenSettled = resolve;
+    });
   }
 
   private drain(wait: boolean): void {
@@ -181,6 +211,14 @@ export class LogWriter {
   private writeNext(): void {
     if (this.depth === 0 || this.inFlight !== null) return;
     const batch = this.take();
+    if (this.remote) {
+      this.inFlight = batch;
+      this.store.logs.insertBatch(batch, { wait: true }).then(
+        () => this.replied(batch, null),
+        (err: Error) => this.replied(batch, err),
+      );
+      return;
+    }
     if (this.thread !== null) {
       this.inFlight = batch;
       this.thread.write(writeRequest(batch)).then(
@@ -284,11 +322,7 @@ export class LogWriter {
   private async stopThread(): Promise<void> {
     const thread = this.thread;
     if (thread === null) return;
-    if (this.inFlight !== null) {
-      await new Promise<void>((resolve) => {
-        this.whenSettled = resolve;
-      });
-    }
+    await this.inFlightSettled();
     this.thread = null;
     await thread.close();
   }

@@ -55,6 +55,7 @@ export class RetentionJob {
     this.retention = options.retention;
     this.interval = options.interval ?? HOUR;
     this.now = options.now ?? Date.now;
+    // A thread of its own only for a SQLite file: a database server's deletes are awaited anyway.
     this.threaded = options.thread !== false && store.kind === 'sqlite' && store.path !== ':memory:';
   }
 

@@ -81,7 +81,7 @@ describe('defaults', () => {
       max_header_size: 16 * 1024,
     });
     assert.equal(config.server.public_url, undefined);
-    assert.deepEqual(config.store, { path: './data/svc.db', url: null });
+    assert.deepEqual(config.store, { path: './data/svc.db' });
     assert.deepEqual(config.keys, { master_key_file: './data/master.key', destroy_after: 86_400_000 });
     assert.deepEqual(config.state, { source: 'local' });
     assert.deepEqual(config.auth, { access_token_ttl: 3_600_000, login_max_attempts: 5, login_window: 900_000 });
@@ -503,5 +503,29 @@ describe('store.url: the control plane on PostgreSQL', () => {
       assert.deepEqual(problems, ['store.url: must be a postgres:// URL with a host (postgres://user:password@host:5432/database)'], url);
       assert.ok(!problems.join('').includes('hunter2'));
     }
+  });
+});
+
+describe('store.url: what a control plane on PostgreSQL does not take', () => {
+  it('refuses a relay, an egress proxy and being a replica, each with its reason', () => {
+    const text = [
+      'store:',
+      '  url: postgres://db/svc',
+      'state:',
+      '  source: control-plane',
+      '  control_plane: { url: "https://cp.internal", api_key: "svc_0123456789012345678901234567890123456789" }',
+      'relay:',
+      '  listen: 127.0.0.1:0',
+      '  upstream: http://127.0.0.1:1',
+      '  routes: []',
+      'egress_proxy:',
+      '  listen: 127.0.0.1:0',
+      '',
+    ].join('\n');
+    const problems = problemsOf(text);
+    const why = 'a control plane on PostgreSQL (store.url) serves no data requests: run it in the sidecars';
+    assert.ok(problems.includes(`relay: ${why}`), problems.join('\n'));
+    assert.ok(problems.includes(`egress_proxy: ${why}`), problems.join('\n'));
+    assert.ok(problems.includes('state.source: a replica keeps its copy of the state in SQLite: control-plane takes store.path, not store.url'), problems.join('\n'));
   });
 });

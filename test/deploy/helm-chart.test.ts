@@ -149,40 +149,137 @@ function valueReferences(text: string): string[] {
   return [...text.matchAll(/\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)/g)].map((m) => (m[1] ?? '').slice(1));
 }
 
+/** What a condition comes to for given values; undefined when these checks cannot tell. */
+type Truth = boolean | undefined;
+
+/** Go templates' truth: false, 0, nil, "" and empty lists and maps are false. */
+function truthy(value: unknown): boolean {
+  if (value === undefined || value === null || value === false || value === 0 || value === '') return false;
+  if (Array.isArray(value)) return value.length > 0;
+  if (isTree(value)) return Object.keys(value).length > 0;
+  return true;
+}
+
+/**
+ * Evaluates an `if` condition made of `.Values` paths, `not`, `and`, `or` and parentheses
+ * against `v`. Anything else (include, comparisons, variables) is undecided.
+ */
+function evaluate(condition: string, v: Tree): Truth {
+  const tokens = condition.match(/\(|\)|"(?:[^"\\]|\\.)*"|[^\s()]+/g) ?? [];
+  let i = 0;
+  const call = (): Truth => {
+    const head = tokens[i];
+    if (head === 'not') {
+      i += 1;
+      const operand = term();
+      return operand === undefined ? undefined : !operand;
+    }
+    if (head === 'and' || head === 'or') {
+      i += 1;
+      const operands: Truth[] = [];
+      while (i < tokens.length && tokens[i] !== ')') operands.push(term());
+      if (operands.length < 2) return undefined;
+      const decisive = head === 'and' ? false : true;
+      if (operands.includes(decisive)) return decisive;
+      return operands.includes(undefined) ? undefined : !decisive;
+    }
+    if (head === '(' || head?.startsWith('.Values.') === true) return term();
+    // Another function: skip its arguments.
+    let depth = 0;
+    while (i < tokens.length && !(depth === 0 && tokens[i] === ')')) {
+      if (tokens[i] === '(') depth += 1;
+      if (tokens[i] === ')') depth -= 1;
+      i += 1;
+    }
+    return undefined;
+  };
+  const term = (): Truth => {
+    const token = tokens[i];
+    i += 1;
+    if (token === '(') {
+      const inner = call();
+      if (tokens[i] !== ')') return undefined;
+      i += 1;
+      return inner;
+    }
+    if (token?.startsWith('.Values.') === true) return truthy(at(v, token.slice('.Values.'.length).split('.')));
+    return undefined;
+  };
+  const result = call();
+  return i === tokens.length ? result : undefined;
+}
+
 /**
  * The template with its actions taken out: an action alone on its line(s) is dropped, an
- * inline one becomes a placeholder scalar. Every branch of every `if` is kept, so this is an
- * over-approximation of any rendering: its YAML must still parse, and it shows the shape.
+ * inline one becomes a placeholder scalar. Without `v`, every branch of every `if` is kept,
+ * so this is an over-approximation of any rendering: its YAML must still parse, and it shows
+ * the shape. With `v`, an `if` (or `else if`) whose condition `evaluate` decides keeps only
+ * the branch those values take; undecided ones keep every branch.
  */
-function skeleton(text: string): string {
+function skeleton(text: string, v?: Tree): string {
   const { actions } = scanActions(text);
+  // decided: this block's branch is chosen by v; active: the current branch is kept; done: a branch was taken.
+  const frames: Array<{ decided: boolean; active: boolean; done: boolean }> = [];
+  const emitting = (): boolean => frames.every((frame) => frame.active);
   let out = '';
   let pos = 0;
-  for (const { start, end } of actions) {
+  for (const { body, start, end } of actions) {
     const lineStart = text.lastIndexOf('\n', start - 1) + 1;
     const nextNewline = text.indexOf('\n', end);
     const lineEnd = nextNewline === -1 ? text.length : nextNewline;
     const alone = text.slice(lineStart, start).trim() === '' && text.slice(end, lineEnd).trim() === '';
     if (alone && lineStart >= pos) {
-      out += text.slice(pos, lineStart);
+      if (emitting()) out += text.slice(pos, lineStart);
       pos = Math.min(lineEnd + 1, text.length);
     } else {
-      out += `${text.slice(pos, start)}TEMPLATED`;
+      if (emitting()) out += `${text.slice(pos, start)}TEMPLATED`;
       pos = end;
     }
+    const keyword = /^[a-z]+/.exec(body)?.[0] ?? '';
+    if (BLOCK_OPENERS.has(keyword)) {
+      const truth = keyword === 'if' && v !== undefined ? evaluate(body.slice(2).trim(), v) : undefined;
+      frames.push(truth === undefined ? { decided: false, active: true, done: false } : { decided: true, active: truth, done: truth });
+    } else if (keyword === 'else') {
+      const frame = frames.at(-1);
+      if (frame === undefined || !frame.decided) continue;
+      const rest = body.slice(4).trim();
+      if (frame.done) frame.active = false;
+      else if (rest === '') frame.active = frame.done = true;
+      else {
+        const truth = rest.startsWith('if ') && v !== undefined ? evaluate(rest.slice(3), v) : undefined;
+        if (truth === undefined) Object.assign(frame, { decided: false, active: true });
+        else Object.assign(frame, { active: truth, done: truth });
+      }
+    } else if (keyword === 'end') {
+      frames.pop();
+    }
   }
-  return out + text.slice(pos);
+  if (emitting()) out += text.slice(pos);
+  return out;
 }
 
-function skeletonOf(name: string): Tree {
+/** The skeleton of a template as YAML: null when it renders nothing (for `v`). */
+function renderedSkeleton(name: string, v?: Tree): Tree | null {
   const text = templates.get(name);
   assert.ok(text !== undefined, `templates/${name} is missing`);
-  const docs = parseAllDocuments(skeleton(text), { uniqueKeys: true });
-  assert.equal(docs.length, 1, `templates/${name}: expected one document`);
+  const docs = parseAllDocuments(skeleton(text, v), { uniqueKeys: true });
+  assert.ok(docs.length <= 1, `templates/${name}: expected at most one document`);
   const [doc] = docs;
-  assert.ok(doc !== undefined);
+  if (doc === undefined) return null;
   assert.deepEqual(doc.errors.map(String), [], `templates/${name}: the skeleton is not valid YAML`);
-  return tree(doc.toJS(), `templates/${name}`);
+  const js: unknown = doc.toJS();
+  return js === null ? null : tree(js, `templates/${name}`);
+}
+
+function skeletonOf(name: string, v?: Tree): Tree {
+  const manifest = renderedSkeleton(name, v);
+  assert.ok(manifest !== null, `templates/${name} renders nothing`);
+  return manifest;
+}
+
+/** The values with the PostgreSQL store (and whatever else is given) set. */
+function withPostgres(extra: Tree = {}): Tree {
+  return { ...structuredClone(values), postgres: { existingSecret: 'svc-db', urlKey: 'url' }, ...extra };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -270,6 +367,27 @@ describe('the template checks themselves', () => {
     assert.match(structureProblems('{{ printf "%s" (include "x" . }}').join(), /parentheses/);
   });
 
+  it('decide an if from the values when they can, and keep every branch when they cannot', () => {
+    const v: Tree = { a: 'x', b: '', c: { d: true }, e: [] };
+    assert.equal(evaluate('.Values.a', v), true);
+    assert.equal(evaluate('.Values.b', v), false);
+    assert.equal(evaluate('.Values.missing.path', v), false);
+    assert.equal(evaluate('.Values.e', v), false);
+    assert.equal(evaluate('not .Values.b', v), true);
+    assert.equal(evaluate('and .Values.a .Values.c.d (not .Values.b)', v), true);
+    assert.equal(evaluate('and .Values.a (not .Values.a)', v), false);
+    assert.equal(evaluate('or .Values.b (include "x" .)', v), undefined);
+    assert.equal(evaluate('and .Values.b (include "x" .)', v), false);
+    assert.equal(evaluate('include "x" .', v), undefined);
+    assert.equal(evaluate('gt (int .Values.a) 1', v), undefined);
+    const text = 'k:\n  {{- if .Values.a }}\n  one: 1\n  {{- else if .Values.b }}\n  two: 2\n  {{- else }}\n  three: 3\n  {{- end }}\n';
+    assert.equal(skeleton(text, v), 'k:\n  one: 1\n');
+    assert.equal(skeleton(text, { ...v, a: '' }), 'k:\n  three: 3\n');
+    assert.equal(skeleton(text, { ...v, a: '', b: 'y' }), 'k:\n  two: 2\n');
+    assert.equal(skeleton(text), 'k:\n  one: 1\n  two: 2\n  three: 3\n');
+    assert.equal(skeleton('{{- if include "x" . }}\nk: {{ .Values.a }}\n{{- else }}\nl: 1\n{{- end }}\n', v), 'k: TEMPLATED\nl: 1\n');
+  });
+
   it('catch a .Values reference that values.yaml lacks', () => {
     assert.deepEqual(missingValues('{{ .Values.image.tag }}{{ $.Values.service.port }}', values), []);
     assert.deepEqual(missingValues('{{ .Values.image.digest }}', values), ['.Values.image.digest']);
@@ -316,19 +434,32 @@ describe('templates', () => {
     for (const name of used) assert.ok(defined.includes(name), `"${name}" is used but not defined`);
   });
 
-  it('parse as YAML with every branch kept, each with apiVersion and kind', () => {
-    const kinds: string[] = [];
+  it('parse as YAML with every branch kept but the store\'s, each with apiVersion and kind', () => {
+    const kindsFor = (v: Tree): string[] => {
+      const kinds: string[] = [];
+      for (const name of templates.keys()) {
+        if (!name.endsWith('.yaml')) continue;
+        const manifest = renderedSkeleton(name, v);
+        if (manifest === null) continue;
+        assert.equal(typeof manifest.apiVersion, 'string', `${name}: apiVersion`);
+        kinds.push(String(manifest.kind));
+      }
+      return kinds.sort();
+    };
+    const monitored = (v: Tree): Tree => ({ ...v, metrics: { serviceMonitor: { ...tree(at(values, ['metrics', 'serviceMonitor']), 'metrics.serviceMonitor'), enabled: true } } });
+    // The PodDisruptionBudget's condition counts instances, which these checks leave undecided.
+    assert.deepEqual(kindsFor(monitored(values)), ['ConfigMap', 'ConfigMap', 'Deployment', 'PersistentVolumeClaim', 'PodDisruptionBudget', 'Secret', 'Service', 'ServiceMonitor']);
+    assert.deepEqual(kindsFor(monitored(withPostgres())), ['ConfigMap', 'ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Secret', 'Service', 'ServiceMonitor']);
+    assert.ok(!kindsFor(values).includes('ServiceMonitor'), 'off by default');
+    // Without values every branch is kept: all templates but the Deployment (whose store
+    // branches set the same keys) still parse that way.
     for (const name of templates.keys()) {
-      if (!name.endsWith('.yaml')) continue;
-      const manifest = skeletonOf(name);
-      assert.equal(typeof manifest.apiVersion, 'string', `${name}: apiVersion`);
-      kinds.push(String(manifest.kind));
+      if (name.endsWith('.yaml') && name !== 'deployment.yaml') assert.ok(renderedSkeleton(name) !== null, name);
     }
-    assert.deepEqual(kinds.sort(), ['ConfigMap', 'ConfigMap', 'Deployment', 'PersistentVolumeClaim', 'Secret', 'Service', 'ServiceMonitor']);
   });
 
   it('the Deployment: one replica, Recreate, probes on the admin port, the data volume at /app/data', () => {
-    const deployment = skeletonOf('deployment.yaml');
+    const deployment = skeletonOf('deployment.yaml', values);
     assert.equal(at(deployment, ['spec', 'replicas']), 1);
     assert.equal(at(deployment, ['spec', 'strategy', 'type']), 'Recreate');
     const containers = at(deployment, ['spec', 'template', 'spec', 'containers']);
@@ -350,6 +481,8 @@ describe('templates', () => {
     const volumes = at(deployment, ['spec', 'template', 'spec', 'volumes']) as Array<Tree>;
     const data = volumes.find((v) => v.name === 'data');
     assert.ok(data !== undefined && 'persistentVolumeClaim' in data, 'the data volume is the claim when persistence is on');
+    assert.equal(env.find((e) => e.name === 'SVC_STORE_URL'), undefined, 'no database URL on SQLite');
+    assert.match(templates.get('deployment.yaml') ?? '', /\{\{- else \}\}\n(?:\s*\{\{-? \/\*.*\*\/\}\}\n)?\s*\{\{- \$_ := include "svc-sidecar\.replicas" \. \}\}\n/, 'the SQLite branch still checks controlPlane.replicas');
   });
 
   it('the Secret holds SVC_MASTER_KEY, SVC_API_KEY and SVC_SYNC_KEY, kept on uninstall', () => {
@@ -414,6 +547,10 @@ function controlPlaneConfig(v: Tree): Tree {
   server.listen = `0.0.0.0:${String(at(v, ['containerPorts', 'http']))}`;
   server.admin_listen = `0.0.0.0:${String(at(v, ['containerPorts', 'admin']))}`;
   return { ...config, server, store: { path: '/app/data/svc.db' }, keys: { master_key_file: '/app/data/master.key' } };
+}
+
+function controlPlaneConfigOnPostgres(v: Tree): Tree {
+  return { ...controlPlaneConfig(v), store: { url: '${SVC_STORE_URL}' } };
 }
 
 function sidecarConfig(v: Tree, relay: boolean, egressProxy = false): Tree {
@@ -511,8 +648,90 @@ describe('the rendered svc.yaml', () => {
 
   it('the mirrors above follow the helpers (same keys set in _helpers.tpl)', () => {
     const helpers = read(join(TEMPLATES, '_helpers.tpl'));
-    for (const fragment of ['"cert_file" "/app/egress-ca/egress-ca.pem" "key_file" "/app/data/egress-ca.key"', '"unknown_hosts" .Values.sidecar.egressProxy.unknownHosts', '"listen" (printf "0.0.0.0:%d"', '"admin_listen" (printf "0.0.0.0:%d"', '"path" "/app/data/svc.db"', '"source" "control-plane"', '"api_key" "${SVC_CP_KEY}"', '"listen" (printf "127.0.0.1:%d"']) {
+    for (const fragment of ['"cert_file" "/app/egress-ca/egress-ca.pem" "key_file" "/app/data/egress-ca.key"', '"unknown_hosts" .Values.sidecar.egressProxy.unknownHosts', '"listen" (printf "0.0.0.0:%d"', '"admin_listen" (printf "0.0.0.0:%d"', '"path" "/app/data/svc.db"', '"url" "${SVC_STORE_URL}"', '"source" "control-plane"', '"api_key" "${SVC_CP_KEY}"', '"listen" (printf "127.0.0.1:%d"']) {
       assert.ok(helpers.includes(fragment), `_helpers.tpl no longer has ${fragment}`);
     }
+  });
+});
+
+describe('the control plane on PostgreSQL (postgres.existingSecret)', () => {
+  const DB_URL = 'postgres://svc:s3cret@db.example.internal:5432/svc';
+
+  it('is off by default: SQLite on the claim, one instance, a budget only with more', () => {
+    assert.equal(at(values, ['postgres', 'existingSecret']), '');
+    assert.equal(at(values, ['postgres', 'urlKey']), 'url');
+    assert.equal(at(values, ['controlPlane', 'replicas']), null, 'null: 2 on PostgreSQL, 1 on SQLite');
+    assert.equal(at(values, ['controlPlane', 'pdb', 'enabled']), null, 'null: with more than one instance');
+    assert.equal(at(values, ['controlPlane', 'pdb', 'minAvailable']), 1);
+  });
+
+  it('the Deployment: controlPlane.replicas instances (2 unless set), a rolling update that keeps them all serving', () => {
+    const deployment = skeletonOf('deployment.yaml', withPostgres());
+    assert.equal(at(deployment, ['spec', 'replicas']), 'TEMPLATED');
+    assert.match(templates.get('deployment.yaml') ?? '', /^ {2}replicas: \{\{ include "svc-sidecar\.replicas" \. \}\}$/m);
+    assert.equal(at(deployment, ['spec', 'strategy', 'type']), 'RollingUpdate');
+    assert.equal(at(deployment, ['spec', 'strategy', 'rollingUpdate', 'maxUnavailable']), 0);
+    assert.equal(at(deployment, ['spec', 'strategy', 'rollingUpdate', 'maxSurge']), 1);
+    const helpers = templates.get('_helpers.tpl') ?? '';
+    const replicas = helpers.slice(helpers.indexOf('define "svc-sidecar.replicas"'), helpers.indexOf('define "svc-sidecar.pdbEnabled"'));
+    assert.match(replicas, /\$replicas := \.Values\.controlPlane\.replicas \}\}\n\{\{- if kindIs "invalid" \$replicas \}\}\n\{\{- \$replicas = 1 \}\}\n\{\{- if \.Values\.postgres\.existingSecret \}\}\n\{\{- \$replicas = 2 \}\}/);
+  });
+
+  it('the Deployment: the URL from the Secret as SVC_STORE_URL, the master key as before, no claim', () => {
+    const deployment = skeletonOf('deployment.yaml', withPostgres());
+    const [container] = at(deployment, ['spec', 'template', 'spec', 'containers']) as Tree[];
+    const env = tree(container, 'container').env as Array<{ name: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }>;
+    const url = env.find((e) => e.name === 'SVC_STORE_URL');
+    assert.ok(url?.valueFrom?.secretKeyRef !== undefined, 'SVC_STORE_URL comes from a Secret');
+    const text = templates.get('deployment.yaml') ?? '';
+    assert.match(text, /- name: SVC_STORE_URL\n\s+valueFrom:\n\s+secretKeyRef:\n\s+name: \{\{ \.Values\.postgres\.existingSecret \}\}\n\s+key: \{\{ \.Values\.postgres\.urlKey \}\}\n/);
+    // Every instance unwraps the same data keys: one master key, from the same Secret.
+    assert.equal(env.find((e) => e.name === 'SVC_MASTER_KEY')?.valueFrom?.secretKeyRef?.key, 'SVC_MASTER_KEY');
+    const volumes = at(deployment, ['spec', 'template', 'spec', 'volumes']) as Tree[];
+    const data = volumes.find((v) => v.name === 'data');
+    assert.ok(data !== undefined && 'emptyDir' in data && !('persistentVolumeClaim' in data), '/app/data is an emptyDir');
+    assert.ok(!volumes.some((v) => 'persistentVolumeClaim' in v));
+    for (const v of [withPostgres({ persistence: { ...tree(values.persistence, 'persistence'), existingClaim: 'old-data' } })]) {
+      const vols = at(skeletonOf('deployment.yaml', v), ['spec', 'template', 'spec', 'volumes']) as Tree[];
+      assert.ok(!vols.some((vol) => 'persistentVolumeClaim' in vol), 'not even an existing claim');
+    }
+  });
+
+  it('no PersistentVolumeClaim is created', () => {
+    assert.equal(renderedSkeleton('pvc.yaml', withPostgres()), null);
+    assert.equal(skeletonOf('pvc.yaml', values).kind, 'PersistentVolumeClaim', 'SQLite keeps its claim');
+  });
+
+  it('a PodDisruptionBudget (policy/v1) over the control-plane pods, by default whenever there is more than one', () => {
+    const pdb = skeletonOf('pdb.yaml', withPostgres());
+    assert.equal(pdb.apiVersion, 'policy/v1');
+    assert.equal(pdb.kind, 'PodDisruptionBudget');
+    assert.equal(at(pdb, ['spec', 'minAvailable']), 'TEMPLATED');
+    const text = templates.get('pdb.yaml') ?? '';
+    assert.match(text, /^\{\{- if include "svc-sidecar\.pdbEnabled" \. \}\}$/m);
+    assert.match(text, /minAvailable: \{\{ \.Values\.controlPlane\.pdb\.minAvailable \}\}/);
+    assert.match(text, /matchLabels:\n\s+\{\{- include "svc-sidecar\.selectorLabels" \. \| nindent 6 \}\}/, 'the Service\'s selector: control-plane pods only');
+    // A budget no eviction can satisfy would hang every node drain.
+    assert.match(text, /ge \(int \$minAvailable\) \$replicas\) \}\}\n\{\{- fail /);
+    const helpers = templates.get('_helpers.tpl') ?? '';
+    assert.match(helpers, /\$enabled := \.Values\.controlPlane\.pdb\.enabled \}\}\n\{\{- if kindIs "invalid" \$enabled \}\}\n\{\{- \$enabled = gt \(int \(include "svc-sidecar\.replicas" \.\)\) 1 \}\}/);
+  });
+
+  it('refuses more than one instance on SQLite (the render fails)', () => {
+    const helpers = templates.get('_helpers.tpl') ?? '';
+    assert.match(helpers, /\{\{- if and \(ne \$replicas 1\) \(not \.Values\.postgres\.existingSecret\) \}\}\n\{\{- fail \(printf "controlPlane\.replicas is %d, but the store is SQLite/);
+  });
+
+  it('the rendered svc.yaml has store.url "${SVC_STORE_URL}" and no store.path, and passes the schema', () => {
+    const rendered = controlPlaneConfigOnPostgres(withPostgres());
+    assert.deepEqual(rendered.store, { url: '${SVC_STORE_URL}' });
+    assert.ok(!stringify(rendered).includes('s3cret'), 'the ConfigMap never holds the password');
+    const loaded = loadConfig({ text: stringify(rendered), env: { SVC_API_KEY: API_KEY, SVC_SYNC_KEY: SYNC_KEY, SVC_STORE_URL: DB_URL } });
+    assert.equal(loaded.store.url, DB_URL);
+    assert.equal(loaded.seed.api_keys[0]?.key, API_KEY);
+    assert.throws(() => loadConfig({ text: stringify(rendered), env: { SVC_API_KEY: API_KEY, SVC_SYNC_KEY: SYNC_KEY } }), /SVC_STORE_URL is not set/, 'a missing Secret key is loud');
+    // The mirror picks the branch the helper does.
+    const helpers = templates.get('_helpers.tpl') ?? '';
+    assert.match(helpers, /\{\{- if \.Values\.postgres\.existingSecret \}\}\n\{\{- \$_ := set \$config "store" \(dict "url" "\$\{SVC_STORE_URL\}"\) \}\}\n\{\{- else \}\}\n\{\{- \$_ := set \$config "store" \(dict "path" "\/app\/data\/svc\.db"\) \}\}/);
   });
 });

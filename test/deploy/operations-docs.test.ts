@@ -143,4 +143,32 @@ describe('docs/operations.md', () => {
     assert.match(section('Backing up and restoring the store'), /PRAGMA integrity_check/);
     assert.match(section('Backing up and restoring the store'), /VACUUM INTO|\.backup/);
   });
+
+  it('runs the control plane on PostgreSQL: configuration, backup with pg_dump, upgrade, what VACUUM must do', () => {
+    const postgres = section('Running the control plane on PostgreSQL');
+    for (const term of ['store.url', '${SVC_STORE_URL}', 'store.path', 'advisory lock', 'postgres.existingSecret', 'controlPlane.replicas', 'SVC_MASTER_KEY', 'pg_dump', 'pg_restore', 'VACUUM FULL data_keys']) {
+      assert.ok(postgres.includes(term), `the section names ${term}`);
+    }
+    assert.match(postgres, /### Backing up and restoring the database\n/);
+    assert.match(postgres, /### Upgrading on PostgreSQL\n/);
+    // The message an operator sees is the one the code writes.
+    const refusal = /`(The database's schema is version) N, (newer than this build knows) \(M\): (run a newer build\.)`/.exec(postgres);
+    assert.ok(refusal !== null, 'quotes the refusal of a newer schema');
+    const code = source('store/postgres/schema.ts');
+    for (const part of refusal.slice(1)) assert.ok(code.includes(part), `src/store/postgres/schema.ts says "${part}"`);
+    assert.ok(code.includes('pg_advisory_lock'), 'migrations do take an advisory lock');
+    // The chart values the section tells operators to set exist.
+    const chartValues = readFileSync(join(ROOT, 'helm', 'svc-sidecar', 'values.yaml'), 'utf8');
+    for (const key of ['existingSecret', 'urlKey', 'replicas', 'minAvailable']) assert.match(chartValues, new RegExp(`^\\s+${key}:`, 'm'));
+    assert.ok(postgres.includes('[Moving from SQLite to PostgreSQL](#moving-from-sqlite-to-postgresql)'), 'links the move by its heading');
+    assert.ok(section('Scaling out').includes('](#running-the-control-plane-on-postgresql)'), '"Scaling out" points to it');
+  });
+
+  it('keeps the PostgreSQL section ahead of the one on moving from SQLite, wherever that lands', () => {
+    const running = DOC.indexOf('\n## Running the control plane on PostgreSQL\n');
+    assert.notEqual(running, -1);
+    assert.ok(DOC.indexOf('\n## ', running + 1) !== -1, 'not the last section of the file');
+    const moving = DOC.indexOf('\n## Moving from SQLite to PostgreSQL\n');
+    if (moving !== -1) assert.ok(moving > running);
+  });
 });

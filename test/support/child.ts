@@ -52,12 +52,14 @@ export interface ChildOptions {
   readonly dir?: string;
   /** The `server:` block, in place of `{ listen: 127.0.0.1:0, admin_listen: "off" }`. */
   readonly server?: string;
+  /** The `store:` block, in place of the SQLite file in the directory (e.g. `{ url: ... }`). */
+  readonly store?: string;
 }
 
 export async function startChild(t: TestContext, yaml: string, env: Record<string, string> = {}, nodeArgs: string[] = [], options: ChildOptions = {}): Promise<Child> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'svc-child-'));
   const configPath = join(dir, 'svc.yaml');
-  writeFileSync(configPath, `server: ${options.server ?? '{ listen: 127.0.0.1:0, admin_listen: "off" }'}\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nlogging: { level: info }\n${yaml}`);
+  writeFileSync(configPath, `server: ${options.server ?? '{ listen: 127.0.0.1:0, admin_listen: "off" }'}\nstore: ${options.store ?? `{ path: ${JSON.stringify(join(dir, 'svc.db'))} }`}\nlogging: { level: info }\n${yaml}`);
   warmCompileCache();
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, MAIN, 'serve', '--config', configPath], {
     env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...env },

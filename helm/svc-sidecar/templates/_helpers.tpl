@@ -62,20 +62,61 @@ app.kubernetes.io/component: control-plane
 {{- .Values.persistence.existingClaim | default (printf "%s-data" (include "svc-sidecar.fullname" .)) }}
 {{- end }}
 
+{{/*
+How many control-plane instances: controlPlane.replicas, else 2 on PostgreSQL and 1 on
+SQLite. On SQLite anything but 1 fails the render: two processes writing one SQLite file
+would corrupt it, and the ReadWriteOnce claim could not be mounted twice anyway.
+*/}}
+{{- define "svc-sidecar.replicas" -}}
+{{- $replicas := .Values.controlPlane.replicas }}
+{{- if kindIs "invalid" $replicas }}
+{{- $replicas = 1 }}
+{{- if .Values.postgres.existingSecret }}
+{{- $replicas = 2 }}
+{{- end }}
+{{- end }}
+{{- $replicas = int $replicas }}
+{{- if lt $replicas 0 }}
+{{- fail (printf "controlPlane.replicas is %d: it cannot be negative" $replicas) }}
+{{- end }}
+{{- if and (ne $replicas 1) (not .Values.postgres.existingSecret) }}
+{{- fail (printf "controlPlane.replicas is %d, but the store is SQLite (postgres.existingSecret is not set): the control plane on SQLite is exactly one instance. Set postgres.existingSecret to run several instances on one PostgreSQL database." $replicas) }}
+{{- end }}
+{{- $replicas }}
+{{- end }}
+
+{{/*
+"true" when the PodDisruptionBudget is rendered: controlPlane.pdb.enabled, or when unset,
+whenever there is more than one instance.
+*/}}
+{{- define "svc-sidecar.pdbEnabled" -}}
+{{- $enabled := .Values.controlPlane.pdb.enabled }}
+{{- if kindIs "invalid" $enabled }}
+{{- $enabled = gt (int (include "svc-sidecar.replicas" .)) 1 }}
+{{- end }}
+{{- if $enabled }}true{{ end }}
+{{- end }}
+
 {{- define "svc-sidecar.controlPlaneUrl" -}}
 {{- .Values.sidecar.controlPlaneUrl | default (printf "http://%s.%s.svc:%d" (include "svc-sidecar.fullname" .) .Release.Namespace (int .Values.service.port)) }}
 {{- end }}
 
 {{/*
 The control plane's svc.yaml: `config` from the values plus the keys the chart owns
-(listeners, store path, master key file), which the values may not set.
+(listeners, the store, master key file), which the values may not set. The store is the
+SQLite file on the data volume, or with postgres.existingSecret the PostgreSQL database
+whose URL the container reads from that Secret as SVC_STORE_URL (the service interpolates
+it: the URL and its password never appear in the ConfigMap).
 */}}
 {{- define "svc-sidecar.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) }}
 {{- range $section := list "store" "keys" }}
 {{- if hasKey $config $section }}
-{{- fail (printf "config.%s is set by the chart (the store lives on the data volume at /app/data); remove it from your values" $section) }}
+{{- fail (printf "config.%s is set by the chart (the store is the SQLite file on the data volume, or the database of postgres.existingSecret); remove it from your values" $section) }}
 {{- end }}
+{{- end }}
+{{- if and .Values.postgres.existingSecret (not .Values.postgres.urlKey) }}
+{{- fail "postgres.urlKey must name the key of postgres.existingSecret that holds the database URL" }}
 {{- end }}
 {{- $server := $config.server | default dict }}
 {{- range $key := list "listen" "admin_listen" }}
@@ -86,7 +127,11 @@ The control plane's svc.yaml: `config` from the values plus the keys the chart o
 {{- $_ := set $server "listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.http)) }}
 {{- $_ := set $server "admin_listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.admin)) }}
 {{- $_ := set $config "server" $server }}
+{{- if .Values.postgres.existingSecret }}
+{{- $_ := set $config "store" (dict "url" "${SVC_STORE_URL}") }}
+{{- else }}
 {{- $_ := set $config "store" (dict "path" "/app/data/svc.db") }}
+{{- end }}
 {{- $_ := set $config "keys" (dict "master_key_file" "/app/data/master.key") }}
 {{- toYaml $config }}
 {{- end }}

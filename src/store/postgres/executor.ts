@@ -1,6 +1,7 @@
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { driven, runAsync, textOf, type Command, type Dialect, type Step } from '../query.ts';
 import { dropLogPartitions, prepareLogPartitions } from './partitions.ts';
+import { STATE_TABLES } from './schema.ts';
 
 const INT8 = 20;
 
@@ -54,7 +55,12 @@ interface Prepared {
   readonly text: string;
   /** For named parameters: the name behind each `$n`; null for positional `?`. */
   readonly names: readonly string[] | null;
+  /** True for a write to a table the state version follows (STATE_TABLES). */
+  readonly touchesState: boolean;
 }
+
+const WRITTEN_TABLE = /^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?([a-z_]+)/i;
+const FOLLOWED: ReadonlySet<string> = new Set(STATE_TABLES);
 
 /**
  * Rewrites `?` (positional) or `$name` (named) placeholders as `$1`, `$2`, …, leaving quoted
@@ -86,7 +92,8 @@ export function toPostgres(sql: string): Prepared {
     }
   }
   if (named && position > 0) throw new Error('a statement takes either ? or $name placeholders, not both');
-  return { text: out, names: named ? names : null };
+  const table = WRITTEN_TABLE.exec(sql)?.[1]?.toLowerCase();
+  return { text: out, names: named ? names : null, touchesState: table !== undefined && FOLLOWED.has(table) };
 }
 
 /** Whatever runs queries: the pool, or one client of it (inside a transaction). */
@@ -101,19 +108,24 @@ export class PostgresExecutor {
   readonly #pool: Pool;
   /** Set for a transaction handle: its client, held by `store.transaction`. */
   readonly #client: PoolClient | null;
-  readonly #prepared = new Map<string, Prepared>();
-  readonly #onWrite: () => void;
+  readonly #prepared: Map<string, Prepared>;
+  readonly #stateWritten: () => void;
 
-  constructor(pool: Pool, client: PoolClient | null, onWrite: () => void, prepared?: Map<string, Prepared>) {
+  /**
+   * `stateWritten` is called once a write to the state tables is done: on the pool, when it
+   * has committed; bound to a transaction's client, at once (the transaction's owner then
+   * knows to announce it when it commits).
+   */
+  constructor(pool: Pool, client: PoolClient | null, stateWritten: () => void, prepared = new Map<string, Prepared>()) {
     this.#pool = pool;
     this.#client = client;
-    this.#onWrite = onWrite;
-    if (prepared !== undefined) this.#prepared = prepared;
+    this.#stateWritten = stateWritten;
+    this.#prepared = prepared;
   }
 
-  /** This executor bound to `client`, a transaction's. */
-  within(client: PoolClient): PostgresExecutor {
-    return new PostgresExecutor(this.#pool, client, this.#onWrite, this.#prepared);
+  /** This executor bound to `client`, a transaction's, telling `stateWritten` of its state writes. */
+  within(client: PoolClient, stateWritten: () => void): PostgresExecutor {
+    return new PostgresExecutor(this.#pool, client, stateWritten, this.#prepared);
   }
 
   /** `repository` with every method answering with a promise. */
@@ -125,21 +137,42 @@ export class PostgresExecutor {
     );
   }
 
+  /**
+   * Called after a step (on the pool) that wrote to the state tables has committed, and
+   * awaited before the step's caller goes on: the store rebuilds its state view there.
+   */
+  afterStateWrite: (() => Promise<void> | undefined) | null = null;
+
   /** Runs `step`; a transaction it opens holds one client of the pool until it ends. */
   async run<T>(step: Step<T>): Promise<T> {
+    let wroteAny = false;
+    const value = await this.#run(step, () => {
+      wroteAny = true;
+    });
+    if (wroteAny && this.#client === null) await this.afterStateWrite?.();
+    return value;
+  }
+
+  async #run<T>(step: Step<T>, noteStateWrite: () => void): Promise<T> {
     let client = this.#client;
     let owned: PoolClient | null = null;
     let depth = this.#client === null ? 0 : 1;
+    // A write inside a transaction this step opened is announced once that commits.
+    let wroteState = false;
     try {
       return await runAsync(step, async (command) => {
         switch (command.op) {
           case 'all':
           case 'get':
           case 'run': {
-            const result = await this.#query(client ?? this.#pool, command.sql, command.params);
+            const { result, touchesState } = await this.#query(client ?? this.#pool, command.sql, command.params);
+            if (touchesState) {
+              noteStateWrite();
+              if (owned !== null) wroteState = true;
+              else this.#stateWritten();
+            }
             if (command.op === 'all') return result.rows;
             if (command.op === 'get') return result.rows[0];
-            if (result.command !== 'SELECT') this.#onWrite();
             return { changes: result.rowCount ?? 0 };
           }
           case 'begin':
@@ -160,12 +193,13 @@ export class PostgresExecutor {
             if (level === 1) {
               owned = null;
               client = this.#client;
+              if (wroteState) this.#stateWritten();
+              wroteState = false;
             }
             return undefined;
           }
           case 'rollback': {
             const level = command.nested as number;
-            this.#onWrite();
             await client!.query(level === 1 ? 'ROLLBACK' : `ROLLBACK TO SAVEPOINT svc_nested_${level}`);
             if (level > 1) await client!.query(`RELEASE SAVEPOINT svc_nested_${level}`);
             depth--;
@@ -173,12 +207,17 @@ export class PostgresExecutor {
             if (level === 1) {
               owned = null;
               client = this.#client;
+              wroteState = false;
             }
             return undefined;
           }
           case 'lock':
             await (client ?? this.#pool).query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [command.key]);
             return undefined;
+          case 'state-version': {
+            const { rows } = await (client ?? this.#pool).query<{ version: number }>('SELECT version FROM svc_state WHERE id = 1');
+            return rows[0]?.version ?? null;
+          }
           case 'defer-foreign-keys':
             // The schema's foreign keys are not deferrable: the statements come in an order
             // that keeps them (children removed first, parents upserted first).
@@ -233,7 +272,7 @@ export class PostgresExecutor {
     if (level === 1 && owned !== null) owned.release();
   }
 
-  #query(on: Queryable, sql: string | ((dialect: Dialect) => string), params: readonly unknown[]): Promise<QueryResult> {
+  async #query(on: Queryable, sql: string | ((dialect: Dialect) => string), params: readonly unknown[]): Promise<{ result: QueryResult; touchesState: boolean }> {
     const text = textOf(sql, POSTGRES);
     let prepared = this.#prepared.get(text);
     if (prepared === undefined) {
@@ -241,7 +280,8 @@ export class PostgresExecutor {
       this.#prepared.set(text, prepared);
     }
     const values = prepared.names === null ? params : namedValues(prepared.names, params[0]);
-    return on.query({ text: prepared.text, values: values.map(toParameter) });
+    const result = await on.query({ text: prepared.text, values: values.map(toParameter) });
+    return { result, touchesState: prepared.touchesState };
   }
 }
 

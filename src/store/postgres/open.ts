@@ -12,6 +12,7 @@ import { ShippedLogsRepository } from '../shipped-logs.ts';
 import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
 import { ConcurrentSavepointError, TransactionEndedError } from '../sqlite/gate.ts';
+import { prepareState } from '../state-view.ts';
 import { PostgresExecutor, types } from './executor.ts';
 import { migratePostgres } from './schema.ts';
 
@@ -51,22 +52,19 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
   const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, types });
   // An idle client that loses its connection must not take the process down.
   pool.on('error', () => {});
-  let generation = 0;
-  const executor = new PostgresExecutor(pool, null, () => {
-    generation++;
-  });
-  const repos = repositories();
   let created: boolean;
   try {
     created = (await migratePostgres(pool)).from === 0;
     // Today's log partitions and the next days', before the first row of them arrives;
-    // retention makes them again as the days go (postgres/partitions.ts).
-    await executor.run(repos.logs.preparePartitions());
+    // retention makes them again as the days go (postgres/partitions.ts). No state table
+    // is written.
+    await new PostgresExecutor(pool, null, () => {}).run(new LogsRepository().preparePartitions());
   } catch (error) {
     await pool.end();
     throw error;
   }
 
+  let generation = 0;
   let version = -1;
   let closed = false;
   const readVersion = async (): Promise<void> => {
@@ -92,12 +90,21 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
   }, STATE_POLL_MS);
   poll.unref();
 
-  /** A transaction on its own client; nested ones are savepoints, one at a time. */
-  const begin = async <T>(client: pg.PoolClient, depth: number, fn: (tx: Transaction) => Promise<T>): Promise<T> => {
+  // A state write through this instance moves the stamp as soon as it has committed, so the
+  // next request of this instance sees it without waiting for the notification.
+  const executor = new PostgresExecutor(pool, null, () => {
+    generation++;
+  });
+  const repos = repositories();
+
+  /**
+   * A transaction on its own client; nested ones are savepoints, one at a time. `wrote` is
+   * told of every write to the state tables, for the commit to announce.
+   */
+  const begin = async <T>(client: pg.PoolClient, depth: number, wrote: () => void, fn: (tx: Transaction) => Promise<T>): Promise<T> => {
     let ended = false;
     let inner = false;
-    const bound = executor.within(client);
-    const repositoriesOf = drive(bound, repos);
+    const repositoriesOf = drive(executor.within(client, wrote), repos);
     const guard = <R>(run: () => Promise<R>): Promise<R> => (ended ? Promise.reject(new TransactionEndedError()) : run());
     const handle: Record<string, unknown> = {};
     for (const [name, repository] of Object.entries(repositoriesOf)) {
@@ -107,6 +114,10 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
       }
       handle[name] = Object.freeze(methods);
     }
+    handle['lock'] = (key: string): Promise<void> =>
+      guard(async () => {
+        await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [key]);
+      });
     handle['transaction'] = <N>(nested: (tx: Transaction) => Promise<N>): Promise<N> =>
       guard(async () => {
         if (inner) throw new ConcurrentSavepointError();
@@ -114,11 +125,10 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
         const name = `svc_tx_${depth + 1}`;
         await client.query(`SAVEPOINT ${name}`);
         try {
-          const value = await begin(client, depth + 1, nested);
+          const value = await begin(client, depth + 1, wrote, nested);
           await client.query(`RELEASE SAVEPOINT ${name}`);
           return value;
         } catch (error) {
-          generation++;
           await client.query(`ROLLBACK TO SAVEPOINT ${name}`);
           await client.query(`RELEASE SAVEPOINT ${name}`);
           throw error;
@@ -140,21 +150,28 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
     ...drive(executor, repos),
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
       const client = await pool.connect();
+      let wroteState = false;
+      let released = false;
       try {
         await client.query('BEGIN');
-        let value;
+        let value: T;
         try {
-          value = await begin(client, 0, fn);
+          value = await begin(client, 0, () => (wroteState = true), fn);
         } catch (error) {
-          generation++;
           await client.query('ROLLBACK');
           throw error;
         }
         await client.query('COMMIT');
-        generation++;
+        client.release();
+        released = true;
+        // Announced once committed, and the view rebuilt before the caller goes on.
+        if (wroteState) {
+          generation++;
+          await prepareState(store);
+        }
         return value;
       } finally {
-        client.release();
+        if (!released) client.release();
       }
     },
     changeStamp: () => generation,
@@ -170,6 +187,9 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
       await pool.end();
     },
   };
+  // A write through the store resolves once the state view includes it, so whatever the
+  // caller reads next (the response it presents, the next request) sees the write.
+  executor.afterStateWrite = () => prepareState(store);
   return store;
 }
 

@@ -22,11 +22,14 @@ export const MIGRATION_LOCK = 0x5356_4331;
 const FOLD = "translate(%s, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')";
 const fold = (column: string): string => FOLD.replace('%s', column);
 
-/** Tables whose rows the state view and the caches hold: a write to any of them moves the state version. */
+/**
+ * The state: the tables a snapshot carries and the state view holds. A write to any of them
+ * moves the state version. Not the logs, failed logins, token revocations (checked exactly,
+ * never cached), nor the store's own bookkeeping (sync_state, store_meta).
+ */
 export const STATE_TABLES = [
   'roles', 'permissions', 'role_permissions', 'users', 'user_roles', 'configurations', 'data_keys', 'api_keys',
-  'classifications', 'classification_users', 'classification_roles', 'classification_providers', 'token_revocations',
-  'sync_state', 'store_meta', 'sync_instance',
+  'classifications', 'classification_users', 'classification_roles', 'classification_providers',
 ] as const;
 
 /**

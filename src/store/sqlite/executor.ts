@@ -109,6 +109,8 @@ export class SqliteExecutor {
           if (this.#db.isTransaction) this.#db.exec('ROLLBACK');
         } else rollback(this.#db, command.nested as boolean);
         return undefined;
+      case 'state-version':
+        return null;
       case 'defer-foreign-keys':
         this.#db.exec('PRAGMA defer_foreign_keys = ON');
         return undefined;

@@ -131,6 +131,8 @@ export function openSqliteStore(path: string): Store {
     ...asyncRepositories(repositories, (run) => gate.within(run)),
     // A savepoint, for the transaction that holds the connection only.
     transaction: (fn) => gate.within(() => gate.savepoint(() => runInTransactionAsync(db, () => fn(tx)))),
+    // BEGIN IMMEDIATE holds the one write lock already.
+    lock: () => gate.within(() => undefined),
   };
   const store: Store = {
     kind: 'sqlite',
