@@ -7,7 +7,7 @@
  * plaintext to the application.
  *
  * How it searches: the answer is not searched once per spelling a value could take. Each
- * header value and the body are NORMALISED once — every escape an answer writes text in is
+ * header name and value and the body are NORMALISED once — every escape an answer writes text in is
  * decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case), JSON and
  * JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs), HTML
  * character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other named
@@ -111,7 +111,7 @@ export class DecryptedPaths extends Map<string, number> {
   }
 
   /**
-   * Throws a 502 if a header value or the body (as it would be sent) repeats a remembered
+   * Throws a 502 if a header name or value or the body (as it would be sent) repeats a remembered
    * plaintext, or if it cannot be searched in full. Names neither the value nor the vendor.
    */
   check(headers: Readonly<Record<string, string | string[] | undefined>>, body: Buffer | null): void {
@@ -120,6 +120,8 @@ export class DecryptedPaths extends Map<string, number> {
     for (const name in headers) {
       const value = headers[name];
       if (value === undefined) continue;
+      // A name is relayed to the application as its value is: `x-card-4242…` repeats a value too.
+      if (this.holds(normalise(Buffer.from(name, 'latin1')))) throw refused('the name of one of its headers');
       for (const text of Array.isArray(value) ? value : [value]) {
         if (text.length > MAX_SCANNED) throw tooLarge(`its ${name} header`);
         // Header values arrive as latin1 text: their bytes, as the vendor sent them.

@@ -1,0 +1,74 @@
+/**
+ * Near misses of the echo guard through a running egress proxy (DESIGN §13, §15): a vendor
+ * answer that repeats a decrypted value in a spelling an application's HTTP or JSON library
+ * reads back as the value must be refused (502) like the plain echo, and nothing of it may
+ * reach the application.
+ */
+import { test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ServerResponse } from 'node:http';
+import { fetch as undiciFetch, ProxyAgent } from 'undici';
+import { startProxy, startVendor, tokensFor } from '../support/egress-proxy.ts';
+
+const CARD = '4242 4242 4242 4242';
+const EMAIL = 'jenny.rosen@example.com';
+const NAME = 'Jürgen Müller-Šťastný';
+
+type Answer = (form: URLSearchParams, res: ServerResponse) => void;
+
+/**
+ * A vendor that answers each request with `answers` in turn, behind a proxy whose host rule
+ * decrypts `card[number]`, `email` and `name`; sends one decrypting request per answer and
+ * returns what the application got for each.
+ */
+async function answersThroughProxy(t: TestContext, answers: readonly Answer[]): Promise<Array<{ status: number; body: Buffer; headers: Headers }>> {
+  let next = 0;
+  const vendor = await startVendor(t, (request, res) => answers[next++]!(new URLSearchParams(request.body), res));
+  const proxy = await startProxy(t, `  hosts:
+    - match: 127.0.0.1:${vendor.port}
+      configuration: payments
+      request: { decrypt: ["card[number]", email, name] }
+`);
+  const tokens = await tokensFor(proxy.url, { card: { number: CARD }, who: { email: EMAIL, name: NAME } }, 'card.number,who.email,who.name');
+  const body = new URLSearchParams({ 'card[number]': tokens.card.number, email: tokens.who.email, name: tokens.who.name }).toString();
+  const agent = new ProxyAgent({ uri: proxy.proxyUrl, requestTls: { ca: proxy.caPem } });
+  t.after(() => agent.close());
+  const got = [];
+  for (let i = 0; i < answers.length; i++) {
+    const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/customers`, { method: 'POST', dispatcher: agent, redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body });
+    got.push({ status: res.status, body: Buffer.from(await res.arrayBuffer()), headers: res.headers });
+  }
+  assert.equal(vendor.received.length, answers.length);
+  assert.ok(vendor.received.every((r) => new URLSearchParams(r.body).get('name') === NAME), 'the vendor got the plaintext each time');
+  return got;
+}
+
+function assertRefused(got: { status: number; body: Buffer }, name: string): void {
+  assert.equal(got.status, 502, name);
+  assert.deepEqual(JSON.parse(got.body.toString()), { message: 'The upstream response could not be transformed.' }, name);
+}
+
+test('regression: a decrypted value repeated in a response header NAME is refused, as in a header value', async (t) => {
+  const got = await answersThroughProxy(t, [
+    (form, res) => {
+      res.setHeader(`x-card-${form.get('card[number]')!.replaceAll(' ', '')}`, 'seen');
+      res.setHeader('content-type', 'application/json');
+      res.end('{}');
+    },
+    (form, res) => {
+      res.setHeader(`x-${form.get('email')!.replace('@', '-at-')}`, '1');
+      res.setHeader('content-type', 'application/json');
+      res.end('{}');
+    },
+    (_form, res) => {
+      res.setHeader('x-card-4242', 'seen');
+      res.setHeader('content-type', 'application/json');
+      res.end('{}');
+    },
+  ]);
+  assertRefused(got[0]!, 'the card number as a header name');
+  assert.equal(got[0]!.headers.get('x-card-4242424242424242'), null);
+  // The e-mail with its "@" written otherwise is not the value: what is compared is the value's spelling.
+  assert.equal(got[1]!.status, 200, 'a name that holds no decrypted value passes');
+  assert.equal(got[2]!.status, 200, 'four digits of the number are no echo');
+});
