@@ -7,15 +7,17 @@
  * plaintext to the application.
  *
  * How it searches: the answer is not searched once per spelling a value could take. Each
- * header name and value and the body are NORMALISED once — every escape an answer writes text in is
- * decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case), JSON and
- * JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs), HTML
- * character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other named
- * references of ASCII punctuation). Decoding repeats, up to MAX_LAYERS times, while it
- * changes something, so an escape of an escape (`%2540`, `&amp;#64;`, JSON inside HTML) is
- * undone too. Then ASCII letters are lower-cased and `+` reads as a space (form encoding).
- * The remembered values go through the same normalisation, so an encoder's choice — which
- * characters it escapes, `+` or `%20`, `\u003c` or `<` — does not change what is compared.
+ * header name and value and the body are NORMALISED once — every escape an answer writes
+ * text in is decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case), JSON
+ * and JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs),
+ * HTML character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other
+ * named references of ASCII punctuation; `&uuml;`, `&Scaron;` and the other names of Latin
+ * letters with a diacritic, of Latin-1 symbols and of Greek letters). Decoding repeats, up
+ * to MAX_LAYERS times, while it changes something, so an escape of an escape (`%2540`,
+ * `&amp;#64;`, JSON inside HTML) is undone too. Then ASCII letters are lower-cased and `+`
+ * reads as a space (form encoding). The remembered values go through the same
+ * normalisation, so an encoder's choice — which characters it escapes, `+` or `%20`,
+ * `\u003c` or `<` — does not change what is compared.
  * All the values are then looked for in one pass over the normalised bytes: a rolling hash
  * of MIN_LENGTH bytes indexes them, and a hit is compared byte for byte. The cost is linear
  * in the size of the answer, whatever the number of values.
@@ -27,7 +29,8 @@
  * timestamps and ids, and a search for them would refuse good answers.
  *
  * What it cannot see: a value the vendor transforms other than by escaping it — base64 or
- * another encoding of its bytes, a hash, a changed case of a non-ASCII letter, the number
+ * another encoding of its bytes, a hash, a changed case of a non-ASCII letter, a named
+ * reference of another script (`&Acy;`) or without its `;`, the number
  * with separators added or regrouped, a part of it shorter than PREFIX_CHARS that is not
  * its beginning — and escapes nested deeper than MAX_LAYERS.
  *
@@ -292,7 +295,50 @@ const NAMED: ReadonlyMap<string, number> = new Map([
 ]);
 const LONGEST_NAME = 16;
 
-/** The HTML character reference at `src[at]` (`&`): `&#64;`, `&#x40;` (`;` optional), `&commat;`. */
+/**
+ * Named references of letters and symbols beyond ASCII, as HTML writes them (PHP's
+ * `htmlentities`, template engines that escape every character with a name): compared case
+ * by case, since `&Uuml;` is Ü and `&uuml;` is ü. Latin letters with a diacritic are named
+ * after the letter and the mark (`uuml`, `Scaron`, `tcaron`, `aogon`): each such name is the
+ * letter and the mark composed (NFC), so the table is built rather than written out.
+ */
+const NAMED_EXACT: ReadonlyMap<string, number> = (() => {
+  const named = new Map<string, number>();
+  const marks: ReadonlyArray<[string, number]> = [
+    ['grave', 0x300], ['acute', 0x301], ['circ', 0x302], ['tilde', 0x303], ['macr', 0x304], ['breve', 0x306],
+    ['dot', 0x307], ['uml', 0x308], ['ring', 0x30a], ['dblac', 0x30b], ['caron', 0x30c], ['cedil', 0x327], ['ogon', 0x328],
+  ];
+  for (let letter = 0x41; letter <= 0x7a; letter++) {
+    if (letter > 0x5a && letter < 0x61) continue;
+    for (const [name, mark] of marks) {
+      const composed = String.fromCodePoint(letter, mark).normalize('NFC');
+      if (composed.length === 1) named.set(`${String.fromCharCode(letter)}${name}`, composed.codePointAt(0)!);
+    }
+  }
+  const others: ReadonlyArray<[string, number]> = [
+    ['AElig', 0xc6], ['aelig', 0xe6], ['ETH', 0xd0], ['eth', 0xf0], ['Oslash', 0xd8], ['oslash', 0xf8], ['THORN', 0xde],
+    ['thorn', 0xfe], ['szlig', 0xdf], ['times', 0xd7], ['divide', 0xf7], ['OElig', 0x152], ['oelig', 0x153],
+    ['Dstrok', 0x110], ['dstrok', 0x111], ['Hstrok', 0x126], ['hstrok', 0x127], ['Lstrok', 0x141], ['lstrok', 0x142],
+    ['Tstrok', 0x166], ['tstrok', 0x167], ['Lmidot', 0x13f], ['lmidot', 0x140], ['ENG', 0x14a], ['eng', 0x14b],
+    ['IJlig', 0x132], ['ijlig', 0x133], ['inodot', 0x131], ['imath', 0x131], ['kgreen', 0x138], ['napos', 0x149],
+    ['ndash', 0x2013], ['mdash', 0x2014], ['hyphen', 0x2010], ['lsquo', 0x2018], ['rsquo', 0x2019], ['sbquo', 0x201a],
+    ['ldquo', 0x201c], ['rdquo', 0x201d], ['bdquo', 0x201e], ['hellip', 0x2026], ['euro', 0x20ac],
+  ];
+  for (const [name, codePoint] of others) named.set(name, codePoint);
+  // Latin-1's symbols, U+00A1 to U+00BF in order.
+  const latin1 = 'iexcl cent pound curren yen brvbar sect uml copy ordf laquo not shy reg macr deg plusmn sup2 sup3 acute micro para middot cedil sup1 ordm raquo frac14 frac12 frac34 iquest';
+  latin1.split(' ').forEach((name, i) => named.set(name, 0xa1 + i));
+  // Greek letters: U+0391 Alpha to U+03A9 Omega (no letter at U+03A2), U+03B1 alpha to U+03C9 omega.
+  const greek = 'Alpha Beta Gamma Delta Epsilon Zeta Eta Theta Iota Kappa Lambda Mu Nu Xi Omicron Pi Rho Sigma Tau Upsilon Phi Chi Psi Omega'.split(' ');
+  greek.forEach((name, i) => {
+    named.set(name, 0x391 + i + (i >= 17 ? 1 : 0));
+    named.set(name.toLowerCase(), 0x3b1 + i + (i >= 17 ? 1 : 0));
+  });
+  named.set('sigmaf', 0x3c2);
+  return named;
+})();
+
+/** The HTML character reference at `src[at]` (`&`): `&#64;`, `&#x40;` (`;` optional), `&commat;`, `&uuml;`. */
 function htmlReference(src: Buffer, at: number): { codePoint: number; length: number } | null {
   let i = at + 1;
   if (src[i] === 0x23 /* # */) {
@@ -314,7 +360,8 @@ function htmlReference(src: Buffer, at: number): { codePoint: number; length: nu
   const start = i;
   while (i < src.length && i - start <= LONGEST_NAME && isAlphanumeric(src[i]!)) i++;
   if (src[i] !== 0x3b || i === start) return null;
-  const codePoint = NAMED.get(src.toString('latin1', start, i).toLowerCase());
+  const name = src.toString('latin1', start, i);
+  const codePoint = NAMED_EXACT.get(name) ?? NAMED.get(name.toLowerCase());
   return codePoint === undefined ? null : { codePoint, length: i + 1 - at };
 }
 

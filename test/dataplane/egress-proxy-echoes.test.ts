@@ -72,3 +72,28 @@ test('regression: a decrypted value repeated in a response header NAME is refuse
   assert.equal(got[1]!.status, 200, 'a name that holds no decrypted value passes');
   assert.equal(got[2]!.status, 200, 'four digits of the number are no echo');
 });
+
+/** What PHP's htmlentities() writes: every character with a named reference as that name (HTML5 names). */
+function htmlEntities(text: string): string {
+  const names: Record<string, string> = { ü: '&uuml;', Š: '&Scaron;', ť: '&tcaron;', ý: '&yacute;' };
+  return [...text].map((c) => names[c] ?? c).join('');
+}
+
+test('regression: a decrypted value with accented letters written as named HTML references (&uuml;, &Scaron;) is refused', async (t) => {
+  const page = (body: string) => (res: ServerResponse) => {
+    res.writeHead(400, { 'content-type': 'text/html; charset=utf-8' });
+    res.end(`<html><body><p>No customer named ${body}.</p></body></html>`);
+  };
+  const got = await answersThroughProxy(t, [
+    (form, res) => page(htmlEntities(form.get('name')!))(res),
+    // HTML 4 names, written in another case than their letter's: &UUML; is no reference.
+    (form, res) => page(form.get('name')!.replace('ü', '&uuml;').replace('Š', '&Scaron;').replace('ť', '&#357;'))(res),
+    (form, res) => page(form.get('name')!.replace('ü', '&UUML;'))(res),
+    (form, res) => page(form.get('name')!.replace('ü', '&Uuml;'))(res),
+  ]);
+  assertRefused(got[0]!, 'HTML5 names (&uuml; &Scaron; &tcaron; &yacute;)');
+  assertRefused(got[1]!, 'HTML 4 names and a numeric reference');
+  for (const [i, what] of [[2, '&UUML;'], [3, '&Uuml; (Ü, another letter than ü)']] as const) {
+    assert.equal(got[i]!.status, 400, `${what} is not the value`);
+  }
+});
