@@ -24,9 +24,11 @@
  *
  * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised),
  * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning), and
- * for a number written with separators (`4242 4242 4242 4242`) its digits alone. Shorter
- * values (a CVC, an expiry month) are not searched: three or four digits occur by chance in
- * timestamps and ids, and a search for them would refuse good answers.
+ * for a number written with separators (`4242 4242 4242 4242`) its digits alone, and for
+ * a value with letters beyond ASCII its windows-1252 bytes (an answer that names no charset
+ * is read so by many clients). Shorter values (a CVC, an expiry month) are not searched:
+ * three or four digits occur by chance in timestamps and ids, and a search for them would
+ * refuse good answers.
  *
  * What it cannot see: a value the vendor transforms other than by escaping it — base64 or
  * another encoding of its bytes, a hash, a changed case of a non-ASCII letter, a named
@@ -90,6 +92,9 @@ export class DecryptedPaths extends Map<string, number> {
     }
     this.remembered++;
     this.add(prefix.bytes);
+    // Letters beyond ASCII are looked for in the single-byte charset legacy servers write too.
+    const legacy = singleByte(prefix.bytes);
+    if (legacy !== null) this.add(legacy);
     // A number with separators is looked for as its digits alone too.
     if (canonical.length <= PREFIX_CHARS * 4) {
       const text = canonical.toString('latin1');
@@ -180,6 +185,36 @@ function refused(where: string): UpstreamResponseError {
 
 function tooLarge(where: string): UpstreamResponseError {
   return new UpstreamResponseError(new Error(`the answer is too large to search for values decrypted for this request in ${where}`));
+}
+
+/**
+ * Windows-1252 for U+0080 to U+009F's place: the letters and marks it puts there, by code
+ * point. The rest of it is ISO-8859-1 (U+00A0 to U+00FF as one byte each).
+ */
+const WINDOWS_1252: ReadonlyMap<number, number> = new Map([
+  [0x20ac, 0x80], [0x201a, 0x82], [0x192, 0x83], [0x201e, 0x84], [0x2026, 0x85], [0x2020, 0x86], [0x2021, 0x87],
+  [0x2c6, 0x88], [0x2030, 0x89], [0x160, 0x8a], [0x2039, 0x8b], [0x152, 0x8c], [0x17d, 0x8e], [0x2018, 0x91],
+  [0x2019, 0x92], [0x201c, 0x93], [0x201d, 0x94], [0x2022, 0x95], [0x2013, 0x96], [0x2014, 0x97], [0x2dc, 0x98],
+  [0x2122, 0x99], [0x161, 0x9a], [0x203a, 0x9b], [0x153, 0x9c], [0x17e, 0x9e], [0x178, 0x9f],
+]);
+
+/**
+ * A normalised UTF-8 value with letters beyond ASCII as an answer that names no charset may
+ * hold it: in windows-1252 (ISO-8859-1 where they agree), which clients read such text as
+ * (Python's requests reads `text/*` as ISO-8859-1, browsers as windows-1252). As far as the
+ * charset can write it, when that is at least MIN_LENGTH characters; null for an ASCII
+ * value (the same bytes already) or one that starts with too few writable characters.
+ */
+function singleByte(utf8: Buffer): Buffer | null {
+  if (utf8.every((b) => b < 0x80)) return null;
+  const out: number[] = [];
+  for (const c of utf8.toString('utf8')) {
+    const code = c.codePointAt(0)!;
+    const byte = code < 0x80 || (code >= 0xa0 && code <= 0xff) ? code : WINDOWS_1252.get(code);
+    if (byte === undefined) break;
+    out.push(byte);
+  }
+  return out.length >= MIN_LENGTH ? Buffer.from(out) : null;
 }
 
 /** The first `max` characters of UTF-8 `bytes` (cut at a character's start), and how many there are. */

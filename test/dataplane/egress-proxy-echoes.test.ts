@@ -97,3 +97,35 @@ test('regression: a decrypted value with accented letters written as named HTML 
     assert.equal(got[i]!.status, 400, `${what} is not the value`);
   }
 });
+
+/** `text` in windows-1252 (ISO-8859-1 for the characters they share), `?` for what it cannot write, as a legacy encoder does. */
+function windows1252(text: string): Buffer {
+  return Buffer.from([...text].map((c) => {
+    const code = c.codePointAt(0)!;
+    if (code < 0x80 || (code >= 0xa0 && code <= 0xff)) return code;
+    return c === 'Š' ? 0x8a : 0x3f;
+  }));
+}
+
+test('regression: a decrypted value with accented letters repeated in ISO-8859-1 / windows-1252 bytes, in an answer that names no charset, is refused', async (t) => {
+  // Python's requests reads text/* without a charset as ISO-8859-1, browsers as windows-1252:
+  // to them these bytes are the value.
+  const got = await answersThroughProxy(t, [
+    (form, res) => {
+      res.writeHead(400, { 'content-type': 'text/html' });
+      res.end(Buffer.concat([Buffer.from('<p>No customer named '), windows1252(form.get('name')!), Buffer.from('.</p>')]));
+    },
+    (form, res) => {
+      res.writeHead(302, { location: `https://vendor.invalid/retry?name=${[...windows1252(form.get('name')!)].map((b) => `%${b.toString(16)}`).join('')}` });
+      res.end();
+    },
+    (form, res) => {
+      res.writeHead(400, { 'content-type': 'text/plain' });
+      res.end(windows1252(`Dear ${form.get('name')!.slice(0, 6)}, try again`));
+    },
+  ]);
+  assertRefused(got[0]!, 'raw windows-1252 bytes in a body');
+  assertRefused(got[1]!, 'percent-escaped ISO-8859-1 bytes in a Location');
+  assert.equal(got[1]!.headers.get('location'), null);
+  assert.equal(got[2]!.status, 400, 'six letters of the name are no echo');
+});
