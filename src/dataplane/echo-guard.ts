@@ -26,7 +26,8 @@
  * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning), and
  * for a number written with separators (`4242 4242 4242 4242`) its digits alone, and for
  * a value with letters beyond ASCII its windows-1252 bytes (an answer that names no charset
- * is read so by many clients). Shorter values (a CVC, an expiry month) are not searched:
+ * is read so by many clients). A body with zero bytes is searched again as UTF-16 and
+ * UTF-32 text, as JSON readers read one by where its zero bytes fall. Shorter values (a CVC, an expiry month) are not searched:
  * three or four digits occur by chance in timestamps and ids, and a search for them would
  * refuse good answers.
  *
@@ -139,6 +140,10 @@ export class DecryptedPaths extends Map<string, number> {
     if (body === null || body.length === 0) return;
     if (body.length > MAX_SCANNED) throw tooLarge('its body');
     if (this.holds(normalise(body))) throw refused('its body');
+    // UTF-8 text holds no zero byte; text in UTF-16 or UTF-32 does, in every ASCII character.
+    if (body.includes(0)) {
+      for (const text of wideReadings(body)) if (this.holds(normalise(text))) throw refused('its body, read as UTF-16 or UTF-32');
+    }
   }
 
   private add(needle: Buffer): void {
@@ -171,6 +176,34 @@ export class DecryptedPaths extends Map<string, number> {
       hash = (Math.imul((hash - Math.imul(haystack[i]!, TOP)) | 0, BASE) + haystack[i + WINDOW]!) | 0;
     }
   }
+}
+
+/**
+ * `body` read as UTF-16 and UTF-32, as UTF-8: what a client that goes by the byte-order
+ * mark or by where the zero bytes fall (JSON readers do, RFC 4627 §3, whatever the content
+ * type says) reads in an answer that names no charset. UTF-16 at both byte alignments, for
+ * text that starts at an odd offset inside a binary answer; UTF-32 from its start.
+ */
+function* wideReadings(body: Buffer): Generator<Buffer> {
+  // One at a time: a reading may be as large as the body.
+  for (const start of [0, 1]) {
+    const units = body.subarray(start, start + ((body.length - start) & ~1));
+    yield Buffer.from(units.toString('utf16le'), 'utf8');
+    yield Buffer.from(Buffer.from(units).swap16().toString('utf16le'), 'utf8');
+  }
+  yield utf32(body, true);
+  yield utf32(body, false);
+}
+
+/** UTF-32 (little- or big-endian) as UTF-8; a unit that is no character becomes U+FFFD. */
+function utf32(body: Buffer, little: boolean): Buffer {
+  const out = Buffer.allocUnsafe(body.length);
+  let o = 0;
+  for (let i = 0; i + 4 <= body.length; i += 4) {
+    const unit = little ? body.readUInt32LE(i) : body.readUInt32BE(i);
+    o = putCodePoint(out, o, unit > 0x10ffff || (unit >= 0xd800 && unit <= 0xdfff) ? 0xfffd : unit);
+  }
+  return out.subarray(0, o);
 }
 
 function windowHash(bytes: Buffer, start: number): number {

@@ -129,3 +129,43 @@ test('regression: a decrypted value with accented letters repeated in ISO-8859-1
   assert.equal(got[1]!.headers.get('location'), null);
   assert.equal(got[2]!.status, 400, 'six letters of the name are no echo');
 });
+
+function utf16be(text: string): Buffer {
+  return Buffer.from(text, 'utf16le').swap16();
+}
+
+function utf32le(text: string): Buffer {
+  const out = Buffer.alloc([...text].length * 4);
+  [...text].forEach((c, i) => out.writeUInt32LE(c.codePointAt(0)!, i * 4));
+  return out;
+}
+
+test('regression: a decrypted value repeated in UTF-16 or UTF-32 JSON that names no charset is refused', async (t) => {
+  // JSON readers (Python's json and requests, Jackson) tell UTF-16 and UTF-32 from UTF-8 by
+  // a byte-order mark or the zero bytes of the first characters (RFC 4627 §3), whatever the
+  // content type says: to them these answers hold the e-mail.
+  const error = (form: URLSearchParams) => JSON.stringify({ error: { message: `No such customer: ${form.get('email')}` } });
+  const got = await answersThroughProxy(t, [
+    (form, res) => {
+      res.writeHead(404, { 'content-type': 'text/plain' });
+      res.end(Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(error(form), 'utf16le')]));
+    },
+    (form, res) => {
+      res.writeHead(404);
+      res.end(utf16be(error(form)));
+    },
+    (form, res) => {
+      res.writeHead(404, { 'content-type': 'application/octet-stream' });
+      res.end(utf32le(error(form)));
+    },
+    // A binary answer with zero bytes that holds no value passes.
+    (_form, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.end(Buffer.concat([Buffer.from([0, 0, 0, 0x18]), utf16be('ftypisom jenny.rosen'), Buffer.alloc(64)]));
+    },
+  ]);
+  assertRefused(got[0]!, 'UTF-16LE with a byte-order mark, as text/plain');
+  assertRefused(got[1]!, 'UTF-16BE without a mark, no content type');
+  assertRefused(got[2]!, 'UTF-32LE, as application/octet-stream');
+  assert.equal(got[3]!.status, 200, 'zero bytes alone are no echo');
+});
