@@ -42,6 +42,7 @@
  * than MAX_SCANNED bytes is refused rather than searched in part.
  */
 import { UpstreamResponseError } from '../errors.ts';
+import type { TransformRoute } from './transform-routes.ts';
 
 /** Values shorter than this (in characters, once normalised) are not searched for. */
 export const MIN_LENGTH = 8;
@@ -478,6 +479,17 @@ function putCodePoint(out: Buffer, o: number, cp: number): number {
     out[o++] = 0x80 | (cp & 0x3f);
   }
   return o;
+}
+
+/**
+ * Whether a route's answers are guarded (DESIGN §13): its request or query decrypts, and its
+ * answer is neither relayed as it is (`response: passthrough`, the one opt-out) nor
+ * decrypted for the application. With no `response` the values are encrypted again where
+ * they were decrypted; with a `response` that encrypts fields of its own the answer is
+ * still searched, since naming more to encrypt is no reason to hand back what was decrypted.
+ */
+export function guardsAnswers(route: TransformRoute, passthrough: boolean): boolean {
+  return (route.request?.mode === 'decrypt' || route.query?.mode === 'decrypt') && !passthrough && route.response?.mode !== 'decrypt';
 }
 
 /**

@@ -18,17 +18,18 @@ type Answer = (form: URLSearchParams, res: ServerResponse) => void;
 
 /**
  * A vendor that answers each request with `answers` in turn, behind a proxy whose host rule
- * decrypts `card[number]`, `email` and `name`; sends one decrypting request per answer and
- * returns what the application got for each.
+ * decrypts `card[number]`, `email` and `name` (with `response` as its response rule, if
+ * given); sends one decrypting request per answer and returns what the application got
+ * for each.
  */
-async function answersThroughProxy(t: TestContext, answers: readonly Answer[]): Promise<Array<{ status: number; body: Buffer; headers: Headers }>> {
+async function answersThroughProxy(t: TestContext, answers: readonly Answer[], response = ''): Promise<Array<{ status: number; body: Buffer; headers: Headers }>> {
   let next = 0;
   const vendor = await startVendor(t, (request, res) => answers[next++]!(new URLSearchParams(request.body), res));
   const proxy = await startProxy(t, `  hosts:
     - match: 127.0.0.1:${vendor.port}
       configuration: payments
       request: { decrypt: ["card[number]", email, name] }
-`);
+${response === '' ? '' : `      response: ${response}\n`}`);
   const tokens = await tokensFor(proxy.url, { card: { number: CARD }, who: { email: EMAIL, name: NAME } }, 'card.number,who.email,who.name');
   const body = new URLSearchParams({ 'card[number]': tokens.card.number, email: tokens.who.email, name: tokens.who.name }).toString();
   const agent = new ProxyAgent({ uri: proxy.proxyUrl, requestTls: { ca: proxy.caPem } });
@@ -168,4 +169,34 @@ test('regression: a decrypted value repeated in UTF-16 or UTF-32 JSON that names
   assertRefused(got[1]!, 'UTF-16BE without a mark, no content type');
   assertRefused(got[2]!, 'UTF-32LE, as application/octet-stream');
   assert.equal(got[3]!.status, 200, 'zero bytes alone are no echo');
+});
+
+test('regression: a rule with its own response encrypt list still refuses an answer that repeats a decrypted value elsewhere', async (t) => {
+  // `response: { encrypt: [...] }` names what else to encrypt in the answer; it is no opt-out
+  // of the echo guard (`passthrough` is).
+  const got = await answersThroughProxy(
+    t,
+    [
+      (form, res) => {
+        res.writeHead(402, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'cus_1', error: { message: `Your card number ${form.get('card[number]')} is incorrect.` } }));
+      },
+      (form, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'cus_1', email: form.get('email') }));
+      },
+      (_form, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'cus_1', phone: '+1 555 0100' }));
+      },
+    ],
+    '{ encrypt: [email, phone] }',
+  );
+  assertRefused(got[0]!, 'the card number in an error message');
+  const reEncrypted = JSON.parse(got[1]!.body.toString()) as { id: string; email: string };
+  assert.equal(got[1]!.status, 200, 'the e-mail at a path the rule encrypts is a token');
+  assert.match(reEncrypted.email, /^svc:1:/);
+  const clean = JSON.parse(got[2]!.body.toString()) as { phone: string };
+  assert.equal(got[2]!.status, 200);
+  assert.match(clean.phone, /^svc:1:/, 'the rule\'s own field is encrypted as before');
 });
