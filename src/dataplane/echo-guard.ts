@@ -22,7 +22,8 @@
  * of MIN_LENGTH bytes indexes them, and a hit is compared byte for byte. The cost is linear
  * in the size of the answer, whatever the number of values.
  *
- * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised),
+ * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised;
+ * a token of an object or array is remembered whole and by each string and number in it),
  * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning), and
  * for a number written with separators (`4242 4242 4242 4242`) its digits alone, and for
  * a value with letters beyond ASCII its windows-1252 bytes (an answer that names no charset
@@ -43,6 +44,7 @@
  */
 import { UpstreamResponseError } from '../errors.ts';
 import type { TransformRoute } from './transform-routes.ts';
+import type { PlainType } from '../fields/value.ts';
 
 /** Values shorter than this (in characters, once normalised) are not searched for. */
 export const MIN_LENGTH = 8;
@@ -81,8 +83,17 @@ export class DecryptedPaths extends Map<string, number> {
   /** More values were decrypted than can be searched for: the answer is refused. */
   private overflowed = false;
 
-  /** Remembers a value shown in plain (its text; the caller zeroes its own buffer). */
-  remember(plaintext: Buffer): void {
+  /**
+   * Remembers a value shown in plain (its text; the caller zeroes its own buffer). A token
+   * of an object or array (`type` `j`) shows the JSON text of it: each string and number in
+   * it is remembered too, since a vendor repeats a card's number, not the card.
+   */
+  remember(plaintext: Buffer, type: PlainType = 's'): void {
+    if (type === 'j') for (const leaf of jsonLeaves(plaintext)) this.rememberOne(leaf);
+    this.rememberOne(plaintext);
+  }
+
+  private rememberOne(plaintext: Buffer): void {
     // Its UTF-8 length is at least its number of characters: short values leave here unsplit.
     if (plaintext.length < MIN_LENGTH) return;
     const canonical = normalise(plaintext);
@@ -205,6 +216,25 @@ function utf32(body: Buffer, little: boolean): Buffer {
     o = putCodePoint(out, o, unit > 0x10ffff || (unit >= 0xd800 && unit <= 0xdfff) ? 0xfffd : unit);
   }
   return out.subarray(0, o);
+}
+
+/**
+ * The strings and numbers of a JSON document, at any depth (not its keys): each string's
+ * text, each number as it is written (`4242424242424242424` would lose digits as a double).
+ * None when it is not JSON.
+ */
+function jsonLeaves(json: Buffer): Buffer[] {
+  const leaves: Buffer[] = [];
+  try {
+    JSON.parse(json.toString('utf8'), (_key, value: unknown, context?: { source?: string }) => {
+      if (typeof value === 'string') leaves.push(Buffer.from(value, 'utf8'));
+      else if (typeof value === 'number') leaves.push(Buffer.from(context?.source ?? String(value), 'latin1'));
+      return value;
+    });
+  } catch {
+    return [];
+  }
+  return leaves;
 }
 
 function windowHash(bytes: Buffer, start: number): number {

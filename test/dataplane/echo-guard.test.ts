@@ -103,3 +103,13 @@ test('regression: "no guard" is an explicit null; a map of another type does not
   // @ts-expect-error -- a Map is not DecryptedPaths
   joinDecrypted(new Map([['card.number', 0]]), null, true);
 });
+
+test('regression: the JSON text of an object or array token is searched for each of its strings and numbers, numbers as written', () => {
+  const paths = new DecryptedPaths();
+  paths.set('card', 0);
+  paths.remember(Buffer.from('{"number":"4242 4242 4242 4242","account":123456789012345678901,"tags":["premium customer"],"exp":[12,2034]}'), 'j');
+  assert.ok(refuses(paths, 'declined: 4242424242424242'), 'a string, its digits alone');
+  assert.ok(refuses(paths, 'account 123456789012345678901'), 'a number of more digits than a double holds');
+  assert.ok(refuses(paths, '{"segment":"Premium Customer"}'), 'a string in an array');
+  assert.ok(!refuses(paths, '{"number":"x","account":1,"tags":[],"exp":[12,2034]}'), 'keys and short values are not searched');
+});

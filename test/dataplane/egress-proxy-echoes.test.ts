@@ -200,3 +200,29 @@ test('regression: a rule with its own response encrypt list still refuses an ans
   assert.equal(got[2]!.status, 200);
   assert.match(clean.phone, /^svc:1:/, 'the rule\'s own field is encrypted as before');
 });
+
+test('regression: a token of an object or array is guarded leaf by leaf: a vendor that repeats one of its strings or numbers is refused', async (t) => {
+  let answer: (card: { number: string; holder: { name: string }; exp: number[] }, res: ServerResponse) => void = () => {};
+  const vendor = await startVendor(t, (request, res) => answer((JSON.parse(request.body) as { card: never }).card, res));
+  const proxy = await startProxy(t, `  hosts:
+    - { match: "127.0.0.1:${vendor.port}", configuration: payments, request: { decrypt: [card] } }
+`);
+  // The whole card is one token: it decrypts to the object.
+  const card = { number: '4242424242424242', cvc: '314', holder: { name: 'Jenny Rosen-Smith' }, exp: [12, 2034] };
+  const token = (await tokensFor(proxy.url, { card } as never, 'card')).card as string;
+  assert.match(token, /^svc:1:/);
+  const agent = new ProxyAgent({ uri: proxy.proxyUrl, requestTls: { ca: proxy.caPem } });
+  t.after(() => agent.close());
+  const send = async () => {
+    const res = await undiciFetch(`https://127.0.0.1:${vendor.port}/v1/payment_methods`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: token }) });
+    return { status: res.status, body: Buffer.from(await res.arrayBuffer()), headers: res.headers };
+  };
+  answer = (c, res) => res.writeHead(402, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `card ${c.number} declined` }));
+  assertRefused(await send(), 'a string of the object');
+  answer = (c, res) => res.writeHead(200, { 'content-type': 'text/html' }).end(`<p>Thanks, ${c.holder.name}</p>`);
+  assertRefused(await send(), 'a nested string');
+  answer = (_c, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: 'pm_1', last4: '4242', exp_year: 2034, name_on_file: 'Jenny' }));
+  const ok = await send();
+  assert.equal(ok.status, 200, 'parts shorter than 8 characters are no echo');
+  assert.equal(vendor.received[0]!.body, JSON.stringify({ card }), 'the vendor got the object');
+});
