@@ -97,7 +97,16 @@ function egressDestination(route: EgressRoute, rest: string, query: string): Des
 }
 
 function refuseUnsafeRest(rest: string): void {
-  if (UNSAFE_REST.test(rest) || !decodesAsUtf8(rest) || rest.split('/').some(isDotSegment)) throw new EgressPathRefusedError();
+  if (isAmbiguousPath(rest)) throw new EgressPathRefusedError();
+}
+
+/**
+ * Whether a vendor's server could read `path` (no query) as another path than the one it
+ * is written as: an escaped `/`, `\`, `;` or `%`, a control byte, escapes that are not
+ * UTF-8, or a dot segment in any spelling.
+ */
+export function isAmbiguousPath(path: string): boolean {
+  return UNSAFE_REST.test(path) || !decodesAsUtf8(path) || path.split('/').some(isDotSegment);
 }
 
 /**

@@ -7,6 +7,8 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
+import { connect } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { fetch as undiciFetch, ProxyAgent } from 'undici';
 import { startProxy, startVendor, tokensFor } from '../support/egress-proxy.ts';
 
@@ -225,4 +227,63 @@ test('regression: a token of an object or array is guarded leaf by leaf: a vendo
   const ok = await send();
   assert.equal(ok.status, 200, 'parts shorter than 8 characters are no echo');
   assert.equal(vendor.received[0]!.body, JSON.stringify({ card }), 'the vendor got the object');
+});
+
+/** CONNECT to `target`, TLS with the installation CA, then `request` as written; what came back. */
+function rawInTunnel(proxyPort: number, target: string, ca: string, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(proxyPort, '127.0.0.1', () => socket.write(`CONNECT ${target} HTTP/1.1\r\nhost: ${target}\r\n\r\n`));
+    let head = '';
+    const onData = (chunk: Buffer) => {
+      head += chunk.toString('latin1');
+      if (!head.includes('\r\n\r\n')) return;
+      socket.off('data', onData);
+      if (!head.startsWith('HTTP/1.1 200')) {
+        socket.destroy();
+        resolve(head);
+        return;
+      }
+      const tls = tlsConnect({ socket, ca, host: target.slice(0, target.lastIndexOf(':')) }, () => tls.write(request));
+      let got = '';
+      tls.on('data', (d: Buffer) => (got += d.toString('latin1')));
+      tls.on('error', reject);
+      tls.on('close', () => resolve(got));
+    };
+    socket.on('data', onData);
+    socket.on('error', reject);
+  });
+}
+
+test('regression: a request whose rules decrypt is refused (403) when its path could reach another endpoint than the route it matched', async (t) => {
+  const vendor = await startVendor(t);
+  const proxy = await startProxy(t, `  hosts:
+    - match: 127.0.0.1:${vendor.port}
+      configuration: payments
+      routes:
+        - match: { method: POST, path: /v1/payment_methods }
+          request: { decrypt: ["card[number]"] }
+`);
+  const token = (await tokensFor(proxy.url, { card: { number: CARD } }, 'card.number')).card.number as string;
+  const body = `card%5Bnumber%5D=${token}`;
+  const post = (path: string) =>
+    rawInTunnel(proxy.proxyPort, `127.0.0.1:${vendor.port}`, proxy.caPem, `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1:${vendor.port}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+  // Each reads as /v1/payment_methods to the proxy, and as another path to a vendor that
+  // does not resolve dot segments, decodes once more, or splits at an escaped "/".
+  for (const path of ['/v1/customers/%2e%2e/payment_methods', '/v1/customers/../payment_methods', '/v1/x/.%2E/payment_methods', '/v1/x/..;/payment_methods', '/v1/./payment_methods', '/v1/x%2F..%2Fpayment_methods']) {
+    const answer = await post(path);
+    assert.match(answer, /^HTTP\/1\.1 (403|400) /, path);
+  }
+  assert.equal(vendor.received.length, 0, 'no plaintext was sent for a path the vendor could read otherwise');
+  // The route's own path, and a query with what would be unsafe in a path, are sent.
+  assert.match(await post('/v1/payment_methods'), /^HTTP\/1\.1 200 /);
+  assert.match(await post('/v1/payment_methods?next=%2e%2e%2Fx'), /^HTTP\/1\.1 200 /);
+  assert.equal(vendor.received.length, 2);
+  assert.equal(new URLSearchParams(vendor.received[0]!.body).get('card[number]'), CARD);
+  // A request that decrypts nothing is passed as it is written, tokens and all: with
+  // nothing decrypted, no reading of its path can hand a vendor endpoint a plaintext.
+  for (const path of ['/v1/files/a%2Fb', '/v1/%252e%252e/payment_methods']) {
+    assert.match(await post(path), /^HTTP\/1\.1 200 /, path);
+    assert.equal(vendor.received.at(-1)!.url, path);
+    assert.equal(new URLSearchParams(vendor.received.at(-1)!.body).get('card[number]'), token, path);
+  }
 });
