@@ -24,19 +24,20 @@
  *
  * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised;
  * a token of an object or array is remembered whole and by each string and number in it),
- * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning), and
- * for a number written with separators (`4242 4242 4242 4242`) its digits alone, and for
- * a value with letters beyond ASCII its windows-1252 bytes (an answer that names no charset
- * is read so by many clients). A body with zero bytes is searched again as UTF-16 and
- * UTF-32 text, as JSON readers read one by where its zero bytes fall. Shorter values (a CVC, an expiry month) are not searched:
- * three or four digits occur by chance in timestamps and ids, and a search for them would
- * refuse good answers.
+ * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning); for a
+ * number (`4242 4242 4242 4242`, `4242424242424242`, `+1 (415) 555-0100`) its digits,
+ * looked for in the answer with the separators between digits taken out, so that no
+ * grouping hides it; and for a value with letters beyond ASCII its windows-1252 bytes too
+ * (an answer that names no charset is read so by many clients). A body with zero bytes is
+ * searched again as UTF-16 and UTF-32 text, as JSON readers read one by where its zero
+ * bytes fall. Shorter values (a CVC, an expiry month) are not searched: three or four
+ * digits occur by chance in timestamps and ids, and a search for them would refuse good
+ * answers.
  *
  * What it cannot see: a value the vendor transforms other than by escaping it — base64 or
  * another encoding of its bytes, a hash, a changed case of a non-ASCII letter, a named
- * reference of another script (`&Acy;`) or without its `;`, the number
- * with separators added or regrouped, a part of it shorter than PREFIX_CHARS that is not
- * its beginning — and escapes nested deeper than MAX_LAYERS.
+ * reference of another script (`&Acy;`) or without its `;`, a number with digits left
+ * out, a part of it shorter than PREFIX_CHARS that is not its beginning — and escapes nested deeper than MAX_LAYERS.
  *
  * Limits, each failing closed: at most MAX_VALUES values per request are remembered, and
  * an answer to a request that decrypted more is refused; a header value or body longer
@@ -56,7 +57,8 @@ export const MAX_VALUES = 1_000;
 export const MAX_SCANNED = 64 * 1024 * 1024;
 /** Rounds of decoding: an escape nested deeper than this is not undone. */
 export const MAX_LAYERS = 4;
-const DIGITS_AND_SEPARATORS = /^[0-9][0-9 .\-/]*[0-9]$/;
+/** A number as people write one: digits grouped by separators, a phone's `+` (a space once normalised) and brackets. */
+const DIGITS_AND_SEPARATORS = /^[ (]?[0-9][0-9 .\-/()]*[0-9]$/;
 
 /** The rolling hash over a window of MIN_LENGTH bytes. */
 const WINDOW = MIN_LENGTH;
@@ -74,11 +76,14 @@ const FILTER_MASK = 0xffff;
  * an answer must not repeat.
  */
 export class DecryptedPaths extends Map<string, number> {
-  /** The normalised values searched for, by their bytes (latin1 key). */
-  private readonly needles = new Map<string, Buffer>();
-  /** Needles by the hash of their first WINDOW bytes. */
-  private readonly byHash = new Map<number, Buffer[]>();
-  private readonly filter = new Uint8Array(FILTER_MASK + 1);
+  /** The normalised values, searched for in the normalised answer. */
+  private readonly text = new Needles();
+  /**
+   * The digits of numbers (with separators or without), searched for in the normalised
+   * answer with the separators between its digits taken out: `4242 4242 4242 4242`,
+   * `4242-4242-4242-4242` and `4242424242424242` are one number however it is grouped.
+   */
+  private readonly digits = new Needles();
   private remembered = 0;
   /** More values were decrypted than can be searched for: the answer is refused. */
   private overflowed = false;
@@ -104,31 +109,35 @@ export class DecryptedPaths extends Map<string, number> {
       return;
     }
     this.remembered++;
-    this.add(prefix.bytes);
-    // Letters beyond ASCII are looked for in the single-byte charset legacy servers write too.
-    const legacy = singleByte(prefix.bytes);
-    if (legacy !== null) this.add(legacy);
-    // A number with separators is looked for as its digits alone too.
+    // A number, with separators or without, is looked for as its digits, however grouped.
     if (canonical.length <= PREFIX_CHARS * 4) {
       const text = canonical.toString('latin1');
       if (DIGITS_AND_SEPARATORS.test(text)) {
         const digits = text.replace(/[^0-9]/g, '');
-        if (digits.length >= MIN_LENGTH) this.add(Buffer.from(digits.slice(0, PREFIX_CHARS), 'latin1'));
+        if (digits.length >= MIN_LENGTH) {
+          this.digits.add(Buffer.from(digits.slice(0, PREFIX_CHARS), 'latin1'));
+          return;
+        }
       }
     }
+    this.text.add(prefix.bytes);
+    // Letters beyond ASCII are looked for in the single-byte charset legacy servers write too.
+    const legacy = singleByte(prefix.bytes);
+    if (legacy !== null) this.text.add(legacy);
   }
 
   /** Takes in the values `other` remembered (a query's and a body's, for one answer). */
   absorb(other: DecryptedPaths): void {
     for (const [path, classification] of other) this.set(path, classification);
-    for (const needle of other.needles.values()) this.add(needle);
+    this.text.absorb(other.text);
+    this.digits.absorb(other.digits);
     this.remembered += other.remembered;
     if (other.overflowed || this.remembered > MAX_VALUES) this.overflowed = true;
   }
 
   /** Whether an answer must be read whole and checked. */
   get searching(): boolean {
-    return this.needles.size > 0 || this.overflowed;
+    return this.text.size > 0 || this.digits.size > 0 || this.overflowed;
   }
 
   /**
@@ -137,7 +146,7 @@ export class DecryptedPaths extends Map<string, number> {
    */
   check(headers: Readonly<Record<string, string | string[] | undefined>>, body: Buffer | null): void {
     if (this.overflowed) throw new UpstreamResponseError(new Error(`the request decrypted more than ${MAX_VALUES} values, too many to search its answer for`));
-    if (this.needles.size === 0) return;
+    if (!this.searching) return;
     for (const name in headers) {
       const value = headers[name];
       if (value === undefined) continue;
@@ -158,7 +167,25 @@ export class DecryptedPaths extends Map<string, number> {
     }
   }
 
-  private add(needle: Buffer): void {
+  /** Whether a normalised `haystack` holds a value: as written, or a number's digits however grouped. */
+  private holds(haystack: Buffer): boolean {
+    return this.text.holds(haystack) || (this.digits.size > 0 && this.digits.holds(withoutDigitSeparators(haystack)));
+  }
+}
+
+/** Byte strings looked for all at once: a rolling hash of their first WINDOW bytes indexes them. */
+class Needles {
+  /** By their bytes (latin1 key). */
+  private readonly needles = new Map<string, Buffer>();
+  /** Needles by the hash of their first WINDOW bytes. */
+  private readonly byHash = new Map<number, Buffer[]>();
+  private readonly filter = new Uint8Array(FILTER_MASK + 1);
+
+  get size(): number {
+    return this.needles.size;
+  }
+
+  add(needle: Buffer): void {
     const key = needle.toString('latin1');
     if (this.needles.has(key)) return;
     this.needles.set(key, needle);
@@ -169,8 +196,12 @@ export class DecryptedPaths extends Map<string, number> {
     this.filter[hash & FILTER_MASK] = 1;
   }
 
+  absorb(other: Needles): void {
+    for (const needle of other.needles.values()) this.add(needle);
+  }
+
   /** Whether a normalised `haystack` holds a needle: one pass, a rolling hash per position. */
-  private holds(haystack: Buffer): boolean {
+  holds(haystack: Buffer): boolean {
     const n = haystack.length;
     if (n < WINDOW) return false;
     let hash = windowHash(haystack, 0);
@@ -188,6 +219,42 @@ export class DecryptedPaths extends Map<string, number> {
       hash = (Math.imul((hash - Math.imul(haystack[i]!, TOP)) | 0, BASE) + haystack[i + WINDOW]!) | 0;
     }
   }
+}
+
+/** What may stand between the groups of a number: `4242 4242`, `4242-4242`, `12.34`, `12/34`, `(415) 555` (`+` is a space once normalised). */
+function isDigitSeparator(b: number): boolean {
+  return b === 0x20 || b === 0x2d || b === 0x2e || b === 0x2f || b === 0x28 || b === 0x29;
+}
+
+/**
+ * `haystack` with every run of separators that stands between two digits taken out, so that
+ * a number reads as its digits however it is grouped; the same buffer when there is none.
+ */
+function withoutDigitSeparators(haystack: Buffer): Buffer {
+  let out: Buffer | null = null;
+  let o = 0;
+  for (let i = 0; i < haystack.length; i++) {
+    const b = haystack[i]!;
+    if (isDigitSeparator(b) && i > 0 && isDigit(haystack[i - 1]!)) {
+      let j = i;
+      while (j < haystack.length && isDigitSeparator(haystack[j]!)) j++;
+      if (j < haystack.length && isDigit(haystack[j]!)) {
+        if (out === null) {
+          out = Buffer.allocUnsafe(haystack.length);
+          haystack.copy(out, 0, 0, i);
+          o = i;
+        }
+        i = j - 1;
+        continue;
+      }
+    }
+    if (out !== null) out[o++] = b;
+  }
+  return out === null ? haystack : out.subarray(0, o);
+}
+
+function isDigit(b: number): boolean {
+  return b >= 0x30 && b <= 0x39;
 }
 
 /**

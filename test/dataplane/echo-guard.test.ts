@@ -113,3 +113,14 @@ test('regression: the JSON text of an object or array token is searched for each
   assert.ok(refuses(paths, '{"segment":"Premium Customer"}'), 'a string in an array');
   assert.ok(!refuses(paths, '{"number":"x","account":1,"tags":[],"exp":[12,2034]}'), 'keys and short values are not searched');
 });
+
+test('regression: a number is found however the answer groups its digits, and not when digits are missing', () => {
+  const group = fc.array(fc.constantFrom(' ', '-', '.', '/', ' - ', '', '', ''), { minLength: 16, maxLength: 16 });
+  fc.assert(
+    fc.property(fc.stringMatching(/^[0-9]{8,19}$/), group, fc.boolean(), (digits, seps, sentGrouped) => {
+      const spelled = [...digits].map((d, i) => d + (i < digits.length - 1 ? (seps[i] ?? '') : '')).join('');
+      const paths = guarding(sentGrouped ? spelled : digits);
+      return refuses(paths, `{"receipt":"card ${sentGrouped ? digits : spelled} ok"}`) && !refuses(paths, `card ${digits.slice(1)} ok, at 2026-11-28`);
+    }),
+  );
+});

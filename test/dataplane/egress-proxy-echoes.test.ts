@@ -20,11 +20,11 @@ type Answer = (form: URLSearchParams, res: ServerResponse) => void;
 
 /**
  * A vendor that answers each request with `answers` in turn, behind a proxy whose host rule
- * decrypts `card[number]`, `email` and `name` (with `response` as its response rule, if
- * given); sends one decrypting request per answer and returns what the application got
+ * decrypts `card[number]` (`card`, CARD unless given), `email` and `name` (with `response`
+ * as its response rule, if given); sends one decrypting request per answer and returns what the application got
  * for each.
  */
-async function answersThroughProxy(t: TestContext, answers: readonly Answer[], response = ''): Promise<Array<{ status: number; body: Buffer; headers: Headers }>> {
+async function answersThroughProxy(t: TestContext, answers: readonly Answer[], { response = '', card = CARD }: { response?: string; card?: string } = {}): Promise<Array<{ status: number; body: Buffer; headers: Headers }>> {
   let next = 0;
   const vendor = await startVendor(t, (request, res) => answers[next++]!(new URLSearchParams(request.body), res));
   const proxy = await startProxy(t, `  hosts:
@@ -32,7 +32,7 @@ async function answersThroughProxy(t: TestContext, answers: readonly Answer[], r
       configuration: payments
       request: { decrypt: ["card[number]", email, name] }
 ${response === '' ? '' : `      response: ${response}\n`}`);
-  const tokens = await tokensFor(proxy.url, { card: { number: CARD }, who: { email: EMAIL, name: NAME } }, 'card.number,who.email,who.name');
+  const tokens = await tokensFor(proxy.url, { card: { number: card }, who: { email: EMAIL, name: NAME } }, 'card.number,who.email,who.name');
   const body = new URLSearchParams({ 'card[number]': tokens.card.number, email: tokens.who.email, name: tokens.who.name }).toString();
   const agent = new ProxyAgent({ uri: proxy.proxyUrl, requestTls: { ca: proxy.caPem } });
   t.after(() => agent.close());
@@ -192,7 +192,7 @@ test('regression: a rule with its own response encrypt list still refuses an ans
         res.end(JSON.stringify({ id: 'cus_1', phone: '+1 555 0100' }));
       },
     ],
-    '{ encrypt: [email, phone] }',
+    { response: '{ encrypt: [email, phone] }' },
   );
   assertRefused(got[0]!, 'the card number in an error message');
   const reEncrypted = JSON.parse(got[1]!.body.toString()) as { id: string; email: string };
@@ -286,4 +286,31 @@ test('regression: a request whose rules decrypt is refused (403) when its path c
     assert.equal(vendor.received.at(-1)!.url, path);
     assert.equal(new URLSearchParams(vendor.received.at(-1)!.body).get('card[number]'), token, path);
   }
+});
+
+test('regression: a number decrypted with or without separators is refused when the vendor repeats it grouped otherwise (4242 4242…, 4242-4242…, 123-45-6789)', async (t) => {
+  const receipt = (text: string) => (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/html' }).end(`<p>${text}</p><p>2026-11-28 10:03:02, order 1234 5678</p>`);
+  const group = (digits: string, size: number, sep: string) => digits.match(new RegExp(`.{1,${size}}`, 'g'))!.join(sep);
+  const sentPlain = await answersThroughProxy(
+    t,
+    [
+      (form, res) => receipt(`Card ${group(form.get('card[number]')!, 4, ' ')}`)(res),
+      (form, res) => receipt(`Card ${group(form.get('card[number]')!, 4, '-')}`)(res),
+      (form, res) => receipt(`Card ${group(form.get('card[number]')!, 4, ' - ')}`)(res),
+      (form, res) => receipt(`Card ending ${form.get('card[number]')!.slice(-4)}, ${form.get('card[number]')!.slice(0, 4)} ${form.get('card[number]')!.slice(4, 8)}`)(res),
+    ],
+    { card: '4242424242424242' },
+  );
+  assertRefused(sentPlain[0]!, 'sent without separators, echoed with spaces');
+  assertRefused(sentPlain[1]!, 'echoed with dashes');
+  assertRefused(sentPlain[2]!, 'echoed with runs of separators');
+  assert.equal(sentPlain[3]!.status, 200, 'eight of its digits and dates beside other numbers are no echo');
+  const ssn = await answersThroughProxy(t, [(form, res) => receipt(`SSN on file: ${form.get('card[number]')!.replace(/^(\d{3})(\d{2})(\d{4})$/, '$1-$2-$3')}`)(res)], { card: '123456789' });
+  assertRefused(ssn[0]!, '123456789 echoed as 123-45-6789');
+  const sentSpaced = await answersThroughProxy(t, [(form, res) => receipt(`Card ${form.get('card[number]')!.replaceAll(' ', '.')}`)(res)]);
+  assertRefused(sentSpaced[0]!, 'sent with spaces, echoed with dots');
+  const phone = await answersThroughProxy(t, [(_form, res) => receipt('We will call +14155550100')(res), (_form, res) => receipt('We will call +1-415-555-0100')(res), (_form, res) => receipt('We will call 555-0100')(res)], { card: '+1 (415) 555-0100' });
+  assertRefused(phone[0]!, 'a phone number sent grouped, echoed as its digits');
+  assertRefused(phone[1]!, 'echoed grouped otherwise');
+  assert.equal(phone[2]!.status, 200, 'its last seven digits are no echo');
 });
