@@ -27,15 +27,16 @@
  * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning); for a
  * number (`4242 4242 4242 4242`, `4242424242424242`, `+1 (415) 555-0100`) its digits,
  * looked for in the answer with the separators between digits taken out, so that no
- * grouping hides it; and for a value with letters beyond ASCII its windows-1252 bytes too
- * (an answer that names no charset is read so by many clients). A body with zero bytes is
+ * grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too
+ * (an answer that names no charset is read so by many clients); and its base64 and
+ * base64url at each of the three offsets it can have among the bytes encoded. A body with zero bytes is
  * searched again as UTF-16 and UTF-32 text, as JSON readers read one by where its zero
  * bytes fall. Shorter values (a CVC, an expiry month) are not searched: three or four
  * digits occur by chance in timestamps and ids, and a search for them would refuse good
  * answers.
  *
- * What it cannot see: a value the vendor transforms other than by escaping it — base64 or
- * another encoding of its bytes, a hash, a changed case of a non-ASCII letter, a named
+ * What it cannot see: a value the vendor transforms other than by escaping it — an
+ * encoding of its bytes other than base64 (hex, base32), base64 broken across lines, a hash, a changed case of a non-ASCII letter, a named
  * reference of another script (`&Acy;`) or without its `;`, a number with digits left
  * out, a part of it shorter than PREFIX_CHARS that is not its beginning — and escapes nested deeper than MAX_LAYERS.
  *
@@ -109,6 +110,8 @@ export class DecryptedPaths extends Map<string, number> {
       return;
     }
     this.remembered++;
+    // Base64 of the value as the vendor got it, wherever it sits in what was encoded.
+    for (const needle of base64Needles(charPrefix(plaintext, PREFIX_CHARS).bytes)) this.text.add(needle);
     // A number, with separators or without, is looked for as its digits, however grouped.
     if (canonical.length <= PREFIX_CHARS * 4) {
       const text = canonical.toString('latin1');
@@ -316,6 +319,25 @@ function refused(where: string): UpstreamResponseError {
 
 function tooLarge(where: string): UpstreamResponseError {
   return new UpstreamResponseError(new Error(`the answer is too large to search for values decrypted for this request in ${where}`));
+}
+
+/**
+ * What base64 (and base64url) text holds `value` wherever it sits in the bytes encoded:
+ * one spelling per offset of its first byte in a group of three, each without the
+ * characters its neighbours also shape; normalised as an answer is (lower case, `+` a
+ * space). None shorter than MIN_LENGTH.
+ */
+function base64Needles(value: Buffer): Buffer[] {
+  const needles: Buffer[] = [];
+  for (let offset = 0; offset < 3; offset++) {
+    const padded = Buffer.concat([Buffer.alloc(offset), value]);
+    const whole = Math.floor(padded.length / 3) * 4;
+    const standard = padded.toString('base64').slice(offset === 0 ? 0 : 4, whole);
+    if (standard.length < MIN_LENGTH) continue;
+    needles.push(normalise(Buffer.from(standard, 'latin1')));
+    needles.push(normalise(Buffer.from(standard.replaceAll('+', '-').replaceAll('/', '_'), 'latin1')));
+  }
+  return needles;
 }
 
 /**

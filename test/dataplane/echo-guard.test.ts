@@ -124,3 +124,18 @@ test('regression: a number is found however the answer groups its digits, and no
     }),
   );
 });
+
+test('regression: a value is found in base64 or base64url of any bytes around it, and not in base64 of other bytes', () => {
+  fc.assert(
+    fc.property(fc.string({ minLength: MIN_LENGTH, maxLength: 40 }).filter((v) => v.trim().length >= MIN_LENGTH), fc.uint8Array({ maxLength: 7 }), fc.uint8Array({ maxLength: 7 }), fc.boolean(), (value, before, after, url) => {
+      const paths = guarding(value);
+      const encoded = Buffer.concat([Buffer.from(before), Buffer.from(value, 'utf8'), Buffer.from(after)]).toString(url ? 'base64url' : 'base64');
+      // The same bytes but one in the middle (the characters at the very edges of an
+      // encoded value depend on its neighbours as well, and are not looked for).
+      const changed = Buffer.from(value, 'utf8');
+      changed[changed.length >> 1] = changed[changed.length >> 1]! ^ 0x01;
+      const other = Buffer.concat([Buffer.from(before), changed, Buffer.from(after)]).toString(url ? 'base64url' : 'base64');
+      return refuses(paths, `{"blob":"${encoded}"}`) && !refuses(paths, `{"blob":"${other}"}`);
+    }),
+  );
+});

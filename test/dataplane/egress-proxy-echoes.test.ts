@@ -314,3 +314,20 @@ test('regression: a number decrypted with or without separators is refused when 
   assertRefused(phone[1]!, 'echoed grouped otherwise');
   assert.equal(phone[2]!.status, 200, 'its last seven digits are no echo');
 });
+
+test('regression: a decrypted value repeated base64-encoded (a JWT the vendor issues, a Basic credential, a data: URL) is refused', async (t) => {
+  const b64url = (text: string) => Buffer.from(text).toString('base64url');
+  const got = await answersThroughProxy(t, [
+    (form, res) => {
+      const token = [b64url('{"alg":"HS256","typ":"JWT"}'), b64url(JSON.stringify({ sub: 'cus_1', email: form.get('email'), iat: 1764324000 })), b64url('signature')].join('.');
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id_token: token }));
+    },
+    (form, res) => res.writeHead(401, { 'www-authenticate': 'Basic realm="x"', 'x-tried': `Basic ${Buffer.from(`${form.get('email')}:hunter2`).toString('base64')}` }).end(),
+    (form, res) => res.writeHead(200, { 'content-type': 'text/html' }).end(`<a href="data:text/plain;base64,${Buffer.from(`Card: ${form.get('card[number]')}\n`).toString('base64')}">receipt</a>`),
+    (_form, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id_token: [b64url('{"alg":"HS256"}'), b64url(JSON.stringify({ sub: 'cus_1', email: 'someone.else@example.com' })), b64url('sig')].join('.') })),
+  ]);
+  assertRefused(got[0]!, 'base64url inside a JWT');
+  assertRefused(got[1]!, 'base64 in a header');
+  assertRefused(got[2]!, 'base64 in a data: URL');
+  assert.equal(got[3]!.status, 200, 'base64 of other values passes');
+});
