@@ -27,23 +27,27 @@
  * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning); for a
  * number (`4242 4242 4242 4242`, `4242424242424242`, `+1 (415) 555-0100`) its digits,
  * looked for in the answer with the separators between digits taken out, so that no
- * grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too
- * (an answer that names no charset is read so by many clients); and its base64 and
- * base64url at each of the three offsets it can have among the bytes encoded. A body with zero bytes is
- * searched again as UTF-16 and UTF-32 text, as JSON readers read one by where its zero
- * bytes fall. Shorter values (a CVC, an expiry month) are not searched: three or four
- * digits occur by chance in timestamps and ids, and a search for them would refuse good
- * answers.
+ * grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too (an
+ * answer that names no charset is read so by many clients); and its base64 and base64url
+ * at each of the three offsets it can have among the bytes encoded. A body with zero bytes
+ * is searched again as UTF-16 and UTF-32 text, as JSON readers read one by where its zero
+ * bytes fall, and a body that is a gzip or zlib file decompressed. Shorter values (a CVC,
+ * an expiry month) are not searched: three or four digits occur by chance in timestamps and
+ * ids, and a search for them would refuse good answers.
  *
  * What it cannot see: a value the vendor transforms other than by escaping it — an
- * encoding of its bytes other than base64 (hex, base32), base64 broken across lines, a hash, a changed case of a non-ASCII letter, a named
- * reference of another script (`&Acy;`) or without its `;`, a number with digits left
- * out, a part of it shorter than PREFIX_CHARS that is not its beginning — and escapes nested deeper than MAX_LAYERS.
+ * encoding of its bytes other than base64 (hex, base32), base64 broken across lines, a
+ * file compressed otherwise than gzip or zlib (zip, brotli) or twice, a hash, a changed
+ * case of a non-ASCII letter, a named reference of another script (`&Acy;`) or without its
+ * `;`, a number with digits left out, a part of it shorter than PREFIX_CHARS that is not
+ * its beginning — and escapes nested deeper than MAX_LAYERS.
  *
  * Limits, each failing closed: at most MAX_VALUES values per request are remembered, and
  * an answer to a request that decrypted more is refused; a header value or body longer
- * than MAX_SCANNED bytes is refused rather than searched in part.
+ * than MAX_SCANNED bytes, or a compressed body that decompresses to more, is refused
+ * rather than searched in part.
  */
+import { constants as zlibConstants, gunzipSync, inflateSync } from 'node:zlib';
 import { UpstreamResponseError } from '../errors.ts';
 import type { TransformRoute } from './transform-routes.ts';
 import type { PlainType } from '../fields/value.ts';
@@ -163,10 +167,17 @@ export class DecryptedPaths extends Map<string, number> {
     }
     if (body === null || body.length === 0) return;
     if (body.length > MAX_SCANNED) throw tooLarge('its body');
-    if (this.holds(normalise(body))) throw refused('its body');
+    this.checkBody(body, 'its body');
+    // A gzip or zlib file (an export, `application/gzip`) is what its reader decompresses.
+    const inflated = decompressed(body);
+    if (inflated !== null) this.checkBody(inflated, 'its body, decompressed');
+  }
+
+  private checkBody(body: Buffer, where: string): void {
+    if (this.holds(normalise(body))) throw refused(where);
     // UTF-8 text holds no zero byte; text in UTF-16 or UTF-32 does, in every ASCII character.
     if (body.includes(0)) {
-      for (const text of wideReadings(body)) if (this.holds(normalise(text))) throw refused('its body, read as UTF-16 or UTF-32');
+      for (const text of wideReadings(body)) if (this.holds(normalise(text))) throw refused(`${where}, read as UTF-16 or UTF-32`);
     }
   }
 
@@ -258,6 +269,26 @@ function withoutDigitSeparators(haystack: Buffer): Buffer {
 
 function isDigit(b: number): boolean {
   return b >= 0x30 && b <= 0x39;
+}
+
+/**
+ * A body that starts as gzip (`1f 8b`) or zlib (a deflate header whose check bits hold)
+ * does, decompressed: as much as decompresses, so that a cut or damaged stream still shows
+ * what a streaming reader would get. Null for anything else, or what does not decompress.
+ * More than MAX_SCANNED bytes of it is refused rather than searched in part.
+ */
+function decompressed(body: Buffer): Buffer | null {
+  if (body.length < 2) return null;
+  const gzip = body[0] === 0x1f && body[1] === 0x8b;
+  const zlib = (body[0]! & 0x0f) === 8 && (body[0]! >> 4) <= 7 && ((body[0]! << 8) | body[1]!) % 31 === 0;
+  if (!gzip && !zlib) return null;
+  const options = { maxOutputLength: MAX_SCANNED, finishFlush: zlibConstants.Z_SYNC_FLUSH };
+  try {
+    return gzip ? gunzipSync(body, options) : inflateSync(body, options);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') throw tooLarge('its body, decompressed');
+    return null;
+  }
 }
 
 /**

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
+import { deflateSync, gunzipSync, gzipSync } from 'node:zlib';
 import { fetch as undiciFetch, ProxyAgent } from 'undici';
 import { startProxy, startVendor, tokensFor } from '../support/egress-proxy.ts';
 
@@ -330,4 +331,17 @@ test('regression: a decrypted value repeated base64-encoded (a JWT the vendor is
   assertRefused(got[1]!, 'base64 in a header');
   assertRefused(got[2]!, 'base64 in a data: URL');
   assert.equal(got[3]!.status, 200, 'base64 of other values passes');
+});
+
+test('regression: a decrypted value inside a gzip or zlib file the vendor answers with (application/gzip, no content-encoding) is refused', async (t) => {
+  const csv = (form: URLSearchParams) => `id,email\ncus_1,${form.get('email')}\n`;
+  const got = await answersThroughProxy(t, [
+    (form, res) => res.writeHead(200, { 'content-type': 'application/gzip', 'content-disposition': 'attachment; filename=export.csv.gz' }).end(gzipSync(csv(form))),
+    (form, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(deflateSync(csv(form))),
+    (_form, res) => res.writeHead(200, { 'content-type': 'application/gzip' }).end(gzipSync('id,email\ncus_2,someone.else@example.com\n')),
+  ]);
+  assertRefused(got[0]!, 'a .csv.gz export');
+  assertRefused(got[1]!, 'a zlib stream');
+  assert.equal(got[2]!.status, 200, 'a compressed file without the value passes');
+  assert.equal(gunzipSync(got[2]!.body).toString(), 'id,email\ncus_2,someone.else@example.com\n');
 });
