@@ -8,7 +8,9 @@
  *
  * How it searches: the answer is not searched once per spelling a value could take. Each
  * header name and value and the body are NORMALISED once — every escape an answer writes
- * text in is decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case), JSON
+ * text in is decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case; an
+ * escaped byte that is no part of UTF-8 as the windows-1252 character it stands for, and
+ * `%uXXXX` as JavaScript's escape() writes a UTF-16 unit), JSON
  * and JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs),
  * HTML character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other
  * named references of ASCII punctuation; `&uuml;`, `&Scaron;` and the other names of Latin
@@ -47,6 +49,7 @@
  * than MAX_SCANNED bytes, or a compressed body that decompresses to more, is refused
  * rather than searched in part.
  */
+import { isUtf8 } from 'node:buffer';
 import { constants as zlibConstants, gunzipSync, inflateSync } from 'node:zlib';
 import { UpstreamResponseError } from '../errors.ts';
 import type { TransformRoute } from './transform-routes.ts';
@@ -130,7 +133,12 @@ export class DecryptedPaths extends Map<string, number> {
     this.text.add(prefix.bytes);
     // Letters beyond ASCII are looked for in the single-byte charset legacy servers write too.
     const legacy = singleByte(prefix.bytes);
-    if (legacy !== null) this.text.add(legacy);
+    if (legacy !== null) {
+      this.text.add(legacy.bytes);
+      // Percent-escaped, those bytes decode (below) to the characters they stand for: as
+      // far as windows-1252 could write the value, since a legacy encoder writes `?` beyond.
+      this.text.add(Buffer.from(legacy.text, 'utf8'));
+    }
   }
 
   /** Takes in the values `other` remembered (a query's and a body's, for one answer). */
@@ -389,17 +397,22 @@ const WINDOWS_1252: ReadonlyMap<number, number> = new Map([
  * charset can write it, when that is at least MIN_LENGTH characters; null for an ASCII
  * value (the same bytes already) or one that starts with too few writable characters.
  */
-function singleByte(utf8: Buffer): Buffer | null {
+function singleByte(utf8: Buffer): { bytes: Buffer; text: string } | null {
   if (utf8.every((b) => b < 0x80)) return null;
   const out: number[] = [];
+  let text = '';
   for (const c of utf8.toString('utf8')) {
     const code = c.codePointAt(0)!;
     const byte = code < 0x80 || (code >= 0xa0 && code <= 0xff) ? code : WINDOWS_1252.get(code);
     if (byte === undefined) break;
     out.push(byte);
+    text += c;
   }
-  return out.length >= MIN_LENGTH ? Buffer.from(out) : null;
+  return out.length >= MIN_LENGTH ? { bytes: Buffer.from(out), text } : null;
 }
+
+/** The character windows-1252 writes as `byte` (0x80 or more); ISO-8859-1's where it has none. */
+const FROM_WINDOWS_1252: ReadonlyMap<number, number> = new Map([...WINDOWS_1252].map(([codePoint, byte]) => [byte, codePoint]));
 
 /** The first `max` characters of UTF-8 `bytes` (cut at a character's start), and how many there are. */
 function charPrefix(bytes: Buffer, max: number): { bytes: Buffer; chars: number } {
@@ -443,27 +456,42 @@ function decodeOnce(src: Buffer): Buffer {
     const b = src[i]!;
     if (b === 0x25 /* % */) {
       const byte = hexValue(src, i + 1, 2);
+      if (byte >= 0x80) {
+        // Escaped UTF-8 is kept as its bytes; an escaped byte that starts no UTF-8 sequence
+        // there is a windows-1252 (Latin-1) character, as escape() writes `ü` (`%FC`) beside
+        // `%u0165`, and a legacy form encoder `Š` (`%8A`).
+        const length = escapedUtf8Length(src, i, byte);
+        if (length === 0) {
+          o = putCodePoint(out, o, FROM_WINDOWS_1252.get(byte) ?? byte);
+          i += 3;
+          continue;
+        }
+        for (let k = 0; k < length; k++) out[o++] = hexValue(src, i + 3 * k + 1, 2);
+        i += 3 * length;
+        continue;
+      }
       if (byte >= 0) {
         out[o++] = byte;
         i += 3;
         continue;
       }
+      // JavaScript's escape() (and servers that read it): `%u0160` for a UTF-16 unit.
+      if (src[i + 1] === 0x75 || src[i + 1] === 0x55) {
+        const length = utf16Escape(src, i, b);
+        if (length > 0) {
+          o = putCodePoint(out, o, lastCodePoint);
+          i += length;
+          continue;
+        }
+      }
     } else if (b === 0x5c /* \ */ && i + 1 < n) {
       const c = src[i + 1]!;
       if (c === 0x75 /* u */) {
-        const unit = hexValue(src, i + 2, 4);
-        if (unit >= 0 && (unit < 0xd800 || unit > 0xdfff)) {
-          o = putCodePoint(out, o, unit);
-          i += 6;
+        const length = utf16Escape(src, i, b);
+        if (length > 0) {
+          o = putCodePoint(out, o, lastCodePoint);
+          i += length;
           continue;
-        }
-        if (unit >= 0xd800 && unit <= 0xdbff && src[i + 6] === 0x5c && src[i + 7] === 0x75) {
-          const low = hexValue(src, i + 8, 4);
-          if (low >= 0xdc00 && low <= 0xdfff) {
-            o = putCodePoint(out, o, 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00));
-            i += 12;
-            continue;
-          }
         }
         // A lone surrogate stays as it is written.
       } else {
@@ -486,6 +514,49 @@ function decodeOnce(src: Buffer): Buffer {
     i++;
   }
   return out.subarray(0, o);
+}
+
+/**
+ * How many `%XX` escapes from `src[at]` (whose first byte is `lead`, 0x80 or more) spell
+ * one UTF-8 character; 0 when they spell none (a lone continuation byte, a lead byte not
+ * followed by escaped continuation bytes, an overlong or out-of-range form).
+ */
+function escapedUtf8Length(src: Buffer, at: number, lead: number): number {
+  const length = lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0;
+  if (length === 0) return 0;
+  const bytes = [lead];
+  for (let k = 1; k < length; k++) {
+    if (src[at + 3 * k] !== 0x25) return 0;
+    const next = hexValue(src, at + 3 * k + 1, 2);
+    if (next < 0x80 || next > 0xbf) return 0;
+    bytes.push(next);
+  }
+  return isUtf8(Buffer.from(bytes)) ? length : 0;
+}
+
+/** The code point the last utf16Escape call read (module state: no object per escape). */
+let lastCodePoint = 0;
+
+/**
+ * The length of the UTF-16 escape at `src[at]` — `\uXXXX` or `%uXXXX` (`lead` is `\` or
+ * `%`), or a surrogate pair of two written the same way — with its code point in
+ * lastCodePoint; 0 when there is none there (a lone surrogate is no character).
+ */
+function utf16Escape(src: Buffer, at: number, lead: number): number {
+  const unit = hexValue(src, at + 2, 4);
+  if (unit < 0) return 0;
+  if (unit < 0xd800 || unit > 0xdfff) {
+    lastCodePoint = unit;
+    return 6;
+  }
+  if (unit <= 0xdbff && src[at + 6] === lead && (src[at + 7] === 0x75 || (lead === 0x25 && src[at + 7] === 0x55))) {
+    const low = hexValue(src, at + 8, 4);
+    if (low >= 0xdc00 && low <= 0xdfff) {
+      lastCodePoint = 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
+      return 12;
+    }
+  }
+  return 0;
 }
 
 /** `\x` escapes of JSON and JavaScript strings, by the byte after the backslash. */

@@ -345,3 +345,14 @@ test('regression: a decrypted value inside a gzip or zlib file the vendor answer
   assert.equal(got[2]!.status, 200, 'a compressed file without the value passes');
   assert.equal(gunzipSync(got[2]!.body).toString(), 'id,email\ncus_2,someone.else@example.com\n');
 });
+
+test('regression: a decrypted value written with JavaScript escape() (%uXXXX beside %XX) is refused', async (t) => {
+  const got = await answersThroughProxy(t, [
+    (form, res) => res.writeHead(302, { location: `/retry?name=${escape(form.get('name')!)}` }).end(),
+    (form, res) => res.writeHead(200, { 'content-type': 'text/html' }).end(`<script>var who = unescape("${escape(form.get('name')!)}");</script>`),
+    (form, res) => res.writeHead(200, { 'content-type': 'text/html' }).end(`<script>var who = unescape("${escape(form.get('name')!.slice(0, 6))}");</script>`),
+  ]);
+  assertRefused(got[0]!, 'in a Location');
+  assertRefused(got[1]!, 'in a script');
+  assert.equal(got[2]!.status, 200, 'six letters of the name are no echo');
+});
