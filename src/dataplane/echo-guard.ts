@@ -428,14 +428,15 @@ function charPrefix(bytes: Buffer, max: number): { bytes: Buffer; chars: number 
 /**
  * `bytes` with every escape decoded (repeatedly, up to MAX_LAYERS rounds, while a round
  * decodes something), then A–Z as a–z and `+` as a space. Other bytes, UTF-8 included,
- * are kept. Every escape is longer than what it decodes to, so a round that decodes
- * nothing is one that leaves the length as it was.
+ * are kept. Every escape but one kind is longer than what it decodes to, so a round that
+ * decodes nothing is one that leaves the length as it was and says it decoded nothing in
+ * place (decodedInPlace).
  */
 export function normalise(bytes: Buffer): Buffer {
   let out = bytes;
   for (let round = 0; round < MAX_LAYERS; round++) {
     const next = decodeOnce(out);
-    if (next.length === out.length) break;
+    if (next.length === out.length && !decodedInPlace) break;
     out = next;
   }
   const canonical = out === bytes ? Buffer.allocUnsafe(out.length) : out;
@@ -446,8 +447,15 @@ export function normalise(bytes: Buffer): Buffer {
   return canonical;
 }
 
+/**
+ * Whether the last decodeOnce decoded an escape as long as what it stands for (`%80` is
+ * `€`, three bytes in UTF-8), which its length alone would not tell.
+ */
+let decodedInPlace = false;
+
 /** One round of decoding: percent escapes, JSON/JavaScript string escapes, HTML character references. */
 function decodeOnce(src: Buffer): Buffer {
+  decodedInPlace = false;
   const n = src.length;
   const out = Buffer.allocUnsafe(n);
   let o = 0;
@@ -462,7 +470,9 @@ function decodeOnce(src: Buffer): Buffer {
         // `%u0165`, and a legacy form encoder `Š` (`%8A`).
         const length = escapedUtf8Length(src, i, byte);
         if (length === 0) {
+          const start = o;
           o = putCodePoint(out, o, FROM_WINDOWS_1252.get(byte) ?? byte);
+          if (o - start === 3) decodedInPlace = true;
           i += 3;
           continue;
         }

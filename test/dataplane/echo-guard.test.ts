@@ -142,3 +142,10 @@ test('regression: a value is found in base64 or base64url of any bytes around it
     }),
   );
 });
+
+test('regression: an escape that decodes to as many bytes as it has (%96, an en dash in windows-1252) is still decoded', () => {
+  const paths = guarding('Jean–Pierre Dupont');
+  assert.ok(refuses(paths, 'name=Jean%96Pierre+Dupont'));
+  assert.ok(refuses(paths, 'name=Jean%2596Pierre+Dupont'), 'and escaped once more');
+  assert.ok(!refuses(paths, 'name=Jean%97Pierre+Dupont'), 'an em dash is another value');
+});
