@@ -27,9 +27,9 @@
  * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised;
  * a token of an object or array is remembered whole and by each string and number in it),
  * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning); for a
- * number (`4242 4242 4242 4242`, `4242424242424242`, `+1 (415) 555-0100`) its digits,
- * looked for in the answer with the separators between digits taken out, so that no
- * grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too (an
+ * number or code (`4242 4242 4242 4242`, `+1 (415) 555-0100`, an IBAN) its letters and
+ * digits, looked for in the answer with the separators between letters and digits taken
+ * out, so that no grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too (an
  * answer that names no charset is read so by many clients); and its base64 and base64url
  * at each of the three offsets it can have among the bytes encoded. A body with zero bytes
  * is searched again as UTF-16 and UTF-32 text, as JSON readers read one by where its zero
@@ -65,8 +65,11 @@ export const MAX_VALUES = 1_000;
 export const MAX_SCANNED = 64 * 1024 * 1024;
 /** Rounds of decoding: an escape nested deeper than this is not undone. */
 export const MAX_LAYERS = 4;
-/** A number as people write one: digits grouped by separators, a phone's `+` (a space once normalised) and brackets. */
-const DIGITS_AND_SEPARATORS = /^[ (]?[0-9][0-9 .\-/()]*[0-9]$/;
+/**
+ * A number or code as people write one (once normalised: lower case, `+` a space): digits,
+ * or letters and digits, grouped by separators, with a phone's `+` and brackets.
+ */
+const GROUPED = /^[ (]?[0-9a-z][0-9a-z .\-/()]*[0-9a-z]$/;
 
 /** The rolling hash over a window of MIN_LENGTH bytes. */
 const WINDOW = MIN_LENGTH;
@@ -87,11 +90,12 @@ export class DecryptedPaths extends Map<string, number> {
   /** The normalised values, searched for in the normalised answer. */
   private readonly text = new Needles();
   /**
-   * The digits of numbers (with separators or without), searched for in the normalised
-   * answer with the separators between its digits taken out: `4242 4242 4242 4242`,
-   * `4242-4242-4242-4242` and `4242424242424242` are one number however it is grouped.
+   * Numbers and codes without their separators (`4242424242424242`, `de89370400440532013000`),
+   * searched for in the normalised answer with the separators between letters and digits
+   * taken out: `4242 4242 4242 4242`, `4242-4242-4242-4242` and `4242424242424242` are one
+   * number however it is grouped, an IBAN one code with its spaces or without.
    */
-  private readonly digits = new Needles();
+  private readonly grouped = new Needles();
   private remembered = 0;
   /** More values were decrypted than can be searched for: the answer is refused. */
   private overflowed = false;
@@ -119,13 +123,14 @@ export class DecryptedPaths extends Map<string, number> {
     this.remembered++;
     // Base64 of the value as the vendor got it, wherever it sits in what was encoded.
     for (const needle of base64Needles(charPrefix(plaintext, PREFIX_CHARS).bytes)) this.text.add(needle);
-    // A number, with separators or without, is looked for as its digits, however grouped.
+    // A number or a code with digits in it, with separators or without, is looked for as
+    // its letters and digits, however grouped. (Words are not: `jo ann` is not `joann`.)
     if (canonical.length <= PREFIX_CHARS * 4) {
       const text = canonical.toString('latin1');
-      if (DIGITS_AND_SEPARATORS.test(text)) {
-        const digits = text.replace(/[^0-9]/g, '');
-        if (digits.length >= MIN_LENGTH) {
-          this.digits.add(Buffer.from(digits.slice(0, PREFIX_CHARS), 'latin1'));
+      if (GROUPED.test(text) && /[0-9]/.test(text)) {
+        const joined = text.replace(/[^0-9a-z]/g, '');
+        if (joined.length >= MIN_LENGTH) {
+          this.grouped.add(Buffer.from(joined.slice(0, PREFIX_CHARS), 'latin1'));
           return;
         }
       }
@@ -145,14 +150,14 @@ export class DecryptedPaths extends Map<string, number> {
   absorb(other: DecryptedPaths): void {
     for (const [path, classification] of other) this.set(path, classification);
     this.text.absorb(other.text);
-    this.digits.absorb(other.digits);
+    this.grouped.absorb(other.grouped);
     this.remembered += other.remembered;
     if (other.overflowed || this.remembered > MAX_VALUES) this.overflowed = true;
   }
 
   /** Whether an answer must be read whole and checked. */
   get searching(): boolean {
-    return this.text.size > 0 || this.digits.size > 0 || this.overflowed;
+    return this.text.size > 0 || this.grouped.size > 0 || this.overflowed;
   }
 
   /**
@@ -189,9 +194,9 @@ export class DecryptedPaths extends Map<string, number> {
     }
   }
 
-  /** Whether a normalised `haystack` holds a value: as written, or a number's digits however grouped. */
+  /** Whether a normalised `haystack` holds a value: as written, or a number or code however grouped. */
   private holds(haystack: Buffer): boolean {
-    return this.text.holds(haystack) || (this.digits.size > 0 && this.digits.holds(withoutDigitSeparators(haystack)));
+    return this.text.holds(haystack) || (this.grouped.size > 0 && this.grouped.holds(withoutSeparators(haystack)));
   }
 }
 
@@ -243,24 +248,25 @@ class Needles {
   }
 }
 
-/** What may stand between the groups of a number: `4242 4242`, `4242-4242`, `12.34`, `12/34`, `(415) 555` (`+` is a space once normalised). */
-function isDigitSeparator(b: number): boolean {
+/** What may stand between the groups of a number or code: `4242 4242`, `4242-4242`, `12.34`, `12/34`, `(415) 555` (`+` is a space once normalised). */
+function isSeparator(b: number): boolean {
   return b === 0x20 || b === 0x2d || b === 0x2e || b === 0x2f || b === 0x28 || b === 0x29;
 }
 
 /**
- * `haystack` with every run of separators that stands between two digits taken out, so that
- * a number reads as its digits however it is grouped; the same buffer when there is none.
+ * `haystack` (normalised: lower case) with every run of separators that stands between two
+ * letters or digits taken out, so that a number or code reads the same however it is
+ * grouped; the same buffer when there is none.
  */
-function withoutDigitSeparators(haystack: Buffer): Buffer {
+function withoutSeparators(haystack: Buffer): Buffer {
   let out: Buffer | null = null;
   let o = 0;
   for (let i = 0; i < haystack.length; i++) {
     const b = haystack[i]!;
-    if (isDigitSeparator(b) && i > 0 && isDigit(haystack[i - 1]!)) {
+    if (isSeparator(b) && i > 0 && isAlphanumeric(haystack[i - 1]!)) {
       let j = i;
-      while (j < haystack.length && isDigitSeparator(haystack[j]!)) j++;
-      if (j < haystack.length && isDigit(haystack[j]!)) {
+      while (j < haystack.length && isSeparator(haystack[j]!)) j++;
+      if (j < haystack.length && isAlphanumeric(haystack[j]!)) {
         if (out === null) {
           out = Buffer.allocUnsafe(haystack.length);
           haystack.copy(out, 0, 0, i);
@@ -273,10 +279,6 @@ function withoutDigitSeparators(haystack: Buffer): Buffer {
     if (out !== null) out[o++] = b;
   }
   return out === null ? haystack : out.subarray(0, o);
-}
-
-function isDigit(b: number): boolean {
-  return b >= 0x30 && b <= 0x39;
 }
 
 /**

@@ -356,3 +356,19 @@ test('regression: a decrypted value written with JavaScript escape() (%uXXXX bes
   assertRefused(got[1]!, 'in a script');
   assert.equal(got[2]!.status, 200, 'six letters of the name are no echo');
 });
+
+test('regression: a code of letters and digits (an IBAN) is refused when the vendor repeats it grouped otherwise or without its spaces', async (t) => {
+  const text = (body: string) => (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/plain' }).end(body);
+  const got = await answersThroughProxy(
+    t,
+    [
+      (form, res) => text(`Mandate for ${form.get('card[number]')!.replaceAll(' ', '')} created`)(res),
+      (form, res) => text(`IBAN: ${form.get('card[number]')!.toLowerCase().replaceAll(' ', '-')}`)(res),
+      (form, res) => text(`IBAN ending ${form.get('card[number]')!.slice(-7)}, bank DE89 3704`)(res),
+    ],
+    { card: 'DE89 3704 0044 0532 0130 00' },
+  );
+  assertRefused(got[0]!, 'without its spaces');
+  assertRefused(got[1]!, 'in lower case, grouped with dashes');
+  assert.equal(got[2]!.status, 200, 'parts of it are no echo');
+});
