@@ -41,7 +41,7 @@ export const COPY_TABLES: readonly CopyTable[] = Object.freeze([
   { name: 'sync_log_cursors', order: ['kind'] },
   { name: 'store_meta', order: ['name'] },
   { name: 'sync_instance', order: ['id'] },
-  { name: 'login_failures', order: ['rowid'] },
+  { name: 'login_failures', order: ['email', 'failed_at'] },
 ] satisfies CopyTable[]);
 
 /** A column value as the source answers it: BLOBs as Uint8Array. */
