@@ -80,6 +80,8 @@ export class CopyRefusedError extends Error {
 export interface CopyOptions {
   /** Rows per INSERT statement (fewer for tables with many columns, to stay under the parameter limit). */
   readonly batchRows?: number;
+  /** How long to wait for another connection's write to the target to end before refusing (default 10 s). */
+  readonly lockTimeoutMs?: number;
 }
 
 /**

@@ -11,7 +11,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { COPY_TABLES } from '../../src/store/copy.ts';
+import { COPY_TABLES, CopyRefusedError, copyStore } from '../../src/store/copy.ts';
 import { openStore, type Store } from '../../src/store/db.ts';
 import type { NewApiLog } from '../../src/store/logs.ts';
 import { types } from '../../src/store/postgres/executor.ts';
@@ -350,6 +350,36 @@ test('store copy refuses a --from that does not exist (creating no file) or is e
 
   // Not even migrated: the database holds no table.
   assert.equal(await server!.psql(plain.slice(plain.lastIndexOf('/') + 1), "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), '0\n');
+});
+
+test('a write in progress on the database makes the copy refuse; once it is gone, batches of any size copy every row', { skip: skip ?? false }, async (t) => {
+  const dir = tempDir(t);
+  const path = join(dir, 'svc.db');
+  await fillStore(path);
+  const { plain } = await database();
+  await (await openPostgresStore(plain, { max: 1 })).close();
+
+  // Another connection's transaction writes a log row and stays open.
+  const writer = new pg.Client({ connectionString: plain, types });
+  await writer.connect();
+  t.after(() => writer.end());
+  await writer.query('BEGIN');
+  await writer.query("INSERT INTO activity_logs (action, description, ip, created_at) VALUES ('login', 'in flight', '::1', '2026-01-01T00:00:00.000Z')");
+  await assert.rejects(copyStore(path, plain, { lockTimeoutMs: 200 }), (error) => {
+    assert.ok(error instanceof CopyRefusedError);
+    assert.match(error.message, /^another connection is using the target database \(is a control plane running on it\?\): stop it and copy again$/);
+    return true;
+  });
+  await writer.query('ROLLBACK');
+  assert.equal(await server!.psql(plain.slice(plain.lastIndexOf('/') + 1), 'SELECT count(*) FROM users'), '0\n');
+
+  // 7 rows a statement: many full batches and a short last one.
+  const copied = await copyStore(path, plain, { batchRows: 7, lockTimeoutMs: 200 });
+  const source = openStore(path);
+  t.after(() => source.close());
+  const expected = sqliteRows(source);
+  assert.deepEqual(copied, COPY_TABLES.map((table) => ({ table: table.name, rows: expected[table.name]!.length })));
+  assert.deepEqual(await postgresRows(plain), expected);
 });
 
 test('store copy takes only a postgres:// URL, never quoting it', async () => {

@@ -13,8 +13,7 @@ const MAX_PARAMETERS = 65_535;
 const DEFAULT_BATCH_ROWS = 1_000;
 /** The migration's bookkeeping and the state version: they describe the database, not the store's rows. */
 const OWN_TABLES = new Set(['svc_schema', 'svc_state']);
-/** How long to wait for another connection's hold on a table before giving up. */
-const LOCK_TIMEOUT = '10s';
+const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
 /** SQLSTATE lock_not_available: the lock timeout passed. */
 const LOCK_NOT_AVAILABLE = '55P03';
 
@@ -26,7 +25,7 @@ export async function copyIntoPostgres(url: string, source: CopySource, options:
   try {
     await client.query('BEGIN');
     try {
-      const copied = await copyInTransaction(client, source, options.batchRows ?? DEFAULT_BATCH_ROWS);
+      const copied = await copyInTransaction(client, source, options);
       await client.query('COMMIT');
       return copied;
     } catch (error) {
@@ -41,8 +40,10 @@ export async function copyIntoPostgres(url: string, source: CopySource, options:
   }
 }
 
-async function copyInTransaction(client: pg.Client, source: CopySource, batchRows: number): Promise<CopiedTable[]> {
-  await client.query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
+async function copyInTransaction(client: pg.Client, source: CopySource, options: CopyOptions): Promise<CopiedTable[]> {
+  const batchRows = options.batchRows ?? DEFAULT_BATCH_ROWS;
+  // SET takes no parameters; the value is an integer of ours.
+  await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.trunc(options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS))}`);
   const targetTables = (await client.query<{ name: string }>('SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename')).rows
     .map((row) => row.name)
     .filter((name) => !OWN_TABLES.has(name));
