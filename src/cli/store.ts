@@ -16,7 +16,7 @@ export const STORE_COMMANDS = {
     summary: 'copy a SQLite store into an empty PostgreSQL database, ids and all',
     about:
       'Copies every row of the SQLite store at --from into the PostgreSQL database at --to, ids kept, in one transaction, and prints the rows copied per table. ' +
-      'Both stores are migrated to the newest schema first. Refused, with nothing written, when --from does not exist or when the database holds anything ' +
+      'Both stores are migrated to the newest schema first. Refused, with nothing written, when --from does not exist or holds no store, or when the database holds anything ' +
       'beyond the built-in roles and permissions (users, configurations, API keys, classifications, logs). Stop the control plane before copying. ' +
       'Leave the password out of the URL and set PGPASSWORD to keep it out of the process list.',
     options: {

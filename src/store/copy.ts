@@ -9,7 +9,7 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { openStore } from './db.ts';
-import { sqliteCopySource } from './sqlite/copy-source.ts';
+import { sqliteCopySource, storeVersionOf } from './sqlite/copy-source.ts';
 
 export interface CopyTable {
   readonly name: string;
@@ -95,6 +95,15 @@ export async function copyStore(from: string, to: string, options: CopyOptions =
   const stat = statSync(from);
   if (!stat.isFile()) throw new CopyRefusedError(`${from} is not a file`);
   if (stat.size === 0) throw new CopyRefusedError(`${from} is empty: it holds no store`);
+  // Opening migrates: a file that holds no store of ours (another program's database) must
+  // be refused before, not given our tables.
+  let version: number;
+  try {
+    version = storeVersionOf(from);
+  } catch (error) {
+    throw new CopyRefusedError(`${from} is not a SQLite store (${error instanceof Error ? error.message : String(error)})`);
+  }
+  if (version === 0) throw new CopyRefusedError(`${from} holds no svc-sidecar store`);
 
   const source = openStore(from);
   try {

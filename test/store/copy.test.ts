@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import pg from 'pg';
 import { COPY_TABLES, CopyRefusedError, copyStore } from '../../src/store/copy.ts';
 import { openStore, type Store } from '../../src/store/db.ts';
@@ -331,7 +332,7 @@ test('store copy refuses a database that holds any row beyond the built-in roles
   assert.deepEqual(await targetState(plain), before);
 });
 
-test('store copy refuses a --from that does not exist (creating no file) or is empty, and touches no database', { skip: skip ?? false }, async (t) => {
+test('store copy refuses a --from that does not exist (creating no file), is empty, or holds no store of ours, and touches no database', { skip: skip ?? false }, async (t) => {
   const dir = tempDir(t);
   const { url, plain } = await database();
   const missing = join(dir, 'data', 'svc.db');
@@ -347,6 +348,23 @@ test('store copy refuses a --from that does not exist (creating no file) or is e
   const emptyRun = await copy(empty, url);
   assert.equal(emptyRun.code, 1);
   assert.equal(emptyRun.stderr, `svc-sidecar store copy: refused: ${empty} is empty: it holds no store; nothing was written.\n`);
+
+  // Another program's database is not given our tables; a file that is no database is named as such.
+  const foreign = join(dir, 'other.db');
+  const other = new DatabaseSync(foreign);
+  other.exec('CREATE TABLE notes (body TEXT)');
+  other.close();
+  const foreignRun = await copy(foreign, url);
+  assert.equal(foreignRun.code, 1);
+  assert.equal(foreignRun.stderr, `svc-sidecar store copy: refused: ${foreign} holds no svc-sidecar store; nothing was written.\n`);
+  const reopened = new DatabaseSync(foreign, { readOnly: true });
+  assert.deepEqual(reopened.prepare("SELECT name FROM sqlite_schema WHERE type = 'table'").all().map((row) => row['name']), ['notes']);
+  reopened.close();
+  const text = join(dir, 'notes.txt');
+  writeFileSync(text, 'not a database at all, just some text that is long enough to hold a header\n'.repeat(10));
+  const textRun = await copy(text, url);
+  assert.equal(textRun.code, 1);
+  assert.equal(textRun.stderr, `svc-sidecar store copy: refused: ${text} is not a SQLite store (file is not a database); nothing was written.\n`);
 
   // Not even migrated: the database holds no table.
   assert.equal(await server!.psql(plain.slice(plain.lastIndexOf('/') + 1), "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), '0\n');

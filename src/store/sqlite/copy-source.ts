@@ -2,9 +2,25 @@
  * The rows of a SQLite store, read for `store copy` (store/copy.ts): table by table, in
  * batches, so a large log table is never held whole in memory.
  */
+import { DatabaseSync } from 'node:sqlite';
 import type { CopySource, CopyValue } from '../copy.ts';
 import type { Store } from '../db.ts';
 import { sqliteConnection } from './connection.ts';
+import { schemaVersion } from './migrations.ts';
+
+/**
+ * The schema version of the store in the file at `path`, read without writing to it: 0 for
+ * a database no build of ours has migrated (another program's, or an empty file). Throws
+ * when the file is not a SQLite database.
+ */
+export function storeVersionOf(path: string): number {
+  const db = new DatabaseSync(path, { readOnly: true });
+  try {
+    return schemaVersion(db);
+  } finally {
+    db.close();
+  }
+}
 
 /** A name read from the schema, quoted as an identifier. */
 const quote = (name: string): string => `"${name.replaceAll('"', '""')}"`;
