@@ -1,7 +1,8 @@
 /**
  * The command line: `svc-sidecar serve`, `svc-sidecar init`, `svc-sidecar keys
- * rotate|rewrap|destroy` (src/cli/keys.ts) and `svc-sidecar store copy` (src/cli/store.ts). Each command declares its options once; its
- * `--help` and its parsing are made from that table (src/cli/args.ts).
+ * rotate|rewrap|destroy` (src/cli/keys.ts) and `svc-sidecar store copy` (src/cli/store.ts).
+ * Each command declares its options once; its `--help` and its parsing are made from that
+ * table (src/cli/args.ts).
  *
  * Exit codes: 0 done, 1 refused or failed (an invalid configuration included), 2 the
  * command line was wrong (one line on stderr, pointing at the command's --help).
@@ -189,7 +190,7 @@ async function runCommand(command: Command, args: string[]): Promise<number> {
   if (!command.name.startsWith('keys ') && positionals.length > 0) {
     const extra = positionals[0]!;
     // `svc-sidecar --config x init`: the command was taken for an argument of serve.
-    const hint = command.name === 'serve' && ['init', 'keys', 'store'].includes(extra) ? ` (the command comes first: svc-sidecar ${extra} --config <path>)` : '';
+    const hint = command.name === 'serve' && ['init', 'keys'].includes(extra) ? ` (the command comes first: svc-sidecar ${extra} --config <path>)` : '';
     throw new UsageError(command.name, `unexpected argument "${extra}"${hint}`);
   }
   if ('standalone' in command) return command.run(values);

@@ -133,7 +133,7 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
 
   const store: Store = {
     kind: 'postgres',
-    path: redactUrl(url),
+    path: redact(url),
     created,
     ...drive(executor, repos),
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
@@ -172,7 +172,7 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
 }
 
 /** The URL without its password, for messages and `store.path`. */
-export function redactUrl(url: string): string {
+function redact(url: string): string {
   try {
     const parsed = new URL(url);
     if (parsed.password !== '') parsed.password = '***';
