@@ -92,7 +92,7 @@ export async function destroyKeyVersion(
   // is dropped at once; the other versions' material carries over.
   const found = await configurations.findById(configuration.id);
   if (found === undefined) services.codecs.forget(configuration.id);
-  else services.codecs.get(found);
+  else services.codecs.refresh(found);
   const after = found ?? configuration;
   const destroyed = (await configurations.keys(configuration.id)).find((k) => k.version === version) ?? key;
   return { view: keyVersionView(after, destroyed), forced: force === true && withinGrace };

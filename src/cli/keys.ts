@@ -151,6 +151,11 @@ function checkArgs(config: Config, sub: string | undefined, positionals: readonl
     if (args.confirm === undefined) throw new KeysCommandError(`--confirm <configuration name>/v${args.version} is required: destroying a key version cannot be undone`, 2);
   }
   if (command === 'rewrap' && args.fields !== undefined) matcherOf(args.fields);
+  // A control plane on PostgreSQL holds no data plane: tokens are rewrapped where they are
+  // read, by a sidecar (its rewrap route) or on a SQLite store.
+  if (command === 'rewrap' && config.store.url !== undefined) {
+    throw new KeysCommandError('a control plane on PostgreSQL (store.url) rewraps no tokens: send them to a sidecar\'s /api/v3/encryption/{slug}/rewrap, or run this with a configuration that replicates from it');
+  }
   // Rewrap only reads keys; rotate and destroy would be overwritten by the next snapshot.
   if (command !== 'rewrap' && config.state.source === 'control-plane') {
     throw new KeysCommandError('keys come from the control plane in this configuration; run this against the control plane instead');

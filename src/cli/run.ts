@@ -1,7 +1,8 @@
 /**
- * The command line: `svc-sidecar serve`, `svc-sidecar init` and `svc-sidecar keys
- * rotate|rewrap|destroy` (src/cli/keys.ts). Each command declares its options once; its
- * `--help` and its parsing are made from that table (src/cli/args.ts).
+ * The command line: `svc-sidecar serve`, `svc-sidecar init`, `svc-sidecar keys
+ * rotate|rewrap|destroy` (src/cli/keys.ts) and `svc-sidecar store copy` (src/cli/store.ts).
+ * Each command declares its options once; its `--help` and its parsing are made from that
+ * table (src/cli/args.ts).
  *
  * Exit codes: 0 done, 1 refused or failed (an invalid configuration included), 2 the
  * command line was wrong (one line on stderr, pointing at the command's --help).
@@ -13,6 +14,7 @@ import { hashPassword } from '../auth/passwords.ts';
 import { optionsHelp, parseOptions, UsageError, type OptionSpec, type OptionTable, type OptionValues } from './args.ts';
 import { keys, KEYS_COMMANDS } from './keys.ts';
 import { egressCa } from './egress-ca.ts';
+import { STORE_COMMANDS, storeCopy } from './store.ts';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, type Config } from '../config/load.ts';
 import { nearestName } from '../util/nearest.ts';
 import { isUniqueViolation } from '../store/sql.ts';
@@ -24,15 +26,27 @@ const DEFAULT_OWNER_EMAIL = 'owner@svc-sidecar.local';
 const CONFIG_OPTION: OptionSpec = { type: 'string', short: 'c', value: '<path>', description: `configuration file (default ${DEFAULT_CONFIG_PATH})` };
 const HELP_OPTION: OptionSpec = { type: 'boolean', short: 'h', description: 'show this help' };
 
-interface Command {
+interface CommandBase {
   /** As typed after `svc-sidecar`: `serve`, `keys rotate`. */
   readonly name: string;
   readonly usage: string;
   readonly summary: string;
   readonly about: string;
   readonly options: OptionTable;
+}
+
+/** A command on the store and keys the configuration file names. */
+interface ConfiguredCommand extends CommandBase {
   run(config: Config, configPath: string, values: OptionValues, positionals: string[]): Promise<number>;
 }
+
+/** A command whose options name all it works on: no configuration file is read. */
+interface StandaloneCommand extends CommandBase {
+  readonly standalone: true;
+  run(values: OptionValues): Promise<number>;
+}
+
+type Command = ConfiguredCommand | StandaloneCommand;
 
 const COMMANDS: readonly Command[] = [
   {
@@ -93,17 +107,29 @@ const COMMANDS: readonly Command[] = [
         }),
     }),
   ),
+  ...Object.entries(STORE_COMMANDS).map(
+    ([sub, spec]): StandaloneCommand => ({
+      name: `store ${sub}`,
+      usage: spec.usage,
+      summary: spec.summary,
+      about: spec.about,
+      options: { ...spec.options, help: HELP_OPTION },
+      standalone: true,
+      run: (values) => storeCopy(stringOf(values['from'])!, stringOf(values['to'])!),
+    }),
+  ),
 ];
 
 const KEYS_SUBCOMMANDS = Object.keys(KEYS_COMMANDS);
+const STORE_SUBCOMMANDS = Object.keys(STORE_COMMANDS);
 
 const HELP = `usage: svc-sidecar <command> [options]
 
 commands:
 ${COMMANDS.map((command) => `  ${command.usage}\n            ${command.summary}`).join('\n')}
 
-Every command takes --config <path> (default ${DEFAULT_CONFIG_PATH}) and has its own help:
-svc-sidecar <command> --help (svc-sidecar keys rotate --help).
+Every command but store copy takes --config <path> (default ${DEFAULT_CONFIG_PATH}), and each has
+its own help: svc-sidecar <command> --help (svc-sidecar keys rotate --help).
 `;
 
 const KEYS_HELP = `usage: svc-sidecar keys <${KEYS_SUBCOMMANDS.join('|')}> [options]
@@ -113,6 +139,20 @@ ${COMMANDS.filter((command) => command.name.startsWith('keys ')).map((command) =
 
 Each has its own help: svc-sidecar keys rotate --help.
 `;
+
+const STORE_HELP = `usage: svc-sidecar store <${STORE_SUBCOMMANDS.join('|')}> [options]
+
+The store itself:
+${COMMANDS.filter((command) => command.name.startsWith('store ')).map((command) => `  ${command.usage}\n            ${command.summary}`).join('\n')}
+
+Each has its own help: svc-sidecar store copy --help.
+`;
+
+/** Commands in groups (`keys rotate`): the group, its subcommands and its help. */
+const GROUPS: ReadonlyMap<string, { readonly subcommands: readonly string[]; readonly help: string }> = new Map([
+  ['keys', { subcommands: KEYS_SUBCOMMANDS, help: KEYS_HELP }],
+  ['store', { subcommands: STORE_SUBCOMMANDS, help: STORE_HELP }],
+]);
 
 function commandHelp(command: Command): string {
   return `usage: svc-sidecar ${command.usage}\n\n${wrap(command.about)}\n\noptions:\n${optionsHelp(command.options)}\n`;
@@ -125,18 +165,20 @@ async function main(argv: string[]): Promise<number> {
     if (first === '-h' || first === '--help') return help(HELP);
     return runCommand(commandNamed('serve'), argv);
   }
-  if (first === 'keys') {
+  const group = GROUPS.get(first);
+  if (group !== undefined) {
+    const { subcommands } = group;
     if (second === undefined || second.startsWith('-')) {
-      if (argv.includes('-h') || argv.includes('--help')) return help(KEYS_HELP);
-      throw new UsageError('keys', `expected one of ${KEYS_SUBCOMMANDS.join(', ')}`);
+      if (argv.includes('-h') || argv.includes('--help')) return help(group.help);
+      throw new UsageError(first, `expected one of ${subcommands.join(', ')}`);
     }
-    const command = COMMANDS.find((candidate) => candidate.name === `keys ${second}`);
-    if (command === undefined) throw new UsageError('keys', `unknown command "keys ${second}"${didYouMean(second, KEYS_SUBCOMMANDS)}: expected one of ${KEYS_SUBCOMMANDS.join(', ')}`);
+    const command = COMMANDS.find((candidate) => candidate.name === `${first} ${second}`);
+    if (command === undefined) throw new UsageError(first, `unknown command "${first} ${second}"${didYouMean(second, subcommands)}: expected one of ${subcommands.join(', ')}`);
     return runCommand(command, argv.slice(2));
   }
   const command = COMMANDS.find((candidate) => candidate.name === first);
   if (command === undefined) {
-    const names = ['serve', 'init', 'egress-ca', 'keys'];
+    const names = ['serve', 'init', 'egress-ca', 'keys', 'store'];
     throw new UsageError('', `unknown command "${first}"${didYouMean(first, names)}: expected one of ${names.join(', ')}`);
   }
   return runCommand(command, argv.slice(1));
@@ -151,6 +193,7 @@ async function runCommand(command: Command, args: string[]): Promise<number> {
     const hint = command.name === 'serve' && ['init', 'keys'].includes(extra) ? ` (the command comes first: svc-sidecar ${extra} --config <path>)` : '';
     throw new UsageError(command.name, `unexpected argument "${extra}"${hint}`);
   }
+  if ('standalone' in command) return command.run(values);
   const configPath = stringOf(values['config']) ?? DEFAULT_CONFIG_PATH;
   let config;
   try {

@@ -50,6 +50,14 @@ export class CodecCache {
     return entry.codec;
   }
 
+  /**
+   * Rebuilds the codec of `configuration` now if one is held (a key version destroyed: its
+   * key schedule goes at once rather than on the next request); nothing when none is.
+   */
+  refresh(configuration: Configuration): void {
+    if (this.entries.has(configuration.id)) this.get(configuration);
+  }
+
   /** Drops a configuration's codec (deleted configurations). */
   forget(configurationId: string): void {
     this.entries.delete(configurationId);

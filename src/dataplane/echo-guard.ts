@@ -7,35 +7,53 @@
  * plaintext to the application.
  *
  * How it searches: the answer is not searched once per spelling a value could take. Each
- * header value and the body are NORMALISED once — every escape an answer writes text in is
- * decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case), JSON and
- * JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs), HTML
- * character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other named
- * references of ASCII punctuation). Decoding repeats, up to MAX_LAYERS times, while it
- * changes something, so an escape of an escape (`%2540`, `&amp;#64;`, JSON inside HTML) is
- * undone too. Then ASCII letters are lower-cased and `+` reads as a space (form encoding).
- * The remembered values go through the same normalisation, so an encoder's choice — which
- * characters it escapes, `+` or `%20`, `\u003c` or `<` — does not change what is compared.
+ * header name and value and the body are NORMALISED once — every escape an answer writes
+ * text in is decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case; an
+ * escaped byte that is no part of UTF-8 as the windows-1252 character it stands for, and
+ * `%uXXXX` as JavaScript's escape() writes a UTF-16 unit), JSON
+ * and JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs),
+ * HTML character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other
+ * named references of ASCII punctuation; `&uuml;`, `&Scaron;` and the other names of Latin
+ * letters with a diacritic, of Latin-1 symbols and of Greek letters). Decoding repeats, up
+ * to MAX_LAYERS times, while it changes something, so an escape of an escape (`%2540`,
+ * `&amp;#64;`, JSON inside HTML) is undone too. Then ASCII letters are lower-cased and `+`
+ * reads as a space (form encoding). The remembered values go through the same
+ * normalisation, so an encoder's choice — which characters it escapes, `+` or `%20`,
+ * `\u003c` or `<` — does not change what is compared.
  * All the values are then looked for in one pass over the normalised bytes: a rolling hash
  * of MIN_LENGTH bytes indexes them, and a hit is compared byte for byte. The cost is linear
  * in the size of the answer, whatever the number of values.
  *
- * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised),
- * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning), and
- * for a number written with separators (`4242 4242 4242 4242`) its digits alone. Shorter
- * values (a CVC, an expiry month) are not searched: three or four digits occur by chance in
- * timestamps and ids, and a search for them would refuse good answers.
+ * What is looked for: each plaintext of at least MIN_LENGTH characters (once normalised;
+ * a token of an object or array is remembered whole and by each string and number in it),
+ * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning); for a
+ * number or code (`4242 4242 4242 4242`, `+1 (415) 555-0100`, an IBAN) its letters and
+ * digits, looked for in the answer with the separators between letters and digits taken
+ * out, so that no grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too (an
+ * answer that names no charset is read so by many clients); and its base64 and base64url
+ * at each of the three offsets it can have among the bytes encoded. A body with zero bytes
+ * is searched again as UTF-16 and UTF-32 text, as JSON readers read one by where its zero
+ * bytes fall, and a body that is a gzip or zlib file decompressed. Shorter values (a CVC,
+ * an expiry month) are not searched: three or four digits occur by chance in timestamps and
+ * ids, and a search for them would refuse good answers.
  *
- * What it cannot see: a value the vendor transforms other than by escaping it — base64 or
- * another encoding of its bytes, a hash, a changed case of a non-ASCII letter, the number
- * with separators added or regrouped, a part of it shorter than PREFIX_CHARS that is not
+ * What it cannot see: a value the vendor transforms other than by escaping it — an
+ * encoding of its bytes other than base64 (hex, base32), base64 broken across lines, a
+ * file compressed otherwise than gzip or zlib (zip, brotli) or twice, a hash, a changed
+ * case of a non-ASCII letter, a named reference of another script (`&Acy;`) or without its
+ * `;`, a number with digits left out, a part of it shorter than PREFIX_CHARS that is not
  * its beginning — and escapes nested deeper than MAX_LAYERS.
  *
  * Limits, each failing closed: at most MAX_VALUES values per request are remembered, and
  * an answer to a request that decrypted more is refused; a header value or body longer
- * than MAX_SCANNED bytes is refused rather than searched in part.
+ * than MAX_SCANNED bytes, or a compressed body that decompresses to more, is refused
+ * rather than searched in part.
  */
+import { isUtf8 } from 'node:buffer';
+import { constants as zlibConstants, gunzipSync, inflateSync } from 'node:zlib';
 import { UpstreamResponseError } from '../errors.ts';
+import type { TransformRoute } from './transform-routes.ts';
+import type { PlainType } from '../fields/value.ts';
 
 /** Values shorter than this (in characters, once normalised) are not searched for. */
 export const MIN_LENGTH = 8;
@@ -47,7 +65,11 @@ export const MAX_VALUES = 1_000;
 export const MAX_SCANNED = 64 * 1024 * 1024;
 /** Rounds of decoding: an escape nested deeper than this is not undone. */
 export const MAX_LAYERS = 4;
-const DIGITS_AND_SEPARATORS = /^[0-9][0-9 .\-/]*[0-9]$/;
+/**
+ * A number or code as people write one (once normalised: lower case, `+` a space): digits,
+ * or letters and digits, grouped by separators, with a phone's `+` and brackets.
+ */
+const GROUPED = /^[ (]?[0-9a-z][0-9a-z .\-/()]*[0-9a-z]$/;
 
 /** The rolling hash over a window of MIN_LENGTH bytes. */
 const WINDOW = MIN_LENGTH;
@@ -65,17 +87,30 @@ const FILTER_MASK = 0xffff;
  * an answer must not repeat.
  */
 export class DecryptedPaths extends Map<string, number> {
-  /** The normalised values searched for, by their bytes (latin1 key). */
-  private readonly needles = new Map<string, Buffer>();
-  /** Needles by the hash of their first WINDOW bytes. */
-  private readonly byHash = new Map<number, Buffer[]>();
-  private readonly filter = new Uint8Array(FILTER_MASK + 1);
+  /** The normalised values, searched for in the normalised answer. */
+  private readonly text = new Needles();
+  /**
+   * Numbers and codes without their separators (`4242424242424242`, `de89370400440532013000`),
+   * searched for in the normalised answer with the separators between letters and digits
+   * taken out: `4242 4242 4242 4242`, `4242-4242-4242-4242` and `4242424242424242` are one
+   * number however it is grouped, an IBAN one code with its spaces or without.
+   */
+  private readonly grouped = new Needles();
   private remembered = 0;
   /** More values were decrypted than can be searched for: the answer is refused. */
   private overflowed = false;
 
-  /** Remembers a value shown in plain (its text; the caller zeroes its own buffer). */
-  remember(plaintext: Buffer): void {
+  /**
+   * Remembers a value shown in plain (its text; the caller zeroes its own buffer). A token
+   * of an object or array (`type` `j`) shows the JSON text of it: each string and number in
+   * it is remembered too, since a vendor repeats a card's number, not the card.
+   */
+  remember(plaintext: Buffer, type: PlainType = 's'): void {
+    if (type === 'j') for (const leaf of jsonLeaves(plaintext)) this.rememberOne(leaf);
+    this.rememberOne(plaintext);
+  }
+
+  private rememberOne(plaintext: Buffer): void {
     // Its UTF-8 length is at least its number of characters: short values leave here unsplit.
     if (plaintext.length < MIN_LENGTH) return;
     const canonical = normalise(plaintext);
@@ -86,40 +121,57 @@ export class DecryptedPaths extends Map<string, number> {
       return;
     }
     this.remembered++;
-    this.add(prefix.bytes);
-    // A number with separators is looked for as its digits alone too.
+    // Base64 of the value as the vendor got it, wherever it sits in what was encoded.
+    for (const needle of base64Needles(charPrefix(plaintext, PREFIX_CHARS).bytes)) this.text.add(needle);
+    // A number or a code with digits in it, with separators or without, is looked for as
+    // its letters and digits, however grouped. (Words are not: `jo ann` is not `joann`.)
     if (canonical.length <= PREFIX_CHARS * 4) {
       const text = canonical.toString('latin1');
-      if (DIGITS_AND_SEPARATORS.test(text)) {
-        const digits = text.replace(/[^0-9]/g, '');
-        if (digits.length >= MIN_LENGTH) this.add(Buffer.from(digits.slice(0, PREFIX_CHARS), 'latin1'));
+      if (GROUPED.test(text) && /[0-9]/.test(text)) {
+        const joined = text.replace(/[^0-9a-z]/g, '');
+        if (joined.length >= MIN_LENGTH) {
+          this.grouped.add(Buffer.from(joined.slice(0, PREFIX_CHARS), 'latin1'));
+          return;
+        }
       }
+    }
+    this.text.add(prefix.bytes);
+    // Letters beyond ASCII are looked for in the single-byte charset legacy servers write too.
+    const legacy = singleByte(prefix.bytes);
+    if (legacy !== null) {
+      this.text.add(legacy.bytes);
+      // Percent-escaped, those bytes decode (below) to the characters they stand for: as
+      // far as windows-1252 could write the value, since a legacy encoder writes `?` beyond.
+      this.text.add(Buffer.from(legacy.text, 'utf8'));
     }
   }
 
   /** Takes in the values `other` remembered (a query's and a body's, for one answer). */
   absorb(other: DecryptedPaths): void {
     for (const [path, classification] of other) this.set(path, classification);
-    for (const needle of other.needles.values()) this.add(needle);
+    this.text.absorb(other.text);
+    this.grouped.absorb(other.grouped);
     this.remembered += other.remembered;
     if (other.overflowed || this.remembered > MAX_VALUES) this.overflowed = true;
   }
 
   /** Whether an answer must be read whole and checked. */
   get searching(): boolean {
-    return this.needles.size > 0 || this.overflowed;
+    return this.text.size > 0 || this.grouped.size > 0 || this.overflowed;
   }
 
   /**
-   * Throws a 502 if a header value or the body (as it would be sent) repeats a remembered
+   * Throws a 502 if a header name or value or the body (as it would be sent) repeats a remembered
    * plaintext, or if it cannot be searched in full. Names neither the value nor the vendor.
    */
   check(headers: Readonly<Record<string, string | string[] | undefined>>, body: Buffer | null): void {
     if (this.overflowed) throw new UpstreamResponseError(new Error(`the request decrypted more than ${MAX_VALUES} values, too many to search its answer for`));
-    if (this.needles.size === 0) return;
+    if (!this.searching) return;
     for (const name in headers) {
       const value = headers[name];
       if (value === undefined) continue;
+      // A name is relayed to the application as its value is: `x-card-4242…` repeats a value too.
+      if (this.holds(normalise(Buffer.from(name, 'latin1')))) throw refused('the name of one of its headers');
       for (const text of Array.isArray(value) ? value : [value]) {
         if (text.length > MAX_SCANNED) throw tooLarge(`its ${name} header`);
         // Header values arrive as latin1 text: their bytes, as the vendor sent them.
@@ -128,10 +180,39 @@ export class DecryptedPaths extends Map<string, number> {
     }
     if (body === null || body.length === 0) return;
     if (body.length > MAX_SCANNED) throw tooLarge('its body');
-    if (this.holds(normalise(body))) throw refused('its body');
+    this.checkBody(body, 'its body');
+    // A gzip or zlib file (an export, `application/gzip`) is what its reader decompresses.
+    const inflated = decompressed(body);
+    if (inflated !== null) this.checkBody(inflated, 'its body, decompressed');
   }
 
-  private add(needle: Buffer): void {
+  private checkBody(body: Buffer, where: string): void {
+    if (this.holds(normalise(body))) throw refused(where);
+    // UTF-8 text holds no zero byte; text in UTF-16 or UTF-32 does, in every ASCII character.
+    if (body.includes(0)) {
+      for (const text of wideReadings(body)) if (this.holds(normalise(text))) throw refused(`${where}, read as UTF-16 or UTF-32`);
+    }
+  }
+
+  /** Whether a normalised `haystack` holds a value: as written, or a number or code however grouped. */
+  private holds(haystack: Buffer): boolean {
+    return this.text.holds(haystack) || (this.grouped.size > 0 && this.grouped.holds(withoutSeparators(haystack)));
+  }
+}
+
+/** Byte strings looked for all at once: a rolling hash of their first WINDOW bytes indexes them. */
+class Needles {
+  /** By their bytes (latin1 key). */
+  private readonly needles = new Map<string, Buffer>();
+  /** Needles by the hash of their first WINDOW bytes. */
+  private readonly byHash = new Map<number, Buffer[]>();
+  private readonly filter = new Uint8Array(FILTER_MASK + 1);
+
+  get size(): number {
+    return this.needles.size;
+  }
+
+  add(needle: Buffer): void {
     const key = needle.toString('latin1');
     if (this.needles.has(key)) return;
     this.needles.set(key, needle);
@@ -142,8 +223,12 @@ export class DecryptedPaths extends Map<string, number> {
     this.filter[hash & FILTER_MASK] = 1;
   }
 
+  absorb(other: Needles): void {
+    for (const needle of other.needles.values()) this.add(needle);
+  }
+
   /** Whether a normalised `haystack` holds a needle: one pass, a rolling hash per position. */
-  private holds(haystack: Buffer): boolean {
+  holds(haystack: Buffer): boolean {
     const n = haystack.length;
     if (n < WINDOW) return false;
     let hash = windowHash(haystack, 0);
@@ -163,6 +248,106 @@ export class DecryptedPaths extends Map<string, number> {
   }
 }
 
+/** What may stand between the groups of a number or code: `4242 4242`, `4242-4242`, `12.34`, `12/34`, `(415) 555` (`+` is a space once normalised). */
+function isSeparator(b: number): boolean {
+  return b === 0x20 || b === 0x2d || b === 0x2e || b === 0x2f || b === 0x28 || b === 0x29;
+}
+
+/**
+ * `haystack` (normalised: lower case) with every run of separators that stands between two
+ * letters or digits taken out, so that a number or code reads the same however it is
+ * grouped; the same buffer when there is none.
+ */
+function withoutSeparators(haystack: Buffer): Buffer {
+  let out: Buffer | null = null;
+  let o = 0;
+  for (let i = 0; i < haystack.length; i++) {
+    const b = haystack[i]!;
+    if (isSeparator(b) && i > 0 && isAlphanumeric(haystack[i - 1]!)) {
+      let j = i;
+      while (j < haystack.length && isSeparator(haystack[j]!)) j++;
+      if (j < haystack.length && isAlphanumeric(haystack[j]!)) {
+        if (out === null) {
+          out = Buffer.allocUnsafe(haystack.length);
+          haystack.copy(out, 0, 0, i);
+          o = i;
+        }
+        i = j - 1;
+        continue;
+      }
+    }
+    if (out !== null) out[o++] = b;
+  }
+  return out === null ? haystack : out.subarray(0, o);
+}
+
+/**
+ * A body that starts as gzip (`1f 8b`) or zlib (a deflate header whose check bits hold)
+ * does, decompressed: as much as decompresses, so that a cut or damaged stream still shows
+ * what a streaming reader would get. Null for anything else, or what does not decompress.
+ * More than MAX_SCANNED bytes of it is refused rather than searched in part.
+ */
+function decompressed(body: Buffer): Buffer | null {
+  if (body.length < 2) return null;
+  const gzip = body[0] === 0x1f && body[1] === 0x8b;
+  const zlib = (body[0]! & 0x0f) === 8 && (body[0]! >> 4) <= 7 && ((body[0]! << 8) | body[1]!) % 31 === 0;
+  if (!gzip && !zlib) return null;
+  const options = { maxOutputLength: MAX_SCANNED, finishFlush: zlibConstants.Z_SYNC_FLUSH };
+  try {
+    return gzip ? gunzipSync(body, options) : inflateSync(body, options);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') throw tooLarge('its body, decompressed');
+    return null;
+  }
+}
+
+/**
+ * `body` read as UTF-16 and UTF-32, as UTF-8: what a client that goes by the byte-order
+ * mark or by where the zero bytes fall (JSON readers do, RFC 4627 §3, whatever the content
+ * type says) reads in an answer that names no charset. UTF-16 at both byte alignments, for
+ * text that starts at an odd offset inside a binary answer; UTF-32 from its start.
+ */
+function* wideReadings(body: Buffer): Generator<Buffer> {
+  // One at a time: a reading may be as large as the body.
+  for (const start of [0, 1]) {
+    const units = body.subarray(start, start + ((body.length - start) & ~1));
+    yield Buffer.from(units.toString('utf16le'), 'utf8');
+    yield Buffer.from(Buffer.from(units).swap16().toString('utf16le'), 'utf8');
+  }
+  yield utf32(body, true);
+  yield utf32(body, false);
+}
+
+/** UTF-32 (little- or big-endian) as UTF-8; a unit that is no character becomes U+FFFD. */
+function utf32(body: Buffer, little: boolean): Buffer {
+  const out = Buffer.allocUnsafe(body.length);
+  let o = 0;
+  for (let i = 0; i + 4 <= body.length; i += 4) {
+    const unit = little ? body.readUInt32LE(i) : body.readUInt32BE(i);
+    o = putCodePoint(out, o, unit > 0x10ffff || (unit >= 0xd800 && unit <= 0xdfff) ? 0xfffd : unit);
+  }
+  return out.subarray(0, o);
+}
+
+/**
+ * The strings and numbers of a JSON document, at any depth (not its keys): each string's
+ * text, each number as it is written (`4242424242424242424` would lose digits as a double).
+ * None when it is not JSON.
+ */
+function jsonLeaves(json: Buffer): Buffer[] {
+  const leaves: Buffer[] = [];
+  try {
+    JSON.parse(json.toString('utf8'), (_key, value: unknown, context?: { source?: string }) => {
+      if (typeof value === 'string') leaves.push(Buffer.from(value, 'utf8'));
+      else if (typeof value === 'number') leaves.push(Buffer.from(context?.source ?? String(value), 'latin1'));
+      return value;
+    });
+  } catch {
+    return [];
+  }
+  return leaves;
+}
+
 function windowHash(bytes: Buffer, start: number): number {
   let hash = 0;
   for (let k = 0; k < WINDOW; k++) hash = (Math.imul(hash, BASE) + bytes[start + k]!) | 0;
@@ -176,6 +361,60 @@ function refused(where: string): UpstreamResponseError {
 function tooLarge(where: string): UpstreamResponseError {
   return new UpstreamResponseError(new Error(`the answer is too large to search for values decrypted for this request in ${where}`));
 }
+
+/**
+ * What base64 (and base64url) text holds `value` wherever it sits in the bytes encoded:
+ * one spelling per offset of its first byte in a group of three, each without the
+ * characters its neighbours also shape; normalised as an answer is (lower case, `+` a
+ * space). None shorter than MIN_LENGTH.
+ */
+function base64Needles(value: Buffer): Buffer[] {
+  const needles: Buffer[] = [];
+  for (let offset = 0; offset < 3; offset++) {
+    const padded = Buffer.concat([Buffer.alloc(offset), value]);
+    const whole = Math.floor(padded.length / 3) * 4;
+    const standard = padded.toString('base64').slice(offset === 0 ? 0 : 4, whole);
+    if (standard.length < MIN_LENGTH) continue;
+    needles.push(normalise(Buffer.from(standard, 'latin1')));
+    needles.push(normalise(Buffer.from(standard.replaceAll('+', '-').replaceAll('/', '_'), 'latin1')));
+  }
+  return needles;
+}
+
+/**
+ * Windows-1252 for U+0080 to U+009F's place: the letters and marks it puts there, by code
+ * point. The rest of it is ISO-8859-1 (U+00A0 to U+00FF as one byte each).
+ */
+const WINDOWS_1252: ReadonlyMap<number, number> = new Map([
+  [0x20ac, 0x80], [0x201a, 0x82], [0x192, 0x83], [0x201e, 0x84], [0x2026, 0x85], [0x2020, 0x86], [0x2021, 0x87],
+  [0x2c6, 0x88], [0x2030, 0x89], [0x160, 0x8a], [0x2039, 0x8b], [0x152, 0x8c], [0x17d, 0x8e], [0x2018, 0x91],
+  [0x2019, 0x92], [0x201c, 0x93], [0x201d, 0x94], [0x2022, 0x95], [0x2013, 0x96], [0x2014, 0x97], [0x2dc, 0x98],
+  [0x2122, 0x99], [0x161, 0x9a], [0x203a, 0x9b], [0x153, 0x9c], [0x17e, 0x9e], [0x178, 0x9f],
+]);
+
+/**
+ * A normalised UTF-8 value with letters beyond ASCII as an answer that names no charset may
+ * hold it: in windows-1252 (ISO-8859-1 where they agree), which clients read such text as
+ * (Python's requests reads `text/*` as ISO-8859-1, browsers as windows-1252). As far as the
+ * charset can write it, when that is at least MIN_LENGTH characters; null for an ASCII
+ * value (the same bytes already) or one that starts with too few writable characters.
+ */
+function singleByte(utf8: Buffer): { bytes: Buffer; text: string } | null {
+  if (utf8.every((b) => b < 0x80)) return null;
+  const out: number[] = [];
+  let text = '';
+  for (const c of utf8.toString('utf8')) {
+    const code = c.codePointAt(0)!;
+    const byte = code < 0x80 || (code >= 0xa0 && code <= 0xff) ? code : WINDOWS_1252.get(code);
+    if (byte === undefined) break;
+    out.push(byte);
+    text += c;
+  }
+  return out.length >= MIN_LENGTH ? { bytes: Buffer.from(out), text } : null;
+}
+
+/** The character windows-1252 writes as `byte` (0x80 or more); ISO-8859-1's where it has none. */
+const FROM_WINDOWS_1252: ReadonlyMap<number, number> = new Map([...WINDOWS_1252].map(([codePoint, byte]) => [byte, codePoint]));
 
 /** The first `max` characters of UTF-8 `bytes` (cut at a character's start), and how many there are. */
 function charPrefix(bytes: Buffer, max: number): { bytes: Buffer; chars: number } {
@@ -191,14 +430,15 @@ function charPrefix(bytes: Buffer, max: number): { bytes: Buffer; chars: number 
 /**
  * `bytes` with every escape decoded (repeatedly, up to MAX_LAYERS rounds, while a round
  * decodes something), then A–Z as a–z and `+` as a space. Other bytes, UTF-8 included,
- * are kept. Every escape is longer than what it decodes to, so a round that decodes
- * nothing is one that leaves the length as it was.
+ * are kept. Every escape but one kind is longer than what it decodes to, so a round that
+ * decodes nothing is one that leaves the length as it was and says it decoded nothing in
+ * place (decodedInPlace).
  */
 export function normalise(bytes: Buffer): Buffer {
   let out = bytes;
   for (let round = 0; round < MAX_LAYERS; round++) {
     const next = decodeOnce(out);
-    if (next.length === out.length) break;
+    if (next.length === out.length && !decodedInPlace) break;
     out = next;
   }
   const canonical = out === bytes ? Buffer.allocUnsafe(out.length) : out;
@@ -209,8 +449,15 @@ export function normalise(bytes: Buffer): Buffer {
   return canonical;
 }
 
+/**
+ * Whether the last decodeOnce decoded an escape as long as what it stands for (`%80` is
+ * `€`, three bytes in UTF-8), which its length alone would not tell.
+ */
+let decodedInPlace = false;
+
 /** One round of decoding: percent escapes, JSON/JavaScript string escapes, HTML character references. */
 function decodeOnce(src: Buffer): Buffer {
+  decodedInPlace = false;
   const n = src.length;
   const out = Buffer.allocUnsafe(n);
   let o = 0;
@@ -219,27 +466,44 @@ function decodeOnce(src: Buffer): Buffer {
     const b = src[i]!;
     if (b === 0x25 /* % */) {
       const byte = hexValue(src, i + 1, 2);
+      if (byte >= 0x80) {
+        // Escaped UTF-8 is kept as its bytes; an escaped byte that starts no UTF-8 sequence
+        // there is a windows-1252 (Latin-1) character, as escape() writes `ü` (`%FC`) beside
+        // `%u0165`, and a legacy form encoder `Š` (`%8A`).
+        const length = escapedUtf8Length(src, i, byte);
+        if (length === 0) {
+          const start = o;
+          o = putCodePoint(out, o, FROM_WINDOWS_1252.get(byte) ?? byte);
+          if (o - start === 3) decodedInPlace = true;
+          i += 3;
+          continue;
+        }
+        for (let k = 0; k < length; k++) out[o++] = hexValue(src, i + 3 * k + 1, 2);
+        i += 3 * length;
+        continue;
+      }
       if (byte >= 0) {
         out[o++] = byte;
         i += 3;
         continue;
       }
+      // JavaScript's escape() (and servers that read it): `%u0160` for a UTF-16 unit.
+      if (src[i + 1] === 0x75 || src[i + 1] === 0x55) {
+        const length = utf16Escape(src, i, b);
+        if (length > 0) {
+          o = putCodePoint(out, o, lastCodePoint);
+          i += length;
+          continue;
+        }
+      }
     } else if (b === 0x5c /* \ */ && i + 1 < n) {
       const c = src[i + 1]!;
       if (c === 0x75 /* u */) {
-        const unit = hexValue(src, i + 2, 4);
-        if (unit >= 0 && (unit < 0xd800 || unit > 0xdfff)) {
-          o = putCodePoint(out, o, unit);
-          i += 6;
+        const length = utf16Escape(src, i, b);
+        if (length > 0) {
+          o = putCodePoint(out, o, lastCodePoint);
+          i += length;
           continue;
-        }
-        if (unit >= 0xd800 && unit <= 0xdbff && src[i + 6] === 0x5c && src[i + 7] === 0x75) {
-          const low = hexValue(src, i + 8, 4);
-          if (low >= 0xdc00 && low <= 0xdfff) {
-            o = putCodePoint(out, o, 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00));
-            i += 12;
-            continue;
-          }
         }
         // A lone surrogate stays as it is written.
       } else {
@@ -262,6 +526,49 @@ function decodeOnce(src: Buffer): Buffer {
     i++;
   }
   return out.subarray(0, o);
+}
+
+/**
+ * How many `%XX` escapes from `src[at]` (whose first byte is `lead`, 0x80 or more) spell
+ * one UTF-8 character; 0 when they spell none (a lone continuation byte, a lead byte not
+ * followed by escaped continuation bytes, an overlong or out-of-range form).
+ */
+function escapedUtf8Length(src: Buffer, at: number, lead: number): number {
+  const length = lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0;
+  if (length === 0) return 0;
+  const bytes = [lead];
+  for (let k = 1; k < length; k++) {
+    if (src[at + 3 * k] !== 0x25) return 0;
+    const next = hexValue(src, at + 3 * k + 1, 2);
+    if (next < 0x80 || next > 0xbf) return 0;
+    bytes.push(next);
+  }
+  return isUtf8(Buffer.from(bytes)) ? length : 0;
+}
+
+/** The code point the last utf16Escape call read (module state: no object per escape). */
+let lastCodePoint = 0;
+
+/**
+ * The length of the UTF-16 escape at `src[at]` — `\uXXXX` or `%uXXXX` (`lead` is `\` or
+ * `%`), or a surrogate pair of two written the same way — with its code point in
+ * lastCodePoint; 0 when there is none there (a lone surrogate is no character).
+ */
+function utf16Escape(src: Buffer, at: number, lead: number): number {
+  const unit = hexValue(src, at + 2, 4);
+  if (unit < 0) return 0;
+  if (unit < 0xd800 || unit > 0xdfff) {
+    lastCodePoint = unit;
+    return 6;
+  }
+  if (unit <= 0xdbff && src[at + 6] === lead && (src[at + 7] === 0x75 || (lead === 0x25 && src[at + 7] === 0x55))) {
+    const low = hexValue(src, at + 8, 4);
+    if (low >= 0xdc00 && low <= 0xdfff) {
+      lastCodePoint = 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
+      return 12;
+    }
+  }
+  return 0;
 }
 
 /** `\x` escapes of JSON and JavaScript strings, by the byte after the backslash. */
@@ -290,7 +597,50 @@ const NAMED: ReadonlyMap<string, number> = new Map([
 ]);
 const LONGEST_NAME = 16;
 
-/** The HTML character reference at `src[at]` (`&`): `&#64;`, `&#x40;` (`;` optional), `&commat;`. */
+/**
+ * Named references of letters and symbols beyond ASCII, as HTML writes them (PHP's
+ * `htmlentities`, template engines that escape every character with a name): compared case
+ * by case, since `&Uuml;` is Ü and `&uuml;` is ü. Latin letters with a diacritic are named
+ * after the letter and the mark (`uuml`, `Scaron`, `tcaron`, `aogon`): each such name is the
+ * letter and the mark composed (NFC), so the table is built rather than written out.
+ */
+const NAMED_EXACT: ReadonlyMap<string, number> = (() => {
+  const named = new Map<string, number>();
+  const marks: ReadonlyArray<[string, number]> = [
+    ['grave', 0x300], ['acute', 0x301], ['circ', 0x302], ['tilde', 0x303], ['macr', 0x304], ['breve', 0x306],
+    ['dot', 0x307], ['uml', 0x308], ['ring', 0x30a], ['dblac', 0x30b], ['caron', 0x30c], ['cedil', 0x327], ['ogon', 0x328],
+  ];
+  for (let letter = 0x41; letter <= 0x7a; letter++) {
+    if (letter > 0x5a && letter < 0x61) continue;
+    for (const [name, mark] of marks) {
+      const composed = String.fromCodePoint(letter, mark).normalize('NFC');
+      if (composed.length === 1) named.set(`${String.fromCharCode(letter)}${name}`, composed.codePointAt(0)!);
+    }
+  }
+  const others: ReadonlyArray<[string, number]> = [
+    ['AElig', 0xc6], ['aelig', 0xe6], ['ETH', 0xd0], ['eth', 0xf0], ['Oslash', 0xd8], ['oslash', 0xf8], ['THORN', 0xde],
+    ['thorn', 0xfe], ['szlig', 0xdf], ['times', 0xd7], ['divide', 0xf7], ['OElig', 0x152], ['oelig', 0x153],
+    ['Dstrok', 0x110], ['dstrok', 0x111], ['Hstrok', 0x126], ['hstrok', 0x127], ['Lstrok', 0x141], ['lstrok', 0x142],
+    ['Tstrok', 0x166], ['tstrok', 0x167], ['Lmidot', 0x13f], ['lmidot', 0x140], ['ENG', 0x14a], ['eng', 0x14b],
+    ['IJlig', 0x132], ['ijlig', 0x133], ['inodot', 0x131], ['imath', 0x131], ['kgreen', 0x138], ['napos', 0x149],
+    ['ndash', 0x2013], ['mdash', 0x2014], ['hyphen', 0x2010], ['lsquo', 0x2018], ['rsquo', 0x2019], ['sbquo', 0x201a],
+    ['ldquo', 0x201c], ['rdquo', 0x201d], ['bdquo', 0x201e], ['hellip', 0x2026], ['euro', 0x20ac],
+  ];
+  for (const [name, codePoint] of others) named.set(name, codePoint);
+  // Latin-1's symbols, U+00A1 to U+00BF in order.
+  const latin1 = 'iexcl cent pound curren yen brvbar sect uml copy ordf laquo not shy reg macr deg plusmn sup2 sup3 acute micro para middot cedil sup1 ordm raquo frac14 frac12 frac34 iquest';
+  latin1.split(' ').forEach((name, i) => named.set(name, 0xa1 + i));
+  // Greek letters: U+0391 Alpha to U+03A9 Omega (no letter at U+03A2), U+03B1 alpha to U+03C9 omega.
+  const greek = 'Alpha Beta Gamma Delta Epsilon Zeta Eta Theta Iota Kappa Lambda Mu Nu Xi Omicron Pi Rho Sigma Tau Upsilon Phi Chi Psi Omega'.split(' ');
+  greek.forEach((name, i) => {
+    named.set(name, 0x391 + i + (i >= 17 ? 1 : 0));
+    named.set(name.toLowerCase(), 0x3b1 + i + (i >= 17 ? 1 : 0));
+  });
+  named.set('sigmaf', 0x3c2);
+  return named;
+})();
+
+/** The HTML character reference at `src[at]` (`&`): `&#64;`, `&#x40;` (`;` optional), `&commat;`, `&uuml;`. */
 function htmlReference(src: Buffer, at: number): { codePoint: number; length: number } | null {
   let i = at + 1;
   if (src[i] === 0x23 /* # */) {
@@ -312,7 +662,8 @@ function htmlReference(src: Buffer, at: number): { codePoint: number; length: nu
   const start = i;
   while (i < src.length && i - start <= LONGEST_NAME && isAlphanumeric(src[i]!)) i++;
   if (src[i] !== 0x3b || i === start) return null;
-  const codePoint = NAMED.get(src.toString('latin1', start, i).toLowerCase());
+  const name = src.toString('latin1', start, i);
+  const codePoint = NAMED_EXACT.get(name) ?? NAMED.get(name.toLowerCase());
   return codePoint === undefined ? null : { codePoint, length: i + 1 - at };
 }
 
@@ -361,6 +712,17 @@ function putCodePoint(out: Buffer, o: number, cp: number): number {
     out[o++] = 0x80 | (cp & 0x3f);
   }
   return o;
+}
+
+/**
+ * Whether a route's answers are guarded (DESIGN §13): its request or query decrypts, and its
+ * answer is neither relayed as it is (`response: passthrough`, the one opt-out) nor
+ * decrypted for the application. With no `response` the values are encrypted again where
+ * they were decrypted; with a `response` that encrypts fields of its own the answer is
+ * still searched, since naming more to encrypt is no reason to hand back what was decrypted.
+ */
+export function guardsAnswers(route: TransformRoute, passthrough: boolean): boolean {
+  return (route.request?.mode === 'decrypt' || route.query?.mode === 'decrypt') && !passthrough && route.response?.mode !== 'decrypt';
 }
 
 /**

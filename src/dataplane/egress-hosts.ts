@@ -8,10 +8,15 @@ import type { EgressProxyHost } from '../config/schema.ts';
 import { compileGlob, findRoute, type RelayRoute } from './relay.ts';
 import { compileTransformRoute, type TransformRoute } from './transform-routes.ts';
 import { parseHostMatch } from '../util/canonical-host.ts';
+import { guardsAnswers } from './echo-guard.ts';
 
 /** One set of rules: a route's, or the host's own. */
 export interface ProxyRules extends TransformRoute {
-  /** The request decrypts and the answer is not configured: what it decrypted is encrypted again in the answer (DESIGN §13). */
+  /**
+   * The request decrypts and the answer is not passed through (guardsAnswers): what it
+   * decrypted is encrypted again in the answer, or with a `response` of its own searched
+   * for (DESIGN §13).
+   */
   readonly echoes: boolean;
 }
 
@@ -110,5 +115,5 @@ function compileRules(label: string, configuration: string, request: Transform |
   // `response: { encrypt: [] }` is how DESIGN §15 writes the default: what was decrypted.
   const response = given !== 'passthrough' && given?.encrypt?.length === 0 && given.classification === undefined ? undefined : given;
   const compiled = compileTransformRoute(label, { configuration, request, query, response });
-  return { ...compiled, echoes: (compiled.request?.mode === 'decrypt' || compiled.query?.mode === 'decrypt') && response === undefined };
+  return { ...compiled, echoes: guardsAnswers(compiled, response === 'passthrough') };
 }

@@ -15,7 +15,7 @@ import { connect as netConnect, isIP, type Socket } from 'node:net';
 import type { IncomingMessage } from 'node:http';
 import { createSecureContext, getCACertificates, TLSSocket, type SecureContext } from 'node:tls';
 import type { EgressProxyConfig } from '../config/schema.ts';
-import { AddressNotAllowedError, BadRequestError, EgressHostNotAllowedError, EgressPlainHttpError, UpstreamTimeoutError, UpstreamUnreachableError, type SvcError } from '../errors.ts';
+import { AddressNotAllowedError, BadRequestError, EgressHostNotAllowedError, EgressPathRefusedError, EgressPlainHttpError, UpstreamTimeoutError, UpstreamUnreachableError, type SvcError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { answerAndClose, Listener, type ListenerOptions } from '../http/listener.ts';
 import { readCaFile } from '../config/jwt-key-files.ts';
@@ -24,7 +24,8 @@ import { isPublicAddress, publicOnlyLookup, type Resolver } from './address-poli
 import type { Destination } from './destination.ts';
 import { agentPair, closeAgents, type AgentPair } from './forwarder.ts';
 import { LeafCertificates, loadOrCreateCa, type LoadedCa } from './egress-ca.ts';
-import { EgressHosts, rulesFor, type HostRule, type Scheme } from './egress-hosts.ts';
+import { EgressHosts, rulesFor, type HostRule, type ProxyRules, type Scheme } from './egress-hosts.ts';
+import { isAmbiguousPath } from './egress.ts';
 import { routingPaths } from './relay.ts';
 import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
@@ -230,6 +231,10 @@ export class EgressProxy {
     // Plaintext leaves over verified TLS only: a vendor reached by http:// (a bare match
     // covers port 80 too) gets what the application sent, or nothing.
     if (scheme === 'http' && (rules.request?.mode === 'decrypt' || rules.query?.mode === 'decrypt')) throw new EgressPlainHttpError();
+    // The route was chosen by the path as the proxy reads it; a vendor that reads it
+    // otherwise (dot segments left alone, `%2e%2e` or `%2F` decoded) would get the plaintext
+    // at another endpoint than the one the rule names.
+    if (decrypts(rules) && isAmbiguousPath(target.split('?', 1)[0]!)) throw new EgressPathRefusedError();
     const configuration = routeConfiguration(ctx, this.services, rules);
     // The query first: a bad token in it stops the request before the body is read.
     const q = target.indexOf('?');
@@ -264,6 +269,11 @@ export class EgressProxy {
 
 const NOT_A_HOST = 'The host must be a DNS name (letters, digits, hyphens and dots) or an IP address, with no "%", and the port 1-65535.';
 const UNREADABLE_TARGET = 'The request path cannot be read the same way by every server: it holds an escaped ";", a control byte, a space or a stray "%".';
+
+/** Whether a rule decrypts anything: the request's body or query, or the vendor's answer. */
+function decrypts(rules: ProxyRules): boolean {
+  return rules.request?.mode === 'decrypt' || rules.query?.mode === 'decrypt' || rules.response?.mode === 'decrypt';
+}
 
 function hostRuleOf(route: string): string {
   return route.startsWith(ROUTE_PREFIX) ? route.slice(ROUTE_PREFIX.length) : UNLISTED;

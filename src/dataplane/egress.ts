@@ -13,7 +13,7 @@ import type { RequestContext } from '../http/context.ts';
 import { parseDestination, type Destination } from './destination.ts';
 import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
-import { joinDecrypted } from './echo-guard.ts';
+import { guardsAnswers, joinDecrypted } from './echo-guard.ts';
 import { routeForwardOptions } from './route-response.ts';
 import { compileTransformRoute, logRouteRequest, routeConfiguration, type TransformRoute } from './transform-routes.ts';
 import type { Services } from '../services.ts';
@@ -26,7 +26,11 @@ export interface EgressRoute extends TransformRoute {
    * so it may be a private address, and a path that climbs out of it (`../`) is refused.
    */
   readonly allow: string;
-  /** The request decrypts and the answer is not configured: what it decrypted is encrypted again in the answer (DESIGN §13). */
+  /**
+   * The request decrypts and the answer is not passed through (guardsAnswers): what it
+   * decrypted is encrypted again in the answer, or with a `response` of its own searched
+   * for (DESIGN §13).
+   */
   readonly echoes: boolean;
 }
 
@@ -43,7 +47,7 @@ export class EgressRoutes {
       const compiled = compileTransformRoute(`egress:${entry.name}`, entry);
       routes.set(entry.name, {
         ...compiled,
-        echoes: (compiled.request?.mode === 'decrypt' || compiled.query?.mode === 'decrypt') && entry.response === undefined,
+        echoes: guardsAnswers(compiled, entry.response === 'passthrough'),
         base: `${url.protocol}//${userinfo}${url.host}${prefix}`,
         allow: `${url.protocol}//${url.host}${prefix}/`,
       });
@@ -93,7 +97,16 @@ function egressDestination(route: EgressRoute, rest: string, query: string): Des
 }
 
 function refuseUnsafeRest(rest: string): void {
-  if (UNSAFE_REST.test(rest) || !decodesAsUtf8(rest) || rest.split('/').some(isDotSegment)) throw new EgressPathRefusedError();
+  if (isAmbiguousPath(rest)) throw new EgressPathRefusedError();
+}
+
+/**
+ * Whether a vendor's server could read `path` (no query) as another path than the one it
+ * is written as: an escaped `/`, `\`, `;` or `%`, a control byte, escapes that are not
+ * UTF-8, or a dot segment in any spelling.
+ */
+export function isAmbiguousPath(path: string): boolean {
+  return UNSAFE_REST.test(path) || !decodesAsUtf8(path) || path.split('/').some(isDotSegment);
 }
 
 /**

@@ -197,7 +197,7 @@ export class DecryptHandler extends CollectingHandler {
     switch (reveal.level) {
       case 'plain':
         this.opened(value, decrypted);
-        this.decryptedAt?.remember(decrypted.plaintext);
+        this.decryptedAt?.remember(decrypted.plaintext, decrypted.type);
         this.count++;
         this.reveal.plain++;
         return value.encodePlain(decrypted.plaintext, decrypted.type);

@@ -25,6 +25,9 @@ import { routeBodyTransform, type TransformRoute, type TransformSpec } from './t
  * document is not JSON, and a byte range of the upstream's representation means nothing
  * once its fields have been rewritten. `Range` is dropped, so the client gets the whole
  * transformed answer with a 200, which RFC 9110 §14.2 allows any server to send.
+ * `decryptedAt` (a guarded route, guardsAnswers): with no `response` its values are
+ * encrypted again; with a `response` that encrypts, the answer it makes is still searched
+ * for them before it leaves.
  */
 export function routeForwardOptions(
   services: Services,
@@ -42,7 +45,9 @@ export function routeForwardOptions(
     setHeaders: { 'accept-encoding': 'identity' },
     dropHeaders: WHOLE_ANSWER,
     respond: (ctx, response, method) =>
-      spec !== null ? respondTransformed(ctx, services, configuration, spec, response, method, reveal) : respondEchoed(ctx, services, configuration, decryptedAt!, response, method),
+      spec !== null
+        ? respondTransformed(ctx, services, configuration, spec, response, method, reveal, spec.mode === 'encrypt' && decryptedAt?.searching === true ? decryptedAt : null)
+        : respondEchoed(ctx, services, configuration, decryptedAt!, response, method),
   };
 }
 
@@ -86,8 +91,9 @@ function respondTransformed(
   response: Dispatcher.ResponseData,
   method: string,
   reveal: RevealPolicy,
+  guard: DecryptedPaths | null,
 ): Promise<void> {
-  return respondWith(ctx, services, configuration, response, method, spec.mode, (declared) => routeBodyTransform(services, configuration, spec, declared, reveal));
+  return respondWith(ctx, services, configuration, response, method, spec.mode, (declared) => routeBodyTransform(services, configuration, spec, declared, reveal), false, guard);
 }
 
 /**

@@ -320,3 +320,16 @@ seed:
   assert.equal(res.code, 0, res.stderr);
   assert.equal(res.stdout, '2\n');
 });
+
+test('keys rewrap with a control plane on PostgreSQL is refused before anything is opened, with where to rewrap instead', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-keys-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'svc.yaml');
+  // Port 1 on loopback: nothing listens there, so a connection attempt would fail loudly.
+  writeFileSync(path, 'store: { url: "postgres://svc:hunter2@127.0.0.1:1/svc" }\nlogging: { level: warn }\n');
+  const run = await runCli(['keys', 'rewrap', '--config', path, '--configuration', 'payments'], DOC);
+  assert.equal(run.code, 1, run.stderr);
+  assert.equal(run.stdout, '');
+  assert.match(run.stderr, /a control plane on PostgreSQL \(store\.url\) rewraps no tokens: send them to a sidecar's \/api\/v3\/encryption\/\{slug\}\/rewrap/);
+  assert.doesNotMatch(run.stderr, /hunter2|ECONNREFUSED/);
+});

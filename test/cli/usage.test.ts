@@ -37,6 +37,7 @@ const HELPS: Array<[command: string[], flags: string[]]> = [
   [['keys', 'rotate'], ['-c, --config <path>', '--configuration <name|slug>', '-h, --help']],
   [['keys', 'rewrap'], ['-c, --config <path>', '--configuration <name|slug>', '--fields <a,b>', '--ndjson', '-h, --help']],
   [['keys', 'destroy'], ['-c, --config <path>', '--configuration <name|slug>', '--version <N>', '--confirm <name>/v<N>', '--force', '-h, --help']],
+  [['store', 'copy'], ['--from <file>', '--to <postgres-url>', '-h, --help']],
 ];
 
 test('every command has its own --help (and -h) that describes its options, on stdout, exit 0', async () => {
@@ -64,6 +65,11 @@ test('every command has its own --help (and -h) that describes its options, on s
     assert.equal(run.code, 0, args.join(' '));
     for (const sub of ['rotate', 'rewrap', 'destroy']) assert.ok(run.stdout.includes(`keys ${sub} --configuration <name|slug>`), `${args.join(' ')}:\n${run.stdout}`);
   }
+  for (const args of [['--help'], ['store', '--help']]) {
+    const run = await runCli(args);
+    assert.equal(run.code, 0, args.join(' '));
+    assert.ok(run.stdout.includes('store copy --from <file> --to <postgres-url>'), `${args.join(' ')}:\n${run.stdout}`);
+  }
 });
 
 test('unknown options, missing values and unknown commands get one line of ours pointing to --help, exit 2', async () => {
@@ -76,12 +82,17 @@ test('unknown options, missing values and unknown commands get one line of ours 
     [['init', '--config', '--name', 'Ada'], 'svc-sidecar init: --config needs a value (found --name; write --config=--name if that is the value). See "svc-sidecar init --help".'],
     [['--config', 'x.yaml', 'init'], 'svc-sidecar serve: unexpected argument "init" (the command comes first: svc-sidecar init --config <path>). See "svc-sidecar serve --help".'],
     [['serve', 'now'], 'svc-sidecar serve: unexpected argument "now". See "svc-sidecar serve --help".'],
-    [['sevre'], 'svc-sidecar: unknown command "sevre" (did you mean "serve"?): expected one of serve, init, egress-ca, keys. See "svc-sidecar --help".'],
+    [['sevre'], 'svc-sidecar: unknown command "sevre" (did you mean "serve"?): expected one of serve, init, egress-ca, keys, store. See "svc-sidecar --help".'],
     [['keys'], 'svc-sidecar keys: expected one of rotate, rewrap, destroy. See "svc-sidecar keys --help".'],
     [['keys', 'rotat'], 'svc-sidecar keys: unknown command "keys rotat" (did you mean "rotate"?): expected one of rotate, rewrap, destroy. See "svc-sidecar keys --help".'],
     [['keys', 'rotate'], 'svc-sidecar keys rotate: --configuration <name|slug> is required. See "svc-sidecar keys rotate --help".'],
     [['keys', 'rotate', '--configuration', 'p', '--version', '1'], 'svc-sidecar keys rotate: unknown option --version. See "svc-sidecar keys rotate --help".'],
     [['keys', 'destroy', '--version', '1'], 'svc-sidecar keys destroy: --configuration <name|slug> is required. See "svc-sidecar keys destroy --help".'],
+    [['store'], 'svc-sidecar store: expected one of copy. See "svc-sidecar store --help".'],
+    [['store', 'cpoy'], 'svc-sidecar store: unknown command "store cpoy" (did you mean "copy"?): expected one of copy. See "svc-sidecar store --help".'],
+    [['store', 'copy', '--from', 'svc.db'], 'svc-sidecar store copy: --to <postgres-url> is required. See "svc-sidecar store copy --help".'],
+    [['store', 'copy', '--from', 'svc.db', '--to', 'postgres://h/db', '--config', 'x.yaml'], 'svc-sidecar store copy: unknown option --config. See "svc-sidecar store copy --help".'],
+    [['store', 'copy', '--from', 'svc.db', '--to', 'postgres://h/db', 'extra'], 'svc-sidecar store copy: unexpected argument "extra". See "svc-sidecar store copy --help".'],
     [['keys', 'rewrap', '--configuration', 'p', '--ndjson=1'], 'svc-sidecar keys rewrap: --ndjson takes no value. See "svc-sidecar keys rewrap --help".'],
   ];
   const runs = await runAll(cases.map(([args]) => args));

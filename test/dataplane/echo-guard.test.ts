@@ -41,6 +41,8 @@ const ENCODERS: Array<[string, (value: string) => string]> = [
   ['HTML', (v) => v.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`)],
   ['HTML, every character as &#x;', (v) => [...v].map((c) => `&#x${c.codePointAt(0)!.toString(16)};`).join('')],
   ['form in HTML', (v) => new URLSearchParams({ v }).toString().replaceAll('&', '&amp;')],
+  // Latin-1 as `%XX` (a character, not a UTF-8 byte) beside `%uXXXX`: regression.
+  ['JavaScript escape()', (v) => escape(v)],
 ];
 
 test('every encoder\'s spelling of any value is found, in a body and in a header', () => {
@@ -102,4 +104,48 @@ test('regression: "no guard" is an explicit null; a map of another type does not
   // A plain Map carries no values to search for: passing one is a type error, not a guard that never refuses.
   // @ts-expect-error -- a Map is not DecryptedPaths
   joinDecrypted(new Map([['card.number', 0]]), null, true);
+});
+
+test('regression: the JSON text of an object or array token is searched for each of its strings and numbers, numbers as written', () => {
+  const paths = new DecryptedPaths();
+  paths.set('card', 0);
+  paths.remember(Buffer.from('{"number":"4242 4242 4242 4242","account":123456789012345678901,"tags":["premium customer"],"exp":[12,2034]}'), 'j');
+  assert.ok(refuses(paths, 'declined: 4242424242424242'), 'a string, its digits alone');
+  assert.ok(refuses(paths, 'account 123456789012345678901'), 'a number of more digits than a double holds');
+  assert.ok(refuses(paths, '{"segment":"Premium Customer"}'), 'a string in an array');
+  assert.ok(!refuses(paths, '{"number":"x","account":1,"tags":[],"exp":[12,2034]}'), 'keys and short values are not searched');
+});
+
+test('regression: a number is found however the answer groups its digits, and not when digits are missing', () => {
+  const group = fc.array(fc.constantFrom(' ', '-', '.', '/', ' - ', '', '', ''), { minLength: 16, maxLength: 16 });
+  fc.assert(
+    fc.property(fc.stringMatching(/^[0-9]{8,19}$/), group, fc.boolean(), (digits, seps, sentGrouped) => {
+      const spelled = [...digits].map((d, i) => d + (i < digits.length - 1 ? (seps[i] ?? '') : '')).join('');
+      const paths = guarding(sentGrouped ? spelled : digits);
+      return refuses(paths, `{"receipt":"card ${sentGrouped ? digits : spelled} ok"}`) && !refuses(paths, `card ${digits.slice(1)} ok, at 2026-11-28`);
+    }),
+  );
+});
+
+test('regression: a value is found in base64 or base64url of any bytes around it, and not in base64 of other bytes', () => {
+  fc.assert(
+    // Values no escape could shorten below MIN_LENGTH, as above: a shorter one is not searched.
+    fc.property(fc.string({ minLength: MIN_LENGTH, maxLength: 40 }).filter((v) => !/[%\\&]/.test(v) && v.trim().length >= MIN_LENGTH), fc.uint8Array({ maxLength: 7 }), fc.uint8Array({ maxLength: 7 }), fc.boolean(), (value, before, after, url) => {
+      const paths = guarding(value);
+      const encoded = Buffer.concat([Buffer.from(before), Buffer.from(value, 'utf8'), Buffer.from(after)]).toString(url ? 'base64url' : 'base64');
+      // The same bytes but one in the middle (the characters at the very edges of an
+      // encoded value depend on its neighbours as well, and are not looked for).
+      const changed = Buffer.from(value, 'utf8');
+      changed[changed.length >> 1] = changed[changed.length >> 1]! ^ 0x01;
+      const other = Buffer.concat([Buffer.from(before), changed, Buffer.from(after)]).toString(url ? 'base64url' : 'base64');
+      return refuses(paths, `{"blob":"${encoded}"}`) && !refuses(paths, `{"blob":"${other}"}`);
+    }),
+  );
+});
+
+test('regression: an escape that decodes to as many bytes as it has (%96, an en dash in windows-1252) is still decoded', () => {
+  const paths = guarding('Jean–Pierre Dupont');
+  assert.ok(refuses(paths, 'name=Jean%96Pierre+Dupont'));
+  assert.ok(refuses(paths, 'name=Jean%2596Pierre+Dupont'), 'and escaped once more');
+  assert.ok(!refuses(paths, 'name=Jean%97Pierre+Dupont'), 'an em dash is another value');
 });

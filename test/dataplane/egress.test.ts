@@ -360,3 +360,39 @@ test('regression: the echo guard refuses a repeated value in every spelling an e
     assert.equal(await res.text(), text);
   }
 });
+
+test('regression: an egress route with its own response encrypt list still refuses an answer that repeats a decrypted value; passthrough still opts out', async (t) => {
+  let answer: (number: string, res: import('node:http').ServerResponse) => void = () => {};
+  const vendor = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => answer((JSON.parse(Buffer.concat(chunks).toString()) as { card: { number: string } }).card.number, res));
+  });
+  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => vendor.close(() => r())));
+  const destination = `http://127.0.0.1:${(vendor.address() as AddressInfo).port}/v1`;
+  const { url } = await startApp(t, `
+egress:
+  - { name: listed, destination: ${destination}, configuration: payments, request: { decrypt: [card.number] }, response: { encrypt: [card.number, customer.email] } }
+  - { name: other, destination: ${destination}, configuration: payments, request: { decrypt: [card.number] }, response: { encrypt: [customer.email] } }
+  - { name: open, destination: ${destination}, configuration: payments, request: { decrypt: [card.number] }, response: passthrough }
+`);
+  const token = await cardToken(url, '4111111111111111');
+  const send = (route: string) => fetch(`${url}/egress/${route}/charge`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
+  answer = (n, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ card: { number: n }, customer: { email: 'jenny@example.com' } }));
+  const listed = await send('listed');
+  const body = (await listed.json()) as { card: { number: string }; customer: { email: string } };
+  assert.equal(listed.status, 200);
+  assert.match(body.card.number, TOKEN, 'the value at a path the response encrypts is a token');
+  assert.match(body.customer.email, TOKEN);
+  const other = await send('other');
+  assert.equal(other.status, 502, 'the value at a path the response does not encrypt is refused, not relayed');
+  assert.ok(!(await other.text()).includes('4111111111111111'));
+  answer = (n, res) => res.writeHead(402, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `card ${n} declined` }));
+  const declined = await send('listed');
+  assert.equal(declined.status, 502, 'an echo in an error message is refused');
+  assert.ok(!(await declined.text()).includes('4111111111111111'));
+  const open = await send('open');
+  assert.equal(open.status, 402, 'response: passthrough relays the answer as it is');
+  assert.match(await open.text(), /4111111111111111/);
+});

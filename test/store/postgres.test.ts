@@ -2,7 +2,8 @@
  * The store contract (test/store/contract/) against a real PostgreSQL server: one
  * throwaway cluster for this file (test/support/postgres.ts), a new database per test.
  */
-import { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
 import pg from 'pg';
 import type { Store } from '../../src/store/db.ts';
 import { types } from '../../src/store/postgres/executor.ts';
@@ -89,4 +90,19 @@ runStoreContract({
     return again;
   },
   sql,
+});
+
+/** PostgreSQL's own: what the contract cannot say for both databases. */
+test('a NUL in text a request set (a log row) is stored as U+FFFD, not a batch refused forever', { skip: skip ?? false }, async (t) => {
+  const url = await server!.createDatabase(`svc_nul_${++databases}`);
+  const store = await openPostgresStore(url, { max: 2 });
+  urls.set(store, url);
+  t.after(() => store.close());
+  const createdAt = new Date().toISOString();
+  await store.logs.insertBatch(
+    { activity: [], api: [{ requestId: 'nul-1', method: 'GET', path: '/a\u0000b', statusCode: 200, endUser: 'eve\u0000', durationMs: 1, ip: '127.0.0.1', createdAt }], usage: [] },
+    { wait: true },
+  );
+  const rows = await sql.all(store, 'SELECT path, end_user FROM api_logs');
+  assert.deepEqual(rows, [{ path: '/a\uFFFDb', end_user: 'eve\uFFFD' }]);
 });

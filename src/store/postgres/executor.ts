@@ -279,10 +279,19 @@ export class PostgresExecutor {
       prepared = toPostgres(text);
       this.#prepared.set(text, prepared);
     }
-    const values = prepared.names === null ? params : namedValues(prepared.names, params[0]);
+    const values = prepared.names !== null ? namedValues(prepared.names, params[0]) : isNamedArguments(params) ? [] : params;
     const result = await on.query({ text: prepared.text, values: values.map(toParameter) });
     return { result, touchesState: prepared.touchesState };
   }
+}
+
+/**
+ * True for the one plain object a step passes as named arguments: a statement that uses
+ * none of them (a count with no filter) takes no values at all.
+ */
+function isNamedArguments(params: readonly unknown[]): boolean {
+  const [only] = params;
+  return params.length === 1 && typeof only === 'object' && only !== null && Object.getPrototypeOf(only) === Object.prototype;
 }
 
 function namedValues(names: readonly string[], values: unknown): unknown[] {
@@ -290,8 +299,14 @@ function namedValues(names: readonly string[], values: unknown): unknown[] {
   return names.map((name) => record[name] ?? null);
 }
 
-/** Uint8Arrays go as bytea (pg sends Buffers so); everything else as it is. */
+/**
+ * Uint8Arrays go as bytea (pg sends Buffers so). A NUL in text, which PostgreSQL cannot
+ * store, is written as U+FFFD: the fields that may hold one are those a request sets (a
+ * path, an end user's name in a log row), and a log batch refused for it would be retried
+ * forever. Everything else goes as it is.
+ */
 function toParameter(value: unknown): unknown {
+  if (typeof value === 'string') return value.includes('\0') ? value.replaceAll('\0', '\uFFFD') : value;
   if (value instanceof Uint8Array && !Buffer.isBuffer(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
   return value;
 }
