@@ -5,9 +5,13 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test, type TestContext } from 'node:test';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import pg from 'pg';
-import type { Store } from '../../src/store/db.ts';
+import { copyStore } from '../../src/store/copy.ts';
+import { openStore, type Store } from '../../src/store/db.ts';
 import { unifiedPageStatement, type LogKind, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../../src/store/logs.ts';
 import { POSTGRES, toPostgres, types } from '../../src/store/postgres/executor.ts';
 import { textOf } from '../../src/store/query.ts';
@@ -303,6 +307,30 @@ describe('log tables on PostgreSQL, partitioned by day', { skip: skip ?? undefin
     assert.deepEqual(await store.shippedLogs.receive('r1', INSTANCE, { api: [early], usage: [] }), { stored: 0, duplicates: 1 });
     const [row] = await store.logs.listApi({ limit: 10, offset: 1 });
     assert.equal(row?.requestId, 'shipped-7', 'the moved row keeps its fields');
+  });
+
+  test('a store copied from SQLite has each day\'s log rows in that day\'s partition, none left in DEFAULT, and keeps its ids', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-copy-logs-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const path = join(dir, 'svc.db');
+    const source = openStore(path);
+    await source.logs.insertApi([api('2026-05-01T10:00:00.000Z', 1), api('2026-05-03T23:59:59.999Z', 2), api('2026-05-03T00:00:00.000Z', 3)]);
+    await source.logs.insertUsage([usage('2026-05-02T12:00:00.000Z', 4)]);
+    await source.logs.insertActivity([activity('2026-05-01T00:00:00.000Z', 5)]);
+    const ids = (await source.logs.listApi({ limit: 10, offset: 0 })).map((row) => row.id);
+    source.close();
+
+    const url = await newDatabase();
+    await copyStore(path, url);
+    const { store, db } = await open(t, url);
+    assert.deepEqual(await placed(db, 'api_logs', 'request_id'), { 'req-1': 'api_logs_p20260501', 'req-2': 'api_logs_p20260503', 'req-3': 'api_logs_p20260503' });
+    assert.deepEqual(await placed(db, 'usage_logs', 'request_id'), { 'req-4': 'usage_logs_p20260502' });
+    assert.deepEqual(Object.values(await placed(db, 'activity_logs', 'description')), ['activity_logs_p20260501']);
+    assert.ok(!('api_logs_p20260502' in (await partitions(db, 'api_logs'))), 'a day without rows gets no partition');
+    assert.deepEqual((await store.logs.listApi({ limit: 10, offset: 0 })).map((row) => row.id), ids);
+    // New rows still get new ids.
+    await store.logs.insertApi([api(`${day(0)}T00:00:00.000Z`, 6)]);
+    assert.ok((await store.logs.listApi({ limit: 1, offset: 0 }))[0]!.id > Math.max(...ids));
   });
 
   test('instances making partitions together make each once', async (t) => {

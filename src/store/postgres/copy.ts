@@ -7,6 +7,8 @@
 import pg from 'pg';
 import { COPY_TABLES, CopyRefusedError, type CopiedTable, type CopyOptions, type CopySource, type CopyValue } from '../copy.ts';
 import { types } from './executor.ts';
+import { makeDayPartitions } from './partitions.ts';
+import { PARTITIONED_LOG_TABLES } from './schema.ts';
 
 /** PostgreSQL takes at most 65,535 parameters in one statement. */
 const MAX_PARAMETERS = 65_535;
@@ -44,7 +46,13 @@ async function copyInTransaction(client: pg.Client, source: CopySource, options:
   const batchRows = options.batchRows ?? DEFAULT_BATCH_ROWS;
   // SET takes no parameters; the value is an integer of ours.
   await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.trunc(options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS))}`);
-  const targetTables = (await client.query<{ name: string }>('SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename')).rows
+  // A partitioned log table is one table here; its day partitions are where it keeps its rows.
+  const targetTables = (
+    await client.query<{ name: string }>(
+      `SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY c.relname`,
+    )
+  ).rows
     .map((row) => row.name)
     .filter((name) => !OWN_TABLES.has(name));
   checkTables(targetTables, source.tables());
@@ -67,6 +75,12 @@ async function copyInTransaction(client: pg.Client, source: CopySource, options:
   for (const table of COPY_TABLES) {
     const columns = await targetColumns(client, table.name);
     checkColumns(table.name, columns, source.columns(table.name));
+    if (isLogTable(table.name)) {
+      // Each day of the rows gets its partition before they go in, while the DEFAULT
+      // partition is empty: rows left there would be read through again as each later
+      // day's partition is attached.
+      await makeDayPartitions(client, table.name, daysOf(source, table.name));
+    }
     const size = Math.max(1, Math.min(batchRows, Math.floor(MAX_PARAMETERS / columns.length)));
     const head = `INSERT INTO ${quote(table.name)} (${columns.map(quote).join(', ')}) VALUES `;
     let rows = 0;
@@ -102,6 +116,19 @@ async function copyInTransaction(client: pg.Client, source: CopySource, options:
     );
   }
   return copied;
+}
+
+function isLogTable(name: string): name is (typeof PARTITIONED_LOG_TABLES)[number] {
+  return (PARTITIONED_LOG_TABLES as readonly string[]).includes(name);
+}
+
+/** The days (`YYYY-MM-DD`) the rows of a log table were created on. */
+function daysOf(source: CopySource, table: string): Set<string> {
+  const days = new Set<string>();
+  for (const batch of source.batches(table, ['created_at'], ['id'], 10_000)) {
+    for (const [createdAt] of batch) days.add(String(createdAt).slice(0, 10));
+  }
+  return days;
 }
 
 /** Both stores must have exactly the tables this build copies: a table left out would be lost without a word. */

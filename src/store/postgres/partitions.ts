@@ -47,11 +47,19 @@ async function partitionsOf(client: Client, table: string): Promise<Partition[]>
   });
 }
 
+/** A day as partitions name it: `YYYY-MM-DD` (five-digit years and the like never reach a table name or a bound). */
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+
+/** Whether `text` is a day of the calendar written as DAY. */
+function isDay(text: string): boolean {
+  const time = DAY.test(text) ? Date.parse(`${text}T00:00:00.000Z`) : Number.NaN;
+  return !Number.isNaN(time) && new Date(time).toISOString().startsWith(text);
+}
+
 /** `YYYY-MM-DD` of the UTC day `days` after the one holding `at`. */
 function dayText(at: number, days: number): string {
   const text = new Date(Math.floor(at / DAY_MS) * DAY_MS + days * DAY_MS).toISOString().slice(0, 10);
-  // Five-digit years and the like never reach a table name or a bound.
-  if (!/^\d{4}-\d{2}-\d{2}$/.test(text)) throw new RangeError(`No day partition for ${text}`);
+  if (!DAY.test(text)) throw new RangeError(`No day partition for ${text}`);
   return text;
 }
 
@@ -72,39 +80,49 @@ async function lockPartitions(client: Client): Promise<void> {
 /**
  * Makes the partitions of the day of `at` and of the PARTITION_DAYS_AHEAD days after it,
  * for every log table, where they do not exist yet; answers the names made.
- *
- * A day's rows may already sit in the DEFAULT partition (a store that was down when the
- * day began, or a replica whose clock runs ahead): PostgreSQL refuses a new partition
- * while its default partition holds rows of the new range. So a partition is made as a
- * table of its own, those rows move into it, and it is attached then. Moving them also
- * keeps a retried shipped batch landing once: the row it repeats is where the retry
- * goes.
  */
 export async function prepareLogPartitions(client: Client, at: string): Promise<string[]> {
   const time = new Date(at).getTime();
   if (Number.isNaN(time)) throw new RangeError(`Not a timestamp: ${at}`);
   await lockPartitions(client);
+  const days = Array.from({ length: PARTITION_DAYS_AHEAD + 1 }, (_, day) => dayText(time, day));
   const made: string[] = [];
-  for (const table of PARTITIONED_LOG_TABLES) {
-    const partitions = await partitionsOf(client, table);
-    const fallback = partitions.find((partition) => partition.from === null);
-    const starts = new Set(partitions.map((partition) => partition.from));
-    for (let day = 0; day <= PARTITION_DAYS_AHEAD; day++) {
-      const from = dayText(time, day);
-      if (starts.has(from)) continue;
-      const to = dayText(time, day + 1);
-      const name = `${table}_p${from.replaceAll('-', '')}`;
-      await client.query(`CREATE TABLE ${name} (LIKE ${table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`);
-      if (fallback !== undefined) {
-        await client.query(
-          `WITH moved AS (DELETE FROM ${quoted(fallback.name)} WHERE created_at >= $1 AND created_at < $2 RETURNING *) INSERT INTO ${name} SELECT * FROM moved`,
-          [from, to],
-        );
-      }
-      // The bounds are day texts checked above: DDL takes no parameters.
-      await client.query(`ALTER TABLE ${table} ATTACH PARTITION ${name} FOR VALUES FROM ('${from}') TO ('${to}')`);
-      made.push(name);
+  for (const table of PARTITIONED_LOG_TABLES) made.push(...(await makeDayPartitions(client, table, days)));
+  return made;
+}
+
+/**
+ * Makes the partitions of `table` (a log table) for `days` (`YYYY-MM-DD`; others are left
+ * out) that it does not have yet, inside the caller's transaction and locks; answers the
+ * names made.
+ *
+ * A day's rows may already sit in the DEFAULT partition (a store that was down when the
+ * day began, or a replica whose clock runs ahead): PostgreSQL refuses a new partition
+ * while its default partition holds rows of the new range. So a partition is made as a
+ * table of its own, those rows move into it, and it is attached then (attaching reads the
+ * DEFAULT partition through, to check it holds no more of them). Moving them also keeps
+ * a retried shipped batch landing once: the row it repeats is where the retry goes.
+ */
+export async function makeDayPartitions(client: Client, table: (typeof PARTITIONED_LOG_TABLES)[number], days: Iterable<string>): Promise<string[]> {
+  const partitions = await partitionsOf(client, table);
+  const fallback = partitions.find((partition) => partition.from === null);
+  const starts = new Set(partitions.map((partition) => partition.from));
+  const made: string[] = [];
+  for (const from of days) {
+    if (!isDay(from) || starts.has(from)) continue;
+    starts.add(from);
+    const to = dayText(Date.parse(`${from}T00:00:00.000Z`), 1);
+    const name = `${table}_p${from.replaceAll('-', '')}`;
+    await client.query(`CREATE TABLE ${name} (LIKE ${table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`);
+    if (fallback !== undefined) {
+      await client.query(
+        `WITH moved AS (DELETE FROM ${quoted(fallback.name)} WHERE created_at >= $1 AND created_at < $2 RETURNING *) INSERT INTO ${name} SELECT * FROM moved`,
+        [from, to],
+      );
     }
+    // The bounds are day texts checked above: DDL takes no parameters.
+    await client.query(`ALTER TABLE ${table} ATTACH PARTITION ${name} FOR VALUES FROM ('${from}') TO ('${to}')`);
+    made.push(name);
   }
   return made;
 }
