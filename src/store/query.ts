@@ -157,7 +157,12 @@ export function* dropLogPartitions(table: string, before: string): Step<number> 
  * repository's multi-statement write also composes into a caller's larger transaction.
  */
 export function* atomically<T>(body: () => Step<T>): Step<T> {
-  const nested: unknown = yield { op: 'begin' };
+  return yield* enclosed({ op: 'begin' }, body);
+}
+
+/** `body` between `begin` and its commit, or its rollback when it throws. */
+function* enclosed<T>(begin: Command & { op: 'begin' }, body: () => Step<T>): Step<T> {
+  const nested: unknown = yield begin;
   let value: T;
   try {
     value = yield* body();
@@ -175,16 +180,7 @@ export function* atomically<T>(body: () => Step<T>): Step<T> {
  * transaction it simply runs there.
  */
 export function* snapshot<T>(body: () => Step<T>): Step<T> {
-  const nested: unknown = yield { op: 'begin', read: true };
-  let value: T;
-  try {
-    value = yield* body();
-  } catch (error) {
-    yield { op: 'rollback', nested };
-    throw error;
-  }
-  yield { op: 'commit', nested };
-  return value;
+  return yield* enclosed({ op: 'begin', read: true }, body);
 }
 
 /** Inside a transaction: foreign keys are checked at its commit, not per statement, where the database allows. */

@@ -6,28 +6,19 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, test, type TestContext } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { createApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call, KEYS, SEED } from '../support/app.ts';
-import { postgresUnavailable, startPostgres, type Postgres } from '../support/postgres.ts';
+import { postgresPerFile } from '../support/postgres.ts';
 
-const skip = postgresUnavailable() ?? false;
-let server: Postgres | null = null;
-let databases = 0;
+const postgres = postgresPerFile();
+const skip = postgres.skip;
 
-if (skip === false) {
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-}
 
 async function start(t: TestContext): Promise<string> {
-  const url = await server!.createDatabase(`svc_api_${++databases}`);
+  const { url } = await postgres.database('svc_api');
   const config = loadConfig({
     text: `
 server: { listen: 127.0.0.1:0, admin_listen: "off" }

@@ -3,7 +3,7 @@
  * copied by the command line into a real PostgreSQL database (test/support/postgres.ts),
  * then read back through the PostgreSQL store's repositories and row by row.
  */
-import { after, before, test, type TestContext } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -18,24 +18,15 @@ import type { NewApiLog } from '../../src/store/logs.ts';
 import { types } from '../../src/store/postgres/executor.ts';
 import { openPostgresStore } from '../../src/store/postgres/open.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
-import { postgresUnavailable, startPostgres, type Postgres } from '../support/postgres.ts';
+import { postgresPerFile } from '../support/postgres.ts';
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 /** Trust authentication ignores it; the command must never print it. */
 const PASSWORD = 'Pw-never-shown-7f3a';
 
-const skip = postgresUnavailable();
-let server: Postgres | null = null;
-let databases = 0;
+const postgres = postgresPerFile();
+const skip = postgres.skip;
 
-if (skip === null) {
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-}
 
 interface Run {
   code: number | null;
@@ -54,9 +45,9 @@ function runCli(args: readonly string[]): Promise<Run> {
 }
 
 /** A new database; its URL with the password the command must keep to itself. */
-async function database(): Promise<{ url: string; plain: string }> {
-  const plain = await server!.createDatabase(`svc_copy_${++databases}`);
-  return { plain, url: plain.replace('postgres://svc@', `postgres://svc:${PASSWORD}@`) };
+async function database(): Promise<{ name: string; url: string; plain: string }> {
+  const { name, url: plain } = await postgres.database('svc_copy');
+  return { name, plain, url: plain.replace('postgres://svc@', `postgres://svc:${PASSWORD}@`) };
 }
 
 function tempDir(t: TestContext): string {
@@ -214,7 +205,7 @@ async function targetState(url: string): Promise<unknown> {
 
 const copy = (from: string, to: string) => runCli(['store', 'copy', '--from', from, '--to', to]);
 
-test('store copy moves a SQLite store into PostgreSQL: every row and id, the same snapshot, new ids above the copied ones', { skip: skip ?? false }, async (t) => {
+test('store copy moves a SQLite store into PostgreSQL: every row and id, the same snapshot, new ids above the copied ones', { skip }, async (t) => {
   const dir = tempDir(t);
   const path = join(dir, 'svc.db');
   await fillStore(path);
@@ -253,7 +244,7 @@ test('store copy moves a SQLite store into PostgreSQL: every row and id, the sam
   assert.equal((await target.users.findByEmail('ADA@example.com'))?.passwordHash, 'scrypt$hash-of-ada');
   assert.deepEqual(await target.roles.list(), await source.roles.list());
   const configurations = await source.configurations.list();
-  // The list orders by created_at, then name: two made within one millisecond list by name.
+  // (Listed by creation time, then name: made in one millisecond, they may tie.)
   assert.deepEqual(configurations.map((c) => c.name).sort(), ['archive', 'payments', 'workspace']);
   assert.deepEqual(await target.configurations.list(), configurations);
   for (const configuration of configurations) {
@@ -314,7 +305,7 @@ test('store copy moves a SQLite store into PostgreSQL: every row and id, the sam
   assert.deepEqual(await targetState(plain), before);
 });
 
-test('store copy refuses a database that holds any row beyond the built-in roles, even one log entry', { skip: skip ?? false }, async (t) => {
+test('store copy refuses a database that holds any row beyond the built-in roles, even one log entry', { skip }, async (t) => {
   const dir = tempDir(t);
   const path = join(dir, 'svc.db');
   const source = openStore(path);
@@ -333,9 +324,9 @@ test('store copy refuses a database that holds any row beyond the built-in roles
   assert.deepEqual(await targetState(plain), before);
 });
 
-test('store copy refuses a --from that does not exist (creating no file), is empty, or holds no store of ours, and touches no database', { skip: skip ?? false }, async (t) => {
+test('store copy refuses a --from that does not exist (creating no file), is empty, or holds no store of ours, and touches no database', { skip }, async (t) => {
   const dir = tempDir(t);
-  const { url, plain } = await database();
+  const { name, url, plain } = await database();
   const missing = join(dir, 'data', 'svc.db');
   const run = await copy(missing, url);
   assert.equal(run.code, 1);
@@ -368,14 +359,14 @@ test('store copy refuses a --from that does not exist (creating no file), is emp
   assert.equal(textRun.stderr, `svc-sidecar store copy: refused: ${text} is not a SQLite store (file is not a database); nothing was written.\n`);
 
   // Not even migrated: the database holds no table.
-  assert.equal(await server!.psql(plain.slice(plain.lastIndexOf('/') + 1), "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), '0\n');
+  assert.equal(await postgres.server.psql(name, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), '0\n');
 });
 
-test('a write in progress on the database makes the copy refuse; once it is gone, batches of any size copy every row', { skip: skip ?? false }, async (t) => {
+test('a write in progress on the database makes the copy refuse; once it is gone, batches of any size copy every row', { skip }, async (t) => {
   const dir = tempDir(t);
   const path = join(dir, 'svc.db');
   await fillStore(path);
-  const { plain } = await database();
+  const { name, plain } = await database();
   await (await openPostgresStore(plain, { max: 1 })).close();
 
   // Another connection's transaction writes a log row and stays open.
@@ -390,7 +381,7 @@ test('a write in progress on the database makes the copy refuse; once it is gone
     return true;
   });
   await writer.query('ROLLBACK');
-  assert.equal(await server!.psql(plain.slice(plain.lastIndexOf('/') + 1), 'SELECT count(*) FROM users'), '0\n');
+  assert.equal(await postgres.server.psql(name, 'SELECT count(*) FROM users'), '0\n');
 
   // 7 rows a statement: many full batches and a short last one.
   const copied = await copyStore(path, plain, { batchRows: 7, lockTimeoutMs: 200 });

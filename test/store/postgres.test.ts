@@ -3,28 +3,19 @@
  * throwaway cluster for this file (test/support/postgres.ts), a new database per test.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import pg from 'pg';
 import type { Store } from '../../src/store/db.ts';
 import { types } from '../../src/store/postgres/executor.ts';
 import { openPostgresStore } from '../../src/store/postgres/open.ts';
-import { postgresUnavailable, startPostgres, type Postgres } from '../support/postgres.ts';
+import { postgresPerFile } from '../support/postgres.ts';
 import { runStoreContract, type StoreTarget } from './contract/index.ts';
 import type { Row } from './contract/target.ts';
 
-const skip = postgresUnavailable();
-let server: Postgres | null = null;
-let databases = 0;
+const postgres = postgresPerFile();
+const skip = postgres.skip;
 const urls = new WeakMap<Store, string>();
 
-if (skip === null) {
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-}
 
 /** Runs `fn` on a connection of its own to the store's database. */
 async function connected<T>(store: Store, fn: (client: pg.Client) => Promise<T>): Promise<T> {
@@ -73,9 +64,9 @@ const sql: StoreTarget['sql'] = {
 
 runStoreContract({
   name: 'PostgreSQL',
-  skip: skip ?? undefined,
+  skip: skip === false ? undefined : skip,
   async open(t) {
-    const url = await server!.createDatabase(`svc_contract_${++databases}`);
+    const { url } = await postgres.database('svc_contract');
     const store = await openPostgresStore(url, { max: 4 });
     urls.set(store, url);
     t.after(() => store.close());
@@ -93,8 +84,8 @@ runStoreContract({
 });
 
 /** PostgreSQL's own: what the contract cannot say for both databases. */
-test('a NUL in text a request set (a log row) is stored as U+FFFD, not a batch refused forever', { skip: skip ?? false }, async (t) => {
-  const url = await server!.createDatabase(`svc_nul_${++databases}`);
+test('a NUL in text a request set (a log row) is stored as U+FFFD, not a batch refused forever', { skip }, async (t) => {
+  const { url } = await postgres.database('svc_nul');
   const store = await openPostgresStore(url, { max: 2 });
   urls.set(store, url);
   t.after(() => store.close());

@@ -13,6 +13,7 @@ import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs
 import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -152,4 +153,43 @@ async function waitReady(bin: string, port: number, exited: Promise<number | nul
     }
   }
   return false;
+}
+
+/** One server for a test file, started before its first test and stopped after its last. */
+export interface FileServer {
+  /** False when the server can run here, else why not: pass it as a test's `skip`. */
+  readonly skip: string | false;
+  /** The running server (only inside a test that was not skipped). */
+  readonly server: Postgres;
+  /** A new database of its own: its name (for psql) and URL. */
+  database(prefix: string): Promise<{ readonly name: string; readonly url: string }>;
+}
+
+/** Registers the file's before/after hooks: call once at the top level of a test file. */
+export function postgresPerFile(): FileServer {
+  const skip = postgresUnavailable() ?? false;
+  let running: Postgres | null = null;
+  let databases = 0;
+  if (skip === false) {
+    before(async () => {
+      running = await startPostgres();
+    });
+    after(async () => {
+      await running?.stop();
+    });
+  }
+  const server = (): Postgres => {
+    if (running === null) throw new Error('the PostgreSQL server of this file is not running (skipped, or used outside a test)');
+    return running;
+  };
+  return {
+    skip,
+    get server() {
+      return server();
+    },
+    async database(prefix) {
+      const name = `${prefix}_${++databases}`;
+      return { name, url: await server().createDatabase(name) };
+    },
+  };
 }

@@ -7,24 +7,15 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { join } from 'node:path';
-import { after, before, test, type TestContext } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { startChild, type Child } from '../support/child.ts';
 import { call } from '../support/app.ts';
-import { postgresUnavailable, startPostgres, type Postgres } from '../support/postgres.ts';
+import { postgresPerFile } from '../support/postgres.ts';
 import { MASTER_KEY, startReplica, SYNC_SEED, tempDir, waitFor, type Node } from './nodes.ts';
 
-const skip = postgresUnavailable() ?? false;
-let server: Postgres | null = null;
-let databases = 0;
+const postgres = postgresPerFile();
+const skip = postgres.skip;
 
-if (skip === false) {
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-}
 
 const CLASSIFICATIONS = '/api/v3/classifications';
 const COLORS = { bg_color: '#123456', fg_color: '#ffffff' };
@@ -60,11 +51,11 @@ async function kill(child: Child): Promise<void> {
 }
 
 test('two control-plane instances on one PostgreSQL database and two replicas: every write is seen everywhere, and a SIGKILL loses none', { skip, timeout: 120_000 }, async (t) => {
-  const url = await server!.createDatabase(`svc_cp_${++databases}`);
+  const { name, url } = await postgres.database('svc_cp');
   // Started together on the empty database: the migrations and the seed run once.
   const [a, b] = await Promise.all([startInstance(t, url), startInstance(t, url)]);
-  assert.equal(await server!.psql(`svc_cp_${databases}`, "SELECT count(*) FROM users WHERE email = 'ada@example.com'"), '1\n');
-  assert.equal(await server!.psql(`svc_cp_${databases}`, 'SELECT count(*) FROM data_keys'), '3\n', 'one key per seeded encryption configuration, not one per instance');
+  assert.equal(await postgres.server.psql(name, "SELECT count(*) FROM users WHERE email = 'ada@example.com'"), '1\n');
+  assert.equal(await postgres.server.psql(name, 'SELECT count(*) FROM data_keys'), '3\n', 'one key per seeded encryption configuration, not one per instance');
 
   // A data request is not theirs to serve, and says so.
   const data = await call(a.url, '/api/v3/encryption/payments/encrypt', { body: '{"card":{"number":"4111"}}' });

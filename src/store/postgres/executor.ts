@@ -242,8 +242,12 @@ export class PostgresExecutor {
       // A step that ended (or failed) inside its own transaction leaves nothing open.
       const left = owned as PoolClient | null;
       if (left !== null) {
-        await left.query('ROLLBACK').catch(() => {});
-        left.release();
+        // A connection that cannot even roll back is closed rather than handed out again.
+        const rolledBack = await left.query('ROLLBACK').then(
+          () => true,
+          () => false,
+        );
+        left.release(!rolledBack);
       }
     }
   }

@@ -151,28 +151,33 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let wroteState = false;
-      let released = false;
+      // Whether the client is fit to go back to the pool: not after a BEGIN, COMMIT or
+      // ROLLBACK failed (a lost connection), which would hand the next caller a broken one.
+      let healthy = false;
+      let value: T;
       try {
         await client.query('BEGIN');
-        let value: T;
         try {
           value = await begin(client, 0, () => (wroteState = true), fn);
         } catch (error) {
-          await client.query('ROLLBACK');
+          // The callback's error is what the caller needs, whether or not the rollback worked.
+          await client.query('ROLLBACK').then(
+            () => (healthy = true),
+            () => {},
+          );
           throw error;
         }
         await client.query('COMMIT');
-        client.release();
-        released = true;
-        // Announced once committed, and the view rebuilt before the caller goes on.
-        if (wroteState) {
-          generation++;
-          await prepareState(store);
-        }
-        return value;
+        healthy = true;
       } finally {
-        if (!released) client.release();
+        client.release(!healthy);
       }
+      // Announced once committed, and the view rebuilt before the caller goes on.
+      if (wroteState) {
+        generation++;
+        await prepareState(store);
+      }
+      return value;
     },
     changeStamp: () => generation,
     othersCommitStamp: () => version,
