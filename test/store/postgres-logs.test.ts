@@ -4,7 +4,7 @@
  * of the unified list's pages. One throwaway cluster for this file, a database per test.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test, type TestContext } from 'node:test';
+import { describe, test, type TestContext } from 'node:test';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,11 +20,9 @@ import { PARTITION_DAYS_AHEAD } from '../../src/store/postgres/partitions.ts';
 import type { ShippedApiLog, ShippedUsageLog } from '../../src/store/shipped-logs.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { RetentionJob } from '../../src/telemetry/retention.ts';
-import { postgresUnavailable, startPostgres, type Postgres } from '../support/postgres.ts';
+import { postgresPerFile } from '../support/postgres.ts';
 
-const skip = postgresUnavailable();
-let server: Postgres | null = null;
-let databases = 0;
+const postgres = postgresPerFile();
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 /** `YYYY-MM-DD` of the UTC day `days` from today. */
@@ -80,7 +78,7 @@ const shippedUsage = (id: number, createdAt: string): ShippedUsageLog => ({
 const INSTANCE = 'a'.repeat(32);
 
 async function newDatabase(): Promise<string> {
-  return server!.createDatabase(`svc_logs_${++databases}`);
+  return (await postgres.database('svc_logs')).url;
 }
 
 async function open(t: TestContext, url?: string): Promise<{ store: Store; db: pg.Client; url: string }> {
@@ -118,14 +116,7 @@ function nodes(plan: Record<string, unknown>): string[] {
   return [own, ...children.flatMap(nodes)];
 }
 
-describe('log tables on PostgreSQL, partitioned by day', { skip: skip ?? undefined }, () => {
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-
+describe('log tables on PostgreSQL, partitioned by day', { skip: postgres.skip }, () => {
   test('the store opens with the partitions of today and the next days, and rows of several days land in their own', async (t) => {
     const { store, db } = await open(t);
     for (const table of ['activity_logs', 'api_logs', 'usage_logs']) {

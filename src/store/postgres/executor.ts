@@ -259,16 +259,22 @@ export class PostgresExecutor {
   async #transacted<T>(client: PoolClient | null, work: (on: PoolClient) => Promise<T>): Promise<T> {
     if (client !== null) return work(client);
     const own = await this.#pool.connect();
+    // A connection that could not end its transaction is closed, never handed on.
+    let clean = false;
     try {
       await own.query('BEGIN');
       const value = await work(own);
       await own.query('COMMIT');
+      clean = true;
       return value;
     } catch (error) {
-      await own.query('ROLLBACK').catch(() => {});
+      clean = await own.query('ROLLBACK').then(
+        () => true,
+        () => false,
+      );
       throw error;
     } finally {
-      own.release();
+      own.release(!clean);
     }
   }
 
