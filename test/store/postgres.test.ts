@@ -8,6 +8,7 @@ import pg from 'pg';
 import type { Store } from '../../src/store/db.ts';
 import { types } from '../../src/store/postgres/executor.ts';
 import { openPostgresStore } from '../../src/store/postgres/open.ts';
+import { prepareState, stateOf } from '../../src/store/state-view.ts';
 import { postgresPerFile } from '../support/postgres.ts';
 import { runStoreContract, type StoreTarget } from './contract/index.ts';
 import type { Row } from './contract/target.ts';
@@ -97,3 +98,36 @@ test('a NUL in text a request set (a log row) is stored as U+FFFD, not a batch r
   const rows = await sql.all(store, 'SELECT path, end_user FROM api_logs');
   assert.deepEqual(rows, [{ path: '/a\uFFFDb', end_user: 'eve\uFFFD' }]);
 });
+
+for (const notifications of [true, false]) {
+  test(`two stores on one database: a write through one reaches the other's state view${notifications ? '' : ', by the poll alone'}; a write's own view is current when it resolves`, { skip }, async (t) => {
+    const { url } = await postgres.database('svc_views');
+    const one = await openPostgresStore(url, { max: 2 });
+    const other = await openPostgresStore(url, { max: 2, notifications });
+    t.after(async () => {
+      await one.close();
+      await other.close();
+    });
+    await prepareState(one);
+    await prepareState(other);
+    const stamp = other.changeStamp();
+
+    const user = await one.users.create({ name: 'Seen', email: 'seen@example.com', roleIds: [1] });
+    // The writer's view includes the write as soon as the write resolves.
+    assert.equal(prepareState(one), undefined, 'nothing left to wait for');
+    assert.equal(stateOf(one).user(user.id)?.email, 'seen@example.com');
+    assert.deepEqual(stateOf(one).rolesOf(user.id).map((role) => role.name), ['owner']);
+
+    // The other store's stamp moves (its notification, or its next poll), and the view it
+    // then prepares has the row.
+    while (other.changeStamp() === stamp) await new Promise((resolve) => setTimeout(resolve, 10));
+    await prepareState(other);
+    assert.equal(stateOf(other).user(user.id)?.email, 'seen@example.com');
+
+    // A write to no state table (a log row) moves neither stamp.
+    const before = [one.changeStamp(), other.changeStamp()];
+    await one.logs.insertBatch({ activity: [{ action: 'a', description: 'b', ip: '::1', createdAt: new Date().toISOString() }], api: [], usage: [] }, { wait: true });
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    assert.deepEqual([one.changeStamp(), other.changeStamp()], before);
+  });
+}

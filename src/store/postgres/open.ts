@@ -48,7 +48,17 @@ function drive(executor: PostgresExecutor, repos: ReturnType<typeof repositories
  * (once, under an advisory lock, however many instances start together). Every instance on
  * the database sees the others' writes within STATE_POLL_MS through the state version.
  */
-export async function openPostgresStore(url: string, options: { readonly max?: number } = {}): Promise<Store> {
+export interface PostgresStoreOptions {
+  /** Connections in the pool (default 10). */
+  readonly max?: number;
+  /**
+   * false: follow the state version by the poll alone, without a listening connection (as
+   * behind a pooler that cannot keep one); changes then arrive within STATE_POLL_MS.
+   */
+  readonly notifications?: boolean;
+}
+
+export async function openPostgresStore(url: string, options: PostgresStoreOptions = {}): Promise<Store> {
   const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, types });
   // An idle client that loses its connection must not take the process down.
   pool.on('error', () => {});
@@ -67,34 +77,47 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
   let generation = 0;
   let version = -1;
   let closed = false;
-  const readVersion = async (): Promise<void> => {
-    const { rows } = await pool.query<{ version: number }>('SELECT version FROM svc_state WHERE id = 1');
-    const now = rows[0]?.version ?? 0;
-    if (now !== version) {
+  /** The state version has reached `now`: the stamp moves once per version, however it is learnt. */
+  const reached = (now: number): void => {
+    if (now > version) {
       version = now;
       generation++;
     }
   };
+  const readVersion = async (): Promise<void> => {
+    const { rows } = await pool.query<{ version: number }>('SELECT version FROM svc_state WHERE id = 1');
+    reached(rows[0]?.version ?? 0);
+  };
+  /**
+   * After a write of this instance to the state has committed: the version it made is read
+   * at once (the stamp must move before the writer goes on, not when the notice comes) and
+   * the view rebuilt. If the version cannot be read, the stamp moves anyway.
+   */
+  const followWrite = async (): Promise<void> => {
+    await readVersion().catch(() => {
+      generation++;
+    });
+    await prepareState(store);
+  };
   await readVersion();
   // Another instance's commit is announced at once; the poll covers a lost notification
   // (the listening connection dropped and came back).
-  const listener = new pg.Client({ connectionString: url, types });
-  listener.on('error', () => {});
-  listener.on('notification', () => {
-    generation++;
+  const listener = options.notifications === false ? null : new pg.Client({ connectionString: url, types });
+  listener?.on('error', () => {});
+  listener?.on('notification', (message) => {
+    const announced = Number(message.payload);
+    if (Number.isSafeInteger(announced)) reached(announced);
   });
-  await listener.connect();
-  await listener.query('LISTEN svc_state');
+  await listener?.connect();
+  await listener?.query('LISTEN svc_state');
   const poll = setInterval(() => {
     readVersion().catch(() => {});
   }, STATE_POLL_MS);
   poll.unref();
 
-  // A state write through this instance moves the stamp as soon as it has committed, so the
-  // next request of this instance sees it without waiting for the notification.
-  const executor = new PostgresExecutor(pool, null, () => {
-    generation++;
-  });
+  // A state write through this instance is followed up by `afterStateWrite` (below), which
+  // its caller awaits.
+  const executor = new PostgresExecutor(pool, null, () => {});
   const repos = repositories();
 
   /**
@@ -172,11 +195,7 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
       } finally {
         client.release(!healthy);
       }
-      // Announced once committed, and the view rebuilt before the caller goes on.
-      if (wroteState) {
-        generation++;
-        await prepareState(store);
-      }
+      if (wroteState) await followWrite();
       return value;
     },
     changeStamp: () => generation,
@@ -188,13 +207,13 @@ export async function openPostgresStore(url: string, options: { readonly max?: n
       if (closed) return;
       closed = true;
       clearInterval(poll);
-      await listener.end().catch(() => {});
+      await listener?.end().catch(() => {});
       await pool.end();
     },
   };
   // A write through the store resolves once the state view includes it, so whatever the
   // caller reads next (the response it presents, the next request) sees the write.
-  executor.afterStateWrite = () => prepareState(store);
+  executor.afterStateWrite = followWrite;
   return store;
 }
 

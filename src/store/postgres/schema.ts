@@ -279,10 +279,14 @@ CREATE TABLE svc_state (
   version BIGINT NOT NULL
 );
 INSERT INTO svc_state (id, version) VALUES (1, 1);
+-- The notice carries the version, so an instance that has already read it (its own write,
+-- or its poll) does not take the notice for another change.
 CREATE FUNCTION svc_state_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  moved BIGINT;
 BEGIN
-  UPDATE svc_state SET version = version + 1 WHERE id = 1;
-  PERFORM pg_notify('svc_state', '');
+  UPDATE svc_state SET version = version + 1 WHERE id = 1 RETURNING version INTO moved;
+  PERFORM pg_notify('svc_state', CAST(moved AS TEXT));
   RETURN NULL;
 END $$;
 ${STATE_TABLES.map((table) => `CREATE TRIGGER ${table}_state AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table} FOR EACH STATEMENT EXECUTE FUNCTION svc_state_moved();`).join('\n')}
