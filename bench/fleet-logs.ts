@@ -10,7 +10,7 @@
  * `POST /api/v3/classifications` once a second, with an owner's key) measures what an
  * administrator waits meanwhile.
  *
- *   node bench/fleet-logs.ts [--seconds 20] [--warmup 3] [--replicas 20] [--batch 500] [--only sqlite|postgres] [--quick]
+ *   node bench/fleet-logs.ts [--seconds 20] [--warmup 3] [--replicas 20] [--batch 500] [--rounds 3] [--only sqlite|postgres] [--quick]
  *
  * Every control-plane instance runs as `npm start` runs the service (its own process,
  * `node --max-semi-space-size=2 src/main.ts serve --config ...`, bench/http/processes.ts),
@@ -25,8 +25,13 @@
  * After the run the rows received from replicas are counted in the database and must equal
  * the rows acknowledged.
  *
+ * The cases run in rounds (3 by default; odd rounds in reverse order), each on a fresh
+ * store; the summary gives medians over the rounds, and the postgres ÷ sqlite ratio of rows
+ * per second is taken per round, between runs seconds apart, as the machine is shared.
+ *
  * Writes bench/results/fleet-logs-<date>.json (fleet-logs-quick.json with --quick).
  */
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -70,6 +75,7 @@ interface Args {
   replicas: number;
   batch: number;
   only: CaseName[];
+  rounds: number;
   quick: boolean;
 }
 
@@ -81,6 +87,7 @@ function parse(): Args {
       replicas: { type: 'string', default: '20' },
       batch: { type: 'string', default: '500' },
       only: { type: 'string', multiple: true },
+      rounds: { type: 'string' },
       quick: { type: 'boolean', default: false },
     },
     strict: true,
@@ -101,6 +108,7 @@ function parse(): Args {
     // The control plane's default sync.max_batch is 5,000 rows per request.
     batch: whole('batch', values.batch, 2, 5000),
     only,
+    rounds: whole('rounds', values.rounds ?? (values.quick ? '1' : '3'), 1, 50),
     quick: values.quick,
   };
 }
@@ -350,27 +358,36 @@ async function runProbe(urls: readonly string[], window: Window, label: string):
 }
 
 // ---------------------------------------------------------------------------------------
-// CPU of the PostgreSQL server: the postmaster and its children (one backend per connection)
+// CPU of the PostgreSQL server: the postmaster, its children alive now (a backend per
+// connection, the background workers), and those that have ended (the postmaster waits for
+// them, so /proc counts them in its cutime and cstime): a backend that exits in the window,
+// such as a pool connection closed when idle, takes no CPU time out of the sum.
 
-function postgresPids(postmaster: number): number[] {
-  const pids = [postmaster];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(fields[1]) === postmaster) pids.push(Number(entry));
+const TICKS_PER_SECOND = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** Fields 14 to 17 of /proc/<pid>/stat: utime, stime, cutime, cstime (ticks); null once it is gone. */
+function statTimes(pid: number): { ppid: number; own: number; children: number } | null {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
   }
-  return pids;
+  // After the parenthesised command name (which may hold spaces): field 3 is at index 0.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
+  return { ppid: fields[1]!, own: fields[11]! + fields[12]!, children: fields[13]! + fields[14]! };
 }
 
-/** CPU seconds of the server so far, summed over the processes alive now (backends keep their connections). */
 function postgresCpu(postmaster: number): number {
-  return cpuSeconds(postgresPids(postmaster));
+  const main = statTimes(postmaster);
+  if (main === null) return Number.NaN;
+  let ticks = main.own + main.children;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const times = statTimes(Number(entry));
+    if (times !== null && times.ppid === postmaster) ticks += times.own;
+  }
+  return ticks / TICKS_PER_SECOND;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -378,6 +395,7 @@ function postgresCpu(postmaster: number): number {
 
 interface CaseResult {
   case: CaseName;
+  round: number;
   instances: number;
   replicas: number;
   batch: number;
@@ -424,7 +442,7 @@ async function references(url: string): Promise<References> {
 
 const COUNT_RECEIVED = 'SELECT (SELECT count(*) FROM api_logs WHERE replica IS NOT NULL) + (SELECT count(*) FROM usage_logs WHERE replica IS NOT NULL) AS n';
 
-async function runCase(name: CaseName, args: Args, log: (m: string) => void): Promise<CaseResult> {
+async function runCase(name: CaseName, round: number, args: Args, log: (m: string) => void): Promise<CaseResult> {
   const masterKey = randomBytes(32).toString('base64');
   const env = { SVC_MASTER_KEY: masterKey };
   let postgres: Postgres | null = null;
@@ -452,7 +470,7 @@ async function runCase(name: CaseName, args: Args, log: (m: string) => void): Pr
       count = async () => Number((await pg.psql('svc_fleet', COUNT_RECEIVED)).trim());
     }
     const urls = services.map((s) => s.url);
-    log(`${name}: ${urls.length} instance(s) at ${urls.join(', ')}${postgres === null ? '' : ` on PostgreSQL pid ${postgres.pid}`}`);
+    log(`round ${round + 1}, ${name}: ${urls.length} instance(s) at ${urls.join(', ')}${postgres === null ? '' : ` on PostgreSQL pid ${postgres.pid}`}`);
     const refs = await references(urls[0]!);
 
     const window = new Window();
@@ -481,6 +499,7 @@ async function runCase(name: CaseName, args: Args, log: (m: string) => void): Pr
     const per10k = (cpu: number) => round2((cpu / inWindow) * 10_000);
     const result: CaseResult = {
       case: name,
+      round,
       instances: urls.length,
       replicas: args.replicas,
       batch: args.batch,
@@ -513,8 +532,15 @@ async function runCase(name: CaseName, args: Args, log: (m: string) => void): Pr
       },
       perInstanceRows,
     };
+    if (result.probe.failures > 0 || result.refusedRequests > 0 || result.failedRequests > 0) {
+      // What the service said about it (it logs at warn and above).
+      for (const [i, service] of services.entries()) {
+        const said = service.output().trim();
+        if (said !== '') log(`${name} instance ${i} logged:\n${said.slice(0, 4000)}`);
+      }
+    }
     log(
-      `${name}: ${result.rowsPerSecond} rows/s (median second ${result.medianRowsPerSecondOfSeconds}), probe p50 ${result.probe.all.p50} ms p99 ${result.probe.all.p99} ms max ${result.probe.all.max} ms, ` +
+      `round ${round + 1}, ${name}: ${result.rowsPerSecond} rows/s (median second ${result.medianRowsPerSecondOfSeconds}), probe p50 ${result.probe.all.p50} ms p99 ${result.probe.all.p99} ms max ${result.probe.all.max} ms, ` +
         `acknowledged ${acknowledged}, in the database ${storedInDatabase}, control-plane CPU ${result.cpu.controlPlane} s${result.cpu.postgres === null ? '' : `, PostgreSQL CPU ${result.cpu.postgres} s`}`,
     );
     return result;
@@ -526,16 +552,82 @@ async function runCase(name: CaseName, args: Args, log: (m: string) => void): Pr
 
 // ---------------------------------------------------------------------------------------
 
-function table(results: readonly CaseResult[]): string {
+interface CaseSummary {
+  case: CaseName;
+  instances: number;
+  rounds: number;
+  /** Medians over the rounds. */
+  rowsPerSecond: number;
+  rowsPerSecondRange: [number, number];
+  shipRequestP50: number;
+  probeP50: number;
+  probeP99: number;
+  probeMax: number;
+  probeGetP99: number;
+  probePostP99: number;
+  controlPlanePer10kRows: number;
+  postgresPer10kRows: number | null;
+  controlPlaneCpuPerSecond: number;
+  postgresCpuPerSecond: number | null;
+  acknowledged: number;
+  storedInDatabase: number;
+  probeFailures: number;
+}
+
+function med(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function summaries(results: readonly CaseResult[]): CaseSummary[] {
+  const names = [...new Set(results.map((r) => r.case))];
+  return names.map((name) => {
+    const rs = results.filter((r) => r.case === name);
+    const pg = rs.map((r) => r.cpu.postgres);
+    return {
+      case: name,
+      instances: rs[0]!.instances,
+      rounds: rs.length,
+      rowsPerSecond: Math.round(med(rs.map((r) => r.rowsPerSecond))),
+      rowsPerSecondRange: [Math.min(...rs.map((r) => r.rowsPerSecond)), Math.max(...rs.map((r) => r.rowsPerSecond))],
+      shipRequestP50: round1(med(rs.map((r) => r.shipRequest.p50))),
+      probeP50: round1(med(rs.map((r) => r.probe.all.p50))),
+      probeP99: round1(med(rs.map((r) => r.probe.all.p99))),
+      probeMax: round1(med(rs.map((r) => r.probe.all.max))),
+      probeGetP99: round1(med(rs.map((r) => r.probe.list.p99))),
+      probePostP99: round1(med(rs.map((r) => r.probe.create.p99))),
+      controlPlanePer10kRows: round2(med(rs.map((r) => r.cpu.controlPlanePer10kRows))),
+      postgresPer10kRows: pg.every((c) => c !== null) ? round2(med(rs.map((r) => r.cpu.postgresPer10kRows!))) : null,
+      controlPlaneCpuPerSecond: round2(med(rs.map((r) => r.cpu.controlPlane / r.seconds))),
+      postgresCpuPerSecond: pg.every((c) => c !== null) ? round2(med(rs.map((r) => r.cpu.postgres! / r.seconds))) : null,
+      acknowledged: rs.reduce((n, r) => n + r.acknowledged, 0),
+      storedInDatabase: rs.reduce((n, r) => n + r.storedInDatabase, 0),
+      probeFailures: rs.reduce((n, r) => n + r.probe.failures, 0),
+    };
+  });
+}
+
+/** postgres ÷ sqlite rows/s of each round (the two cases ran back to back), and their median. */
+function pairedRatios(results: readonly CaseResult[]): { perRound: number[]; median: number } | null {
+  const perRound: number[] = [];
+  for (const r of results.filter((x) => x.case === 'postgres')) {
+    const base = results.find((x) => x.case === 'sqlite' && x.round === r.round);
+    if (base !== undefined) perRound.push(round2(r.rowsPerSecond / base.rowsPerSecond));
+  }
+  return perRound.length === 0 ? null : { perRound, median: round2(med(perRound)) };
+}
+
+function table(rows: readonly CaseSummary[]): string {
+  const n = (x: number) => x.toLocaleString('en-US');
   const lines = [
-    '| Case | Instances | Rows/s | Median second | Ship request p50 / p99 ms | Probe p50 / p99 / max ms | Probe GET p99 / POST p99 ms | Acknowledged = stored | CPU s: control plane / PostgreSQL / bench |',
-    '|---|---:|---:|---:|---:|---:|---:|---|---:|',
+    '| Case | Instances | Rows/s (range) | Ship request p50 ms | Probe p50 / p99 / max ms | Probe GET p99 / POST p99 ms | CPU cores: control plane / PostgreSQL | CPU s per 10,000 rows: control plane / PostgreSQL | Acknowledged = stored |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---|',
   ];
-  for (const r of results) {
+  for (const r of rows) {
     lines.push(
-      `| ${r.case} | ${r.instances} | ${r.rowsPerSecond.toLocaleString('en-US')} | ${r.medianRowsPerSecondOfSeconds.toLocaleString('en-US')} | ${r.shipRequest.p50} / ${r.shipRequest.p99} | ` +
-        `${r.probe.all.p50} / ${r.probe.all.p99} / ${r.probe.all.max} | ${r.probe.list.p99} / ${r.probe.create.p99} | ` +
-        `${r.acknowledged.toLocaleString('en-US')} ${r.lost === 0 ? '=' : '≠'} ${r.storedInDatabase.toLocaleString('en-US')} | ${r.cpu.controlPlane} / ${r.cpu.postgres ?? '–'} / ${r.cpu.bench} |`,
+      `| ${r.case} | ${r.instances} | ${n(r.rowsPerSecond)} (${n(r.rowsPerSecondRange[0])}–${n(r.rowsPerSecondRange[1])}) | ${r.shipRequestP50} | ${r.probeP50} / ${r.probeP99} / ${r.probeMax} | ${r.probeGetP99} / ${r.probePostP99} | ` +
+        `${r.controlPlaneCpuPerSecond} / ${r.postgresCpuPerSecond ?? '–'} | ${r.controlPlanePer10kRows} / ${r.postgresPer10kRows ?? '–'} | ${n(r.acknowledged)} ${r.acknowledged === r.storedInDatabase ? '=' : '≠'} ${n(r.storedInDatabase)} |`,
     );
   }
   return lines.join('\n');
@@ -546,7 +638,7 @@ async function main(): Promise<void> {
   try {
     args = parse();
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\nusage: node bench/fleet-logs.ts [--seconds 20] [--warmup 3] [--replicas 20] [--batch 500] [--only sqlite|postgres] [--quick]\n`);
+    process.stderr.write(`${(err as Error).message}\nusage: node bench/fleet-logs.ts [--seconds 20] [--warmup 3] [--replicas 20] [--batch 500] [--rounds 3] [--only sqlite|postgres] [--quick]\n`);
     process.exitCode = 2;
     return;
   }
@@ -559,17 +651,24 @@ async function main(): Promise<void> {
     }
   }
   const machine = machineInfo();
-  log(`node ${machine.node} on ${machine.cpuModel} × ${machine.cores}, load ${machine.loadAverageAtStart.join(' ')}; ${args.replicas} replicas, ${args.batch} rows a batch, ${args.warmup} s warm-up + ${args.seconds} s per case`);
+  log(`node ${machine.node} on ${machine.cpuModel} × ${machine.cores}, load ${machine.loadAverageAtStart.join(' ')}; ${args.replicas} replicas, ${args.batch} rows a batch, ${args.warmup} s warm-up + ${args.seconds} s per case, ${args.rounds} round(s)`);
   const results: CaseResult[] = [];
-  for (const name of args.only) results.push(await runCase(name, args, log));
+  for (let round = 0; round < args.rounds; round++) {
+    // Odd rounds run the cases in reverse order, so neither always follows the other.
+    const order = round % 2 === 0 ? args.only : [...args.only].reverse();
+    for (const name of order) results.push(await runCase(name, round, args, log));
+  }
   const lost = results.filter((r) => r.lost !== 0);
+  const summary = summaries(results);
+  const ratio = pairedRatios(results);
 
-  process.stdout.write(`${table(results)}\n`);
+  process.stdout.write(`${table(summary)}\n`);
+  if (ratio !== null) process.stdout.write(`postgres ÷ sqlite rows/s, per round: ${ratio.perRound.join(', ')}; median ${ratio.median}\n`);
   const date = new Date().toISOString().slice(0, 10);
   const out = new URL(`./results/fleet-logs-${args.quick ? 'quick' : date}.json`, import.meta.url);
   mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
   const command = `node bench/fleet-logs.ts ${process.argv.slice(2).join(' ')}`.trim();
-  writeFileSync(out, `${JSON.stringify({ bench: 'fleet-logs', command, date: new Date().toISOString(), options: args, machine: { ...machine, loadAverageAtEnd: loadAverage() }, results }, null, 2)}\n`);
+  writeFileSync(out, `${JSON.stringify({ bench: 'fleet-logs', command, date: new Date().toISOString(), options: args, machine: { ...machine, loadAverageAtEnd: loadAverage() }, summary, postgresOverSqlite: ratio, results }, null, 2)}\n`);
   log(`wrote ${out.pathname}`);
   if (lost.length > 0) {
     log(`rows acknowledged but not in the database: ${lost.map((r) => `${r.case} ${r.lost}`).join(', ')}`);
