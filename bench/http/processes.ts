@@ -93,6 +93,10 @@ export interface ServiceOptions {
    * off; its URL is then `adminUrl`.
    */
   readonly admin?: boolean;
+  /** The `store:` block (e.g. `{ url: postgres://... }`) in place of the SQLite file in the temp dir. */
+  readonly store?: string;
+  /** The whole `seed:` block in place of the owner, its key and the `bench` configuration. */
+  readonly seed?: string;
 }
 
 /**
@@ -109,11 +113,11 @@ export async function startService(options: ServiceOptions): Promise<Running & {
   writeFileSync(
     config,
     `server: { listen: 127.0.0.1:0, admin_listen: ${adminPort === null ? '"off"' : `127.0.0.1:${adminPort}`}${options.server === undefined ? '' : `, ${options.server}`} }
-store: { path: ${JSON.stringify(join(dir, 'svc.db'))} }
+store: ${options.store ?? `{ path: ${JSON.stringify(join(dir, 'svc.db'))} }`}
 keys: { master_key_file: ${JSON.stringify(join(dir, 'unused-master.key'))} }
 logging: { level: warn }
 ${options.yaml ?? ''}
-seed:
+${options.seed ?? `seed:
   users:
     - { name: Bench Owner, email: owner@bench.example, roles: [owner] }
   api_keys:
@@ -122,7 +126,7 @@ seed:
     - name: bench
       type: encryption
       proxy_slug: ${BENCH_SLUG}
-      destinations: [${options.destinations.map((d) => JSON.stringify(`${d}/`)).join(', ')}]
+      destinations: [${options.destinations.map((d) => JSON.stringify(`${d}/`)).join(', ')}]`}
 `,
   );
   const main = options.main ?? MAIN;

@@ -53,7 +53,12 @@ export const POSTGRES: Dialect = {
 /** A statement as PostgreSQL takes it: `$n` placeholders, and how to order the arguments. */
 interface Prepared {
   readonly text: string;
-  /** For named parameters: the name behind each `$n`; null for positional `?`. */
+  /**
+   * For named parameters: the name behind each `$n`; null for positional `?`. Empty for a
+   * statement without placeholders, which then takes no values whatever it is handed: a
+   * repository may pass it an empty set of named parameters, as SQLite accepts (the
+   * unfiltered count of a list, presentOnly in classifications.ts).
+   */
   readonly names: readonly string[] | null;
   /** True for a write to a table the state version follows (STATE_TABLES). */
   readonly touchesState: boolean;
@@ -93,7 +98,7 @@ export function toPostgres(sql: string): Prepared {
   }
   if (named && position > 0) throw new Error('a statement takes either ? or $name placeholders, not both');
   const table = WRITTEN_TABLE.exec(sql)?.[1]?.toLowerCase();
-  return { text: out, names: named ? names : null, touchesState: table !== undefined && FOLLOWED.has(table) };
+  return { text: out, names: named || position === 0 ? names : null, touchesState: table !== undefined && FOLLOWED.has(table) };
 }
 
 /** Whatever runs queries: the pool, or one client of it (inside a transaction). */

@@ -69,6 +69,19 @@ export function classificationsContract(target: StoreTarget): void {
     assert.deepEqual(await store.classifications.members(424242), { userIds: [], roleIds: [], providers: [] });
   });
 
+  test('a full page counts the total, with no filter and with one', async (t) => {
+    const store = await setup(t);
+    for (let i = 1; i <= 5; i++) await store.classifications.create({ name: `Item ${i}`, ...colors });
+    // A full page cannot tell the total from its rows: the count runs, here with no parameter at all.
+    const unfiltered = await store.classifications.page({ sort: 'name', direction: 'asc', limit: 2, offset: 0 });
+    assert.deepEqual(unfiltered.items.map((c) => c.name), ['Item 1', 'Item 2']);
+    assert.equal(unfiltered.total, 5);
+    const searched = await store.classifications.page({ search: 'item', sort: 'name', direction: 'asc', limit: 2, offset: 2 });
+    assert.deepEqual(searched.items.map((c) => c.name), ['Item 3', 'Item 4']);
+    assert.equal(searched.total, 5);
+    assert.equal((await store.classifications.page({ sort: 'name', direction: 'asc', limit: 2, offset: 10 })).total, 5, 'a page past the end counts too');
+  });
+
   test('an id made of digits is an id, never a slug', async (t) => {
     const store = await setup(t);
     const first = await store.classifications.create({ name: 'first', ...colors });
