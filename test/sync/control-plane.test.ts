@@ -185,10 +185,10 @@ test('create, update and revoke on the control plane reach both replicas within 
   const med = median(delays);
   const max = Math.max(...delays);
   console.log(`propagation to both replicas over ${delays.length} changes (poll_interval ${POLL_MS} ms): median ${med.toFixed(0)} ms, max ${max.toFixed(0)} ms`);
-  // A poll begins at most one interval after the last one ended. The bound is loose on
-  // purpose: on a loaded machine a poll's fetch and apply can take a while, and the
-  // assertion above is the exact one ("the next poll carries it").
-  assert.ok(max < POLL_MS * 5, `max propagation ${max.toFixed(0)} ms: polling fell behind (a backoff?)`);
+  // The exact check is the one above: the next poll carries each change. Polling never fell
+  // behind through a backoff, which only a failed poll starts (the delays above are
+  // printed, not asserted: on a loaded machine a poll's fetch and apply take a while).
+  for (const replica of replicas) assert.equal(await counter(replica, 'reloadFailures'), 0, `${replica.url}: no poll failed, so none backed off`);
 });
 
 test('key rotation and destruction reach the replicas: new tokens decrypt there, shredded ones no longer do', async (t) => {

@@ -294,19 +294,10 @@ export class PostgresExecutor {
       prepared = toPostgres(text);
       this.#prepared.set(text, prepared);
     }
-    const values = prepared.names !== null ? namedValues(prepared.names, params[0]) : isNamedArguments(params) ? [] : params;
+    const values = prepared.names !== null ? namedValues(prepared.names, params[0]) : params;
     const result = await on.query({ text: prepared.text, values: values.map(toParameter) });
     return { result, touchesState: prepared.touchesState };
   }
-}
-
-/**
- * True for the one plain object a step passes as named arguments: a statement that uses
- * none of them (a count with no filter) takes no values at all.
- */
-function isNamedArguments(params: readonly unknown[]): boolean {
-  const [only] = params;
-  return params.length === 1 && typeof only === 'object' && only !== null && Object.getPrototypeOf(only) === Object.prototype;
 }
 
 function namedValues(names: readonly string[], values: unknown): unknown[] {
