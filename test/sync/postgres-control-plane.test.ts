@@ -11,7 +11,7 @@ import { test, type TestContext } from 'node:test';
 import { startChild, type Child } from '../support/child.ts';
 import { call } from '../support/app.ts';
 import { postgresPerFile } from '../support/postgres.ts';
-import { MASTER_KEY, startReplica, SYNC_SEED, tempDir, waitFor, type Node } from './nodes.ts';
+import { FLEET_KEY, MASTER_KEY, SNAPSHOT, startReplica, SYNC_SEED, tempDir, waitFor, type Node } from './nodes.ts';
 
 const postgres = postgresPerFile();
 const skip = postgres.skip;
@@ -79,6 +79,18 @@ test('two control-plane instances on one PostgreSQL database and two replicas: e
     await replicated(replica, 'Written on A');
     await replicated(replica, 'Written on B');
   }
+
+  // Either instance serves the same snapshot for the same state: one version, one digest.
+  const snapshotOf = async (instance: Child) => {
+    const res = await call(instance.url, SNAPSHOT, { method: 'GET', key: FLEET_KEY });
+    assert.equal(res.status, 200, res.text);
+    return { version: res.json.version as number, digest: res.json.digest as string };
+  };
+  const fromA = await snapshotOf(a);
+  await waitFor('B to serve the snapshot A serves', async () => {
+    const fromB = await snapshotOf(b);
+    return fromB.digest === fromA.digest ? fromB : undefined;
+  }).then((fromB) => assert.deepEqual(fromB, fromA));
 
   // An API key revoked on one instance: refused there on the very next request, and by the
   // other once the notice reaches it.
