@@ -121,10 +121,16 @@ function dataPlane(handler: Handler<Services>): Handler<Services> {
  */
 function withCurrentState(store: Store, handler: RequestHandler): RequestHandler {
   return (ctx) => {
+    // Liveness and readiness read no state: they answer while the database is away (and
+    // /readyz says so, from its own ping).
+    if (HEALTH_PATHS.has(ctx.path)) return handler(ctx);
     const preparing = prepareState(store);
+    // A database that cannot be reached fails it with StoreUnavailableError: 503.
     return preparing === undefined ? handler(ctx) : preparing.then(() => handler(ctx));
   };
 }
+
+const HEALTH_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz']);
 
 /** The admin listener's routes (`server.admin_listen`): health and metrics, never the API. */
 export function buildAdminRouter(): Router<Handler<Services>> {
@@ -259,7 +265,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
   const admin =
     config.server.admin_listen === 'off'
       ? null
-      : new Listener('admin', config.server.admin_listen, withCurrentState(store, routerHandler(buildAdminRouter(), services)), { server, logger });
+      : new Listener('admin', config.server.admin_listen, routerHandler(buildAdminRouter(), services), { server, logger });
   const egressProxy = config.egress_proxy === undefined ? null : new EgressProxy(config.egress_proxy, services, listenerOptions(false), options.resolve);
   const listeners = [main, ...(admin === null ? [] : [admin]), ...(relay === null ? [] : [relay.listener]), ...(egressProxy === null ? [] : [egressProxy.listener])];
 

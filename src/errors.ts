@@ -289,6 +289,18 @@ export class NotReadyError extends SvcError {
 }
 
 /**
+ * The store's database cannot be reached (the connection was refused, lost or cut by the
+ * server): the request that met it is answered as not ready rather than as a server
+ * error, the cause is logged, and the next request tries again.
+ */
+export class StoreUnavailableError extends SvcError {
+  constructor(cause: unknown) {
+    super('SVC_ERR_STORE_UNAVAILABLE', 503, 'The service is not ready.', { cause });
+    this.name = 'StoreUnavailableError';
+  }
+}
+
+/**
  * A relay or egress route names a configuration or classification that is not in the
  * store (deleted or renamed at runtime): the deployment must be fixed, nothing is sent on.
  */

@@ -73,6 +73,13 @@ interface OperationSpec {
 /** What the HTTP parser may answer to any request, before a route sees it. */
 const PARSER_ERRORS = errors(408, 431);
 
+/**
+ * What any request may get when its instance cannot read the state it needs: a control
+ * plane on PostgreSQL whose database is unreachable. An operation that documents a 503 of
+ * its own keeps it.
+ */
+const STATE_UNREADABLE = errors(503);
+
 /** Statuses in numeric order, `default` last: how a reader scans them. */
 function sortedResponses(responses: Record<string, JsonObject>): Record<string, JsonObject> {
   const rank = (status: string) => (status === 'default' ? 1000 : Number.parseInt(status.replace('XX', '00'), 10));
@@ -89,7 +96,7 @@ export function op(spec: OperationSpec): JsonObject {
     ...(spec.security === 'none' ? { security: [] } : spec.security === 'bearer' ? { security: [{ apiKey: [], bearer: [] }] } : {}),
     parameters: [...(spec.parameters ?? []), parameterRef('RequestId')],
     ...(spec.requestBody === undefined ? {} : { requestBody: spec.requestBody }),
-    responses: sortedResponses({ ...spec.responses, ...PARSER_ERRORS }),
+    responses: sortedResponses({ ...STATE_UNREADABLE, ...spec.responses, ...PARSER_ERRORS }),
   };
 }
 

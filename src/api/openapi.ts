@@ -145,7 +145,7 @@ function proxyPath(): JsonObject {
       permission: { encrypt: 'data.encrypt', decrypt: 'data.decrypt' },
       parameters: [parameterRef('Mode'), parameterRef('Fields'), parameterRef('Classification'), parameterRef('Destination')],
       requestBody: PROXY_BODY,
-      responses: bodiless(method, { '200': forwardedResult('The transformed body.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, default: RELAYED }),
+      responses: bodiless(method, { '200': forwardedResult('The transformed body.'), ...DATA_ERRORS, ...KEY_DESTROYED, ...FORWARD_ERRORS, ...errors(503), default: RELAYED }),
     });
   }
   return item;

@@ -2,7 +2,7 @@
  * Writing responses, and the one place where errors become responses (DESIGN §7).
  */
 import type { Logger } from 'pino';
-import { InternalError, NotReadyError, SvcError } from '../errors.ts';
+import { InternalError, NotReadyError, StoreUnavailableError, SvcError } from '../errors.ts';
 import type { RequestContext } from './context.ts';
 
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
@@ -56,7 +56,10 @@ export function sendEmpty(ctx: RequestContext, status: number): void {
  */
 export function sendError(ctx: RequestContext, err: unknown, logger: Logger): void {
   const error = err instanceof SvcError ? err : new InternalError(err);
-  if (error.status >= 500 && !(error instanceof NotReadyError)) {
+  if (error instanceof StoreUnavailableError) {
+    // The database is away: the instance is not ready, and says why in its log.
+    logger.warn({ err: error.cause, requestId: ctx.id, route: ctx.route }, 'the store cannot be reached; answered not ready');
+  } else if (error.status >= 500 && !(error instanceof NotReadyError)) {
     logger.error({ err: error.cause ?? error, requestId: ctx.id, route: ctx.route, code: error.code }, 'request failed');
   } else if (logger.isLevelEnabled('debug')) {
     logger.debug({ requestId: ctx.id, route: ctx.route, code: error.code, status: error.status }, 'request refused');

@@ -1,6 +1,7 @@
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { driven, runAsync, textOf, type Command, type Dialect, type Step } from '../query.ts';
 import { dropLogPartitions, prepareLogPartitions } from './partitions.ts';
+import { StoreUnavailableError } from '../../errors.ts';
 import { STATE_TABLES } from './schema.ts';
 
 const INT8 = 20;
@@ -153,6 +154,8 @@ export class PostgresExecutor {
     let wroteAny = false;
     const value = await this.#run(step, () => {
       wroteAny = true;
+    }).catch((error: unknown) => {
+      throw unreachable(error) ? new StoreUnavailableError(error) : error;
     });
     if (wroteAny && this.#client === null) await this.afterStateWrite?.();
     return value;
@@ -315,4 +318,21 @@ function toParameter(value: unknown): unknown {
   if (typeof value === 'string') return value.includes('\0') ? value.replaceAll('\0', '\uFFFD') : value;
   if (value instanceof Uint8Array && !Buffer.isBuffer(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
   return value;
+}
+
+/** Node's socket errors that mean the server is not there (or went away). */
+const SOCKET_ERRORS: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+/** SQLSTATEs of a server that is going away or cannot take the connection, beside class 08. */
+const SERVER_GONE: ReadonlySet<string> = new Set(['57P01', '57P02', '57P03', '53300']);
+
+/**
+ * Whether `error` says the database cannot be reached, rather than that a statement
+ * failed: a socket error, a connection exception (SQLSTATE class 08), the server shutting
+ * down or full, or the driver's own word that the connection ended.
+ */
+export function unreachable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string') return SOCKET_ERRORS.has(code) || SERVER_GONE.has(code) || /^08[0-9A-Z]{3}$/.test(code);
+  return /^Connection terminated|not queryable|timeout exceeded when trying to connect/i.test(error.message);
 }

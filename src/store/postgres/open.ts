@@ -2,6 +2,7 @@ import pg from 'pg';
 import { ApiKeysRepository } from '../api-keys.ts';
 import { ClassificationsRepository } from '../classifications.ts';
 import { ConfigurationsRepository } from '../configurations.ts';
+import { StoreUnavailableError } from '../../errors.ts';
 import type { Store, Transaction } from '../db.ts';
 import { LoginFailuresRepository } from '../login-failures.ts';
 import { LogsRepository } from '../logs.ts';
@@ -13,7 +14,7 @@ import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
 import { ConcurrentSavepointError, TransactionEndedError } from '../sqlite/gate.ts';
 import { prepareState } from '../state-view.ts';
-import { PostgresExecutor, types } from './executor.ts';
+import { PostgresExecutor, types, unreachable } from './executor.ts';
 import { migratePostgres } from './schema.ts';
 
 /** How often the state version is read, besides the notifications that announce it. */
@@ -60,8 +61,10 @@ export interface PostgresStoreOptions {
 
 export async function openPostgresStore(url: string, options: PostgresStoreOptions = {}): Promise<Store> {
   const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, types });
-  // An idle client that loses its connection must not take the process down.
+  // A client that loses its connection must not take the process down: idle, the pool
+  // drops it; checked out, the query it runs fails and the caller answers for that.
   pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
   let created: boolean;
   try {
     created = (await migratePostgres(pool)).from === 0;
@@ -172,7 +175,9 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     created,
     ...drive(executor, repos),
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
-      const client = await pool.connect();
+      const client = await pool.connect().catch((error: unknown) => {
+        throw unreachable(error) ? new StoreUnavailableError(error) : error;
+      });
       let wroteState = false;
       // Whether the client is fit to go back to the pool: not after a BEGIN, COMMIT or
       // ROLLBACK failed (a lost connection), which would hand the next caller a broken one.
