@@ -51,7 +51,8 @@ class Relay {
 }
 
 test('the database away: 503 not ready (never a 500), liveness up, readiness down; back: served again', { skip: postgres.skip }, async (t) => {
-  const { url } = await postgres.database('svc_outage');
+  const { name, url } = await postgres.database('svc_outage');
+  const listening = async () => Number(await postgres.server.psql('postgres', `SELECT count(*) FROM pg_stat_activity WHERE datname = '${name}' AND query = 'LISTEN svc_state'`));
   const relay = new Relay(Number(new URL(url).port));
   await relay.open();
   t.after(() => relay.cut());
@@ -75,6 +76,7 @@ ${SEED}`,
 
   assert.equal((await list()).status, 200);
   assert.equal((await create('Before')).status, 201);
+  assert.equal(await listening(), 1, 'one connection listens for the state version');
 
   await relay.cut();
   for (const res of [await list(), await create('During')]) {
@@ -99,4 +101,7 @@ ${SEED}`,
   );
   assert.equal((await create('After')).status, 201);
   assert.equal((await call(base, '/readyz', { method: 'GET', key: null })).status, 200);
+  // The listening connection the cut ended is made again (after a second or so).
+  for (let i = 0; i < 100 && (await listening()) !== 1; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.equal(await listening(), 1, 'listening again');
 });

@@ -19,6 +19,9 @@ import { migratePostgres } from './schema.ts';
 
 /** How often the state version is read, besides the notifications that announce it. */
 const STATE_POLL_MS = 500;
+/** How soon a lost listening connection is made again, doubling up to the second bound. */
+const LISTEN_RETRY_MS = 1_000;
+const LISTEN_RETRY_MAX_MS = 30_000;
 /** One instance of each repository: they hold no state, so every executor drives the same ones. */
 function repositories() {
   return {
@@ -103,16 +106,38 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     await prepareState(store);
   };
   await readVersion();
-  // Another instance's commit is announced at once; the poll covers a lost notification
-  // (the listening connection dropped and came back).
-  const listener = options.notifications === false ? null : new pg.Client({ connectionString: url, types });
-  listener?.on('error', () => {});
-  listener?.on('notification', (message) => {
-    const announced = Number(message.payload);
-    if (Number.isSafeInteger(announced)) reached(announced);
-  });
-  await listener?.connect();
-  await listener?.query('LISTEN svc_state');
+  // Another instance's commit is announced at once; the poll covers what the listening
+  // connection misses, and while it is lost it is made again, a little later each time.
+  let listener: pg.Client | null = null;
+  let relisten: NodeJS.Timeout | null = null;
+  const listen = async (): Promise<void> => {
+    const client = new pg.Client({ connectionString: url, types });
+    client.on('error', () => {});
+    client.on('notification', (message) => {
+      const announced = Number(message.payload);
+      if (Number.isSafeInteger(announced)) reached(announced);
+    });
+    await client.connect();
+    await client.query('LISTEN svc_state');
+    listener = client;
+    client.once('end', () => {
+      if (listener === client) listener = null;
+      listenAgain(LISTEN_RETRY_MS);
+    });
+  };
+  const listenAgain = (delay: number): void => {
+    if (closed || relisten !== null) return;
+    relisten = setTimeout(() => {
+      relisten = null;
+      // Whatever was announced meanwhile is caught up by reading the version.
+      listen().then(
+        () => readVersion().catch(() => {}),
+        () => listenAgain(Math.min(delay * 2, LISTEN_RETRY_MAX_MS)),
+      );
+    }, delay);
+    relisten.unref();
+  };
+  if (options.notifications !== false) await listen();
   const poll = setInterval(() => {
     readVersion().catch(() => {});
   }, STATE_POLL_MS);
@@ -212,7 +237,10 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
       if (closed) return;
       closed = true;
       clearInterval(poll);
-      await listener?.end().catch(() => {});
+      if (relisten !== null) clearTimeout(relisten);
+      const last = listener as pg.Client | null;
+      listener = null;
+      await last?.end().catch(() => {});
       await pool.end();
     },
   };
