@@ -102,6 +102,15 @@ test('two control-plane instances on one PostgreSQL database and two replicas: e
   assert.equal(await status(b), 401);
   await waitFor('A to refuse the revoked key', async () => ((await status(a)) === 401 ? true : undefined));
 
+  // An access token from a login on A, logged out on A, is refused by B at once: the
+  // revocation is a row every instance reads on every check.
+  const session = await call(a.url, '/api/v2/auth/login', { body: JSON.stringify({ email: 'ada@example.com', password: 'correct horse' }) });
+  assert.equal(session.status, 200, session.text);
+  const bearer = { authorization: `Bearer ${session.json.access_token}` };
+  assert.equal((await call(b.url, '/api/v2/auth/userdetails', { method: 'GET', headers: bearer })).status, 200);
+  assert.equal((await call(a.url, '/api/v2/auth/logout', { headers: bearer, body: '{}' })).status, 204);
+  assert.equal((await call(b.url, '/api/v2/auth/userdetails', { method: 'GET', headers: bearer })).status, 401);
+
   // Failed logins count on the database, whichever instance takes them: five spread over
   // both, and the sixth is refused by either.
   const login = (instance: Child) => call(instance.url, '/api/v2/auth/login', { body: JSON.stringify({ email: 'ada@example.com', password: 'wrong' }) });
