@@ -57,9 +57,10 @@ export type Transaction = { readonly [K in keyof Repositories]: Async<Repositori
 
 /**
  * The store as the rest of the program sees it: the repositories and a few facts about the
- * store itself. What the store is made of (today a SQLite file: opening, PRAGMAs, the
- * change stamp's triggers, migrations, transactions, worker connections) lives under
- * sqlite/; the repositories beside this file hold the queries.
+ * store itself. What the store is made of lives under sqlite/ (a file: opening, PRAGMAs,
+ * the change stamp's triggers, migrations, transactions, worker connections) and
+ * postgres/ (a database server: the pool, the schema and its migrations, the state
+ * version); the repositories beside this file hold the queries, once for both (query.ts).
  */
 export interface Store extends Omit<Transaction, 'transaction' | 'lock'> {
   /** Which database holds it: a SQLite file (every replica, one instance) or PostgreSQL (DESIGN §16). */
@@ -76,20 +77,22 @@ export interface Store extends Omit<Transaction, 'transaction' | 'lock'> {
    */
   transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
   /**
-   * Changes whenever a row other than a log entry is written through this connection (at
-   * once) or a transaction on it rolls back, and within OTHERS_CHECK_MS of a commit by another connection (a CLI process, a
-   * log-writer thread). Caches of rows key on it: a stamp that still matches means no row
-   * they hold can have changed, so a key revoked through the API is refused on the very
-   * next request.
+   * Caches of rows key on it: a stamp that still matches means no row they hold can have
+   * changed, so a key revoked through the API is refused on the very next request. On
+   * SQLite it changes whenever a row other than a log entry is written through this
+   * connection (at once) or a transaction on it rolls back, and within OTHERS_CHECK_MS of a
+   * commit by another connection (a CLI process, a log-writer thread). On PostgreSQL it
+   * follows the database's state version: a write of this instance's moves it before the
+   * write resolves, another instance's within a second (its notice, or the poll).
    */
   changeStamp(): number;
   /**
-   * Changes whenever another connection (another process, a log-writer thread) has committed
-   * to the store; this connection's own commits leave it as it is. Read afresh on every call,
-   * unlike changeStamp.
+   * On SQLite, changes whenever another connection (another process, a log-writer thread)
+   * has committed to the store; this connection's own commits leave it as it is. Read
+   * afresh on every call, unlike changeStamp. On PostgreSQL, the state version last seen.
    */
   othersCommitStamp(): number;
-  /** Throws when the store cannot answer a query (closed, or the file gone bad): readiness. */
+  /** Fails when the store cannot answer a query (closed, the file gone bad, the database away): readiness. */
   ping(): void | Promise<void>;
   /** Ends the store's connections; on a network database the promise settles once they are closed. */
   close(): void | Promise<void>;
