@@ -27,9 +27,10 @@ export function sqliteConnection(store: Store): DatabaseSync {
 }
 
 /**
- * The repositories of a SQLite store, answering at once: for the state view and the checks
- * that run inside a request's value handlers (KeyInUse, the codec cache's keys), which
- * cannot wait. Throws for any other store.
+ * The repositories of a SQLite store, answering at once: for the state view, the checks
+ * that run inside a request's value handlers (KeyInUse, the codec cache's keys) and the
+ * inline log writer, which cannot wait. Throws for any other store (a store on PostgreSQL
+ * serves no data plane, and its log writer awaits).
  */
 export function syncRepositories(store: Store): Repositories {
   return opened(store).repositories;
