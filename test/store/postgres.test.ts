@@ -131,3 +131,11 @@ for (const notifications of [true, false]) {
     assert.deepEqual([one.changeStamp(), other.changeStamp()], before);
   });
 }
+
+test('a database that cannot be reached at start is named in the error, without its password', async () => {
+  // Nothing listens on port 1 of loopback.
+  await assert.rejects(openPostgresStore('postgres://svc:hunter2@127.0.0.1:1/svc', { max: 1 }), (error: Error) => {
+    assert.equal(error.message, "cannot reach the store's database at postgres://svc:***@127.0.0.1:1/svc: connect ECONNREFUSED 127.0.0.1:1");
+    return true;
+  });
+});

@@ -77,6 +77,10 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     await new PostgresExecutor(pool, null, () => {}).run(new LogsRepository().preparePartitions());
   } catch (error) {
     await pool.end();
+    // Said with the database it tried (without the password), which the driver's own words
+    // ("connect ECONNREFUSED 127.0.0.1:5432") leave out.
+    const cause = error instanceof StoreUnavailableError ? error.cause : error;
+    if (unreachable(cause)) throw new Error(`cannot reach the store's database at ${redact(url)}: ${(cause as Error).message}`, { cause });
     throw error;
   }
 
