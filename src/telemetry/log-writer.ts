@@ -65,7 +65,8 @@ export class LogWriter {
   private readonly remote: boolean;
   /** The batch the thread is writing. */
   private inFlight: LogBatch | null = null;
-  private whenSettled: (() => void) | null = null;
+  /** Who waits for the batch in flight to be answered (closing, a flush). */
+  private whenSettled: Array<() => void> = [];
   /** Entries not written: the queue was full, the writer was closed, or the store still refused them at close. */
   dropped = 0;
   /** Entries written, since start. */
@@ -159,7 +160,7 @@ export class LogWriter {
   private async inFlightSettled(): Promise<void> {
     if (this.inFlight === null) return;
     await new Promise<void>((resolve) => {
-      this.whenSettled = resolve;
+      this.whenSettled.push(resolve);
     });
   }
 
@@ -314,9 +315,9 @@ export class LogWriter {
   }
 
   private settle(): void {
-    const resolve = this.whenSettled;
-    this.whenSettled = null;
-    resolve?.();
+    const waiting = this.whenSettled;
+    this.whenSettled = [];
+    for (const resolve of waiting) resolve();
   }
 
   private async stopThread(): Promise<void> {
