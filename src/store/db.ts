@@ -6,6 +6,7 @@ import type { LogsRepository } from './logs.ts';
 import type { MetaRepository } from './meta.ts';
 import type { ReplicationRepository } from './replication.ts';
 import type { ShippedLogsRepository } from './shipped-logs.ts';
+import type { StateRowsRepository } from './state-rows.ts';
 import type { RolesRepository } from './roles.ts';
 import type { Sync } from './query.ts';
 import { openSqliteStore } from './sqlite/open.ts';
@@ -31,6 +32,8 @@ export interface Repositories {
   readonly replication: Sync<ReplicationRepository>;
   /** Logs a replica ships and a control plane receives (docs/replication.md). */
   readonly shippedLogs: Sync<ShippedLogsRepository>;
+  /** The state as a whole, for the state view. */
+  readonly stateRows: Sync<StateRowsRepository>;
   /** Facts about this store itself (the master key's check value). */
   readonly meta: Sync<MetaRepository>;
 }
@@ -54,6 +57,22 @@ export type Transaction = { readonly [K in keyof Repositories]: Async<Repositori
    */
   lock(key: string): Promise<void>;
 };
+
+/** A nested transaction started while another one beside it is still open. */
+export class ConcurrentSavepointError extends Error {
+  constructor() {
+    super('Nested transactions of one transaction run one after the other: await one before starting the next.');
+    this.name = 'ConcurrentSavepointError';
+  }
+}
+
+/** A transaction handle used after its transaction ended. */
+export class TransactionEndedError extends Error {
+  constructor() {
+    super('A transaction handle was used after its transaction ended: use the store, or a new transaction.');
+    this.name = 'TransactionEndedError';
+  }
+}
 
 /**
  * The store as the rest of the program sees it: the repositories and a few facts about the

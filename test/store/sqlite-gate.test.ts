@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store, type Transaction } from '../../src/store/db.ts';
-import { ConcurrentSavepointError, StoreBusyError, TransactionEndedError } from '../../src/store/sqlite/gate.ts';
+import { ConcurrentSavepointError, TransactionEndedError } from '../../src/store/db.ts';
+import { StoreBusyError } from '../../src/store/sqlite/gate.ts';
 import { stateOf } from '../../src/store/state-view.ts';
 
 function fileStore(t: TestContext): Store {

@@ -102,6 +102,11 @@ export function toPostgres(sql: string): Prepared {
   return { text: out, names: named || position === 0 ? names : null, touchesState: table !== undefined && FOLLOWED.has(table) };
 }
 
+interface PreparedCache {
+  readonly byText: Map<string, Prepared>;
+  readonly byFunction: WeakMap<(dialect: Dialect) => string, Prepared>;
+}
+
 /** Whatever runs queries: the pool, or one client of it (inside a transaction). */
 type Queryable = Pick<Pool, 'query'> | PoolClient;
 
@@ -114,7 +119,8 @@ export class PostgresExecutor {
   readonly #pool: Pool;
   /** Set for a transaction handle: its client, held by `store.transaction`. */
   readonly #client: PoolClient | null;
-  readonly #prepared: Map<string, Prepared>;
+  /** Shared by every executor of one store; a closure's entry goes with it, as on SQLite. */
+  readonly #prepared: PreparedCache;
   readonly #stateWritten: () => void;
 
   /**
@@ -122,7 +128,7 @@ export class PostgresExecutor {
    * has committed; bound to a transaction's client, at once (the transaction's owner then
    * knows to announce it when it commits).
    */
-  constructor(pool: Pool, client: PoolClient | null, stateWritten: () => void, prepared = new Map<string, Prepared>()) {
+  constructor(pool: Pool, client: PoolClient | null, stateWritten: () => void, prepared: PreparedCache = { byText: new Map(), byFunction: new WeakMap() }) {
     this.#pool = pool;
     this.#client = client;
     this.#stateWritten = stateWritten;
@@ -155,7 +161,7 @@ export class PostgresExecutor {
     const value = await this.#run(step, () => {
       wroteAny = true;
     }).catch((error: unknown) => {
-      throw unreachable(error) ? new StoreUnavailableError(error) : error;
+      throw storeError(error);
     });
     if (wroteAny && this.#client === null) await this.afterStateWrite?.();
     return value;
@@ -264,39 +270,27 @@ export class PostgresExecutor {
    * Runs `work` inside the transaction open on `client`, or else in one of its own: the
    * partition steps take a transaction-scoped lock and must go or stay whole.
    */
-  async #transacted<T>(client: PoolClient | null, work: (on: PoolClient) => Promise<T>): Promise<T> {
-    if (client !== null) return work(client);
-    const own = await this.#pool.connect();
-    // A connection that could not end its transaction is closed, never handed on.
-    let clean = false;
-    try {
-      await own.query('BEGIN');
-      const value = await work(own);
-      await own.query('COMMIT');
-      clean = true;
-      return value;
-    } catch (error) {
-      clean = await own.query('ROLLBACK').then(
-        () => true,
-        () => false,
-      );
-      throw error;
-    } finally {
-      own.release(!clean);
-    }
+  #transacted<T>(client: PoolClient | null, work: (on: PoolClient) => Promise<T>): Promise<T> {
+    return client !== null ? work(client) : inTransaction(this.#pool, work);
   }
 
   #release(level: number, owned: PoolClient | null): void {
     if (level === 1 && owned !== null) owned.release();
   }
 
-  async #query(on: Queryable, sql: string | ((dialect: Dialect) => string), params: readonly unknown[]): Promise<{ result: QueryResult; touchesState: boolean }> {
-    const text = textOf(sql, POSTGRES);
-    let prepared = this.#prepared.get(text);
+  /** `sql` as PostgreSQL takes it, made once per statement: by its text, or by the function that writes it. */
+  #prepare(sql: string | ((dialect: Dialect) => string)): Prepared {
+    const cache = typeof sql === 'string' ? this.#prepared.byText : this.#prepared.byFunction;
+    let prepared = cache.get(sql as never);
     if (prepared === undefined) {
-      prepared = toPostgres(text);
-      this.#prepared.set(text, prepared);
+      prepared = toPostgres(textOf(sql, POSTGRES));
+      cache.set(sql as never, prepared);
     }
+    return prepared;
+  }
+
+  async #query(on: Queryable, sql: string | ((dialect: Dialect) => string), params: readonly unknown[]): Promise<{ result: QueryResult; touchesState: boolean }> {
+    const prepared = this.#prepare(sql);
     const values = prepared.names !== null ? namedValues(prepared.names, params[0]) : params;
     const result = await on.query({ text: prepared.text, values: values.map(toParameter) });
     return { result, touchesState: prepared.touchesState };
@@ -335,4 +329,43 @@ export function unreachable(error: unknown): boolean {
   const code = (error as { code?: unknown }).code;
   if (typeof code === 'string') return SOCKET_ERRORS.has(code) || SERVER_GONE.has(code) || /^08[0-9A-Z]{3}$/.test(code);
   return /^Connection terminated|not queryable|timeout exceeded when trying to connect/i.test(error.message);
+}
+
+/**
+ * Runs `work` in a transaction on a client of its own, committed when it resolves and
+ * rolled back when it throws. A client whose BEGIN, COMMIT or ROLLBACK failed (a lost
+ * connection) is closed, never handed to the next caller; a database that cannot be
+ * reached is a StoreUnavailableError; `work`'s own error is what the caller gets, whether
+ * or not the rollback worked.
+ */
+export async function inTransaction<T>(pool: Pool, work: (client: PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect().catch((error: unknown) => {
+    throw storeError(error);
+  });
+  let healthy = false;
+  try {
+    await client.query('BEGIN');
+    let value: T;
+    try {
+      value = await work(client);
+    } catch (error) {
+      healthy = await client.query('ROLLBACK').then(
+        () => true,
+        () => false,
+      );
+      throw error;
+    }
+    await client.query('COMMIT');
+    healthy = true;
+    return value;
+  } catch (error) {
+    throw storeError(error);
+  } finally {
+    client.release(!healthy);
+  }
+}
+
+/** `error` as the store reports it: StoreUnavailableError when the database cannot be reached. */
+export function storeError(error: unknown): unknown {
+  return unreachable(error) && !(error instanceof StoreUnavailableError) ? new StoreUnavailableError(error) : error;
 }

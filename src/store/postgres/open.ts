@@ -3,18 +3,18 @@ import { ApiKeysRepository } from '../api-keys.ts';
 import { ClassificationsRepository } from '../classifications.ts';
 import { ConfigurationsRepository } from '../configurations.ts';
 import { StoreUnavailableError } from '../../errors.ts';
-import type { Store, Transaction } from '../db.ts';
+import { ConcurrentSavepointError, TransactionEndedError, type Store, type Transaction } from '../db.ts';
 import { LoginFailuresRepository } from '../login-failures.ts';
 import { LogsRepository } from '../logs.ts';
 import { MetaRepository } from '../meta.ts';
 import { ReplicationRepository } from '../replication.ts';
 import { RolesRepository } from '../roles.ts';
 import { ShippedLogsRepository } from '../shipped-logs.ts';
+import { StateRowsRepository } from '../state-rows.ts';
 import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
-import { ConcurrentSavepointError, TransactionEndedError } from '../sqlite/gate.ts';
 import { prepareState } from '../state-view.ts';
-import { PostgresExecutor, types, unreachable } from './executor.ts';
+import { inTransaction, PostgresExecutor, storeError, types, unreachable } from './executor.ts';
 import { migratePostgres } from './schema.ts';
 
 /** How often the state version is read, besides the notifications that announce it. */
@@ -35,6 +35,7 @@ function repositories() {
     loginFailures: new LoginFailuresRepository(),
     replication: new ReplicationRepository(),
     shippedLogs: new ShippedLogsRepository(),
+    stateRows: new StateRowsRepository(),
     meta: new MetaRepository(),
   };
 }
@@ -47,11 +48,6 @@ function drive(executor: PostgresExecutor, repos: ReturnType<typeof repositories
   return out as Driven;
 }
 
-/**
- * Opens the store on the PostgreSQL database at `url` and migrates it to the newest schema
- * (once, under an advisory lock, however many instances start together). Every instance on
- * the database sees the others' writes within STATE_POLL_MS through the state version.
- */
 export interface PostgresStoreOptions {
   /** Connections in the pool (default 10). */
   readonly max?: number;
@@ -62,6 +58,11 @@ export interface PostgresStoreOptions {
   readonly notifications?: boolean;
 }
 
+/**
+ * Opens the store on the PostgreSQL database at `url` and migrates it to the newest schema
+ * (once, under an advisory lock, however many instances start together). Every instance on
+ * the database sees the others' writes within STATE_POLL_MS through the state version.
+ */
 export async function openPostgresStore(url: string, options: PostgresStoreOptions = {}): Promise<Store> {
   const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10, types });
   // A client that loses its connection must not take the process down: idle, the pool
@@ -109,7 +110,6 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     });
     await prepareState(store);
   };
-  await readVersion();
   // Another instance's commit is announced at once; the poll covers what the listening
   // connection misses, and while it is lost it is made again, a little later each time.
   let listener: pg.Client | null = null;
@@ -121,8 +121,13 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
       const announced = Number(message.payload);
       if (Number.isSafeInteger(announced)) reached(announced);
     });
-    await client.connect();
-    await client.query('LISTEN svc_state');
+    try {
+      await client.connect();
+      await client.query('LISTEN svc_state');
+    } catch (error) {
+      await client.end().catch(() => {});
+      throw error;
+    }
     listener = client;
     client.once('end', () => {
       if (listener === client) listener = null;
@@ -141,7 +146,14 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     }, delay);
     relisten.unref();
   };
-  if (options.notifications !== false) await listen();
+  try {
+    await readVersion();
+    if (options.notifications !== false) await listen();
+  } catch (error) {
+    closed = true;
+    await pool.end();
+    throw storeError(error);
+  }
   const poll = setInterval(() => {
     readVersion().catch(() => {});
   }, STATE_POLL_MS);
@@ -204,31 +216,8 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     created,
     ...drive(executor, repos),
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
-      const client = await pool.connect().catch((error: unknown) => {
-        throw unreachable(error) ? new StoreUnavailableError(error) : error;
-      });
       let wroteState = false;
-      // Whether the client is fit to go back to the pool: not after a BEGIN, COMMIT or
-      // ROLLBACK failed (a lost connection), which would hand the next caller a broken one.
-      let healthy = false;
-      let value: T;
-      try {
-        await client.query('BEGIN');
-        try {
-          value = await begin(client, 0, () => (wroteState = true), fn);
-        } catch (error) {
-          // The callback's error is what the caller needs, whether or not the rollback worked.
-          await client.query('ROLLBACK').then(
-            () => (healthy = true),
-            () => {},
-          );
-          throw error;
-        }
-        await client.query('COMMIT');
-        healthy = true;
-      } finally {
-        client.release(!healthy);
-      }
+      const value = await inTransaction(pool, (client) => begin(client, 0, () => (wroteState = true), fn));
       if (wroteState) await followWrite();
       return value;
     },

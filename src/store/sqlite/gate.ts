@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { ConcurrentSavepointError, TransactionEndedError } from '../db.ts';
 
 /**
  * Who may use a SQLite store's one connection while a transaction holds it. The statements
@@ -98,22 +99,6 @@ function settle<T>(run: () => T): Promise<Awaited<T>> {
     return Promise.resolve(run());
   } catch (error) {
     return Promise.reject(error);
-  }
-}
-
-/** A nested transaction started while another one beside it is still open. */
-export class ConcurrentSavepointError extends Error {
-  constructor() {
-    super('Nested transactions of one transaction run one after the other: await one before starting the next.');
-    this.name = 'ConcurrentSavepointError';
-  }
-}
-
-/** A transaction handle used after its transaction ended. */
-export class TransactionEndedError extends Error {
-  constructor() {
-    super('A transaction handle was used after its transaction ended: use the store, or a new transaction.');
-    this.name = 'TransactionEndedError';
   }
 }
 

@@ -12,6 +12,7 @@ import { MetaRepository } from '../meta.ts';
 import { ReplicationRepository } from '../replication.ts';
 import { RolesRepository } from '../roles.ts';
 import { ShippedLogsRepository } from '../shipped-logs.ts';
+import { StateRowsRepository } from '../state-rows.ts';
 import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
 import { rememberConnection } from './connection.ts';
@@ -122,6 +123,7 @@ export function openSqliteStore(path: string): Store {
     loginFailures: sql.drive(new LoginFailuresRepository()),
     replication: sql.drive(new ReplicationRepository()),
     shippedLogs: sql.drive(new ShippedLogsRepository()),
+    stateRows: sql.drive(new StateRowsRepository()),
     meta: sql.drive(new MetaRepository()),
   };
   // One connection serves the whole process: while a transaction holds it, only the
