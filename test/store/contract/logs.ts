@@ -157,6 +157,18 @@ export function logsContract(target: StoreTarget): void {
     assert.deepEqual(await store.logs.listUsage({ limit: 10, offset: 0, userId: 7 }), []);
   });
 
+  test('64-bit values behave alike on every store: a usage row of more than 4 GiB, a user id past 2^31', async (t) => {
+    const store = await target.open(t);
+    const big = { ...usage(7), userId: 2 ** 31 + 5, bytes: 5 * 1024 ** 3 };
+    await store.logs.insertUsage([big]);
+    const [row] = await store.logs.listUsage({ limit: 10, offset: 0, userId: 2 ** 31 + 5 });
+    assert.equal(row?.bytes, 5 * 1024 ** 3);
+    assert.equal(row?.userId, 2 ** 31 + 5);
+    // An id no row can have yet is simply not found.
+    assert.equal(await store.users.findById(2 ** 31), undefined);
+    assert.equal(await store.classifications.findById(2 ** 40), undefined);
+  });
+
   test('the unified list interleaves the chosen kinds by time', async (t) => {
     const store = await setup(t);
     await store.logs.insertActivity([activity(1), activity(4)]);
