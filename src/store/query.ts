@@ -246,10 +246,11 @@ export function driven<R extends object, Out>(
   const out: Record<string, (...args: unknown[]) => unknown> = {};
   for (const key of methodNames(repository)) {
     const method = (repository as Record<string, (...args: unknown[]) => unknown>)[key]!;
-    out[key] = (...args) => {
-      const result: unknown = method.apply(repository, args);
-      return isStep(result) ? drive(result) : plain(result);
-    };
+    // Decided once per method, not per call: a generator method's calls are steps to drive.
+    out[key] =
+      method instanceof GeneratorFunction
+        ? (...args) => drive(method.apply(repository, args) as Step<unknown>)
+        : (...args) => plain(method.apply(repository, args));
   }
   return Object.freeze(out) as Out;
 }
@@ -265,9 +266,8 @@ export function methodNames(object: object): string[] {
   return names;
 }
 
-function isStep(value: unknown): value is Step<unknown> {
-  return typeof value === 'object' && value !== null && Object.prototype.toString.call(value) === '[object Generator]';
-}
+/** The constructor of every `function*`, generator methods included. */
+const GeneratorFunction = Object.getPrototypeOf(function* () {}).constructor as new (...args: never[]) => unknown;
 
 /** The text of `sql` for `dialect`. */
 export function textOf(sql: Sql, dialect: Dialect): string {
