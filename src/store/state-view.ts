@@ -265,20 +265,30 @@ export function stateOf(store: Store): StateView {
  */
 export function prepareState(store: Store): Promise<void> | undefined {
   if (store.kind !== 'postgres') return undefined;
-  if (views.get(store)?.stamp === store.changeStamp()) return undefined;
-  let pending = building.get(store);
-  if (pending === undefined) {
-    // The stamp is read before the rows: a change committed while they are read moves it
-    // past this one, and the next request builds again.
-    const stamp = store.changeStamp();
-    pending = loadedSource(store)
-      .then((source) => {
-        views.set(store, { stamp, view: new StateView(source) });
-      })
-      .finally(() => building.delete(store));
-    building.set(store, pending);
+  // The stamp only grows: a view of this stamp or a later one has every change made before
+  // the caller asked, however busy the other instances are meanwhile.
+  const wanted = store.changeStamp();
+  if ((views.get(store)?.stamp ?? -1) >= wanted) return undefined;
+  return buildFrom(store, wanted);
+}
+
+/** Waits for a build that started at `wanted` or later, starting one when none runs: two at most. */
+async function buildFrom(store: Store, wanted: number): Promise<void> {
+  while ((views.get(store)?.stamp ?? -1) < wanted) {
+    let pending = building.get(store);
+    if (pending === undefined) {
+      // The stamp is read before the rows: a change committed while they are read moves it
+      // past this one, and the next request builds again.
+      const stamp = store.changeStamp();
+      pending = loadedSource(store)
+        .then((source) => {
+          views.set(store, { stamp, view: new StateView(source) });
+        })
+        .finally(() => building.delete(store));
+      building.set(store, pending);
+    }
+    await pending;
   }
-  return pending.then(() => prepareState(store));
 }
 
 const USERS = new Memo<User | undefined>('users by id');
