@@ -58,6 +58,17 @@ export type Transaction = { readonly [K in keyof Repositories]: Async<Repositori
   lock(key: string): Promise<void>;
 };
 
+/**
+ * A transaction's callback returned while a call on its handle was still running (not
+ * awaited): the transaction is rolled back rather than let that call land after the commit.
+ */
+export class UnawaitedCallError extends Error {
+  constructor() {
+    super('A transaction callback returned while a call on its handle was still running: await every call on tx.');
+    this.name = 'UnawaitedCallError';
+  }
+}
+
 /** A nested transaction started while another one beside it is still open. */
 export class ConcurrentSavepointError extends Error {
   constructor() {

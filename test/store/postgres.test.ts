@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import pg from 'pg';
-import type { Store } from '../../src/store/db.ts';
+import { UnawaitedCallError, type Store } from '../../src/store/db.ts';
 import { types } from '../../src/store/postgres/executor.ts';
 import { openPostgresStore } from '../../src/store/postgres/open.ts';
 import { prepareState, stateOf } from '../../src/store/state-view.ts';
@@ -138,4 +138,20 @@ test('a database that cannot be reached at start is named in the error, without 
     assert.equal(error.message, "cannot reach the store's database at postgres://svc:***@127.0.0.1:1/svc: connect ECONNREFUSED 127.0.0.1:1");
     return true;
   });
+});
+
+test('a transaction whose callback returns before a call on its handle is answered is rolled back, never committed around it', { skip }, async (t) => {
+  const { url } = await postgres.database('svc_unawaited');
+  const store = await openPostgresStore(url, { max: 2 });
+  t.after(() => store.close());
+  await assert.rejects(
+    store.transaction(async (tx) => {
+      await tx.users.create({ name: 'Awaited', email: 'awaited@example.com', roleIds: [] });
+      // Not awaited: it would run on after the commit, on a client the pool hands on.
+      void tx.users.create({ name: 'Forgotten', email: 'forgotten@example.com', roleIds: [] });
+    }),
+    UnawaitedCallError,
+  );
+  assert.equal(await store.users.findByEmail('awaited@example.com'), undefined);
+  assert.equal(await store.users.findByEmail('forgotten@example.com'), undefined);
 });

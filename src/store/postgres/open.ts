@@ -3,7 +3,7 @@ import { ApiKeysRepository } from '../api-keys.ts';
 import { ClassificationsRepository } from '../classifications.ts';
 import { ConfigurationsRepository } from '../configurations.ts';
 import { StoreUnavailableError } from '../../errors.ts';
-import { ConcurrentSavepointError, TransactionEndedError, type Store, type Transaction } from '../db.ts';
+import { ConcurrentSavepointError, TransactionEndedError, UnawaitedCallError, type Store, type Transaction } from '../db.ts';
 import { LoginFailuresRepository } from '../login-failures.ts';
 import { LogsRepository } from '../logs.ts';
 import { MetaRepository } from '../meta.ts';
@@ -172,7 +172,19 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     let ended = false;
     let inner = false;
     const repositoriesOf = drive(executor.within(client, wrote), repos);
-    const guard = <R>(run: () => Promise<R>): Promise<R> => (ended ? Promise.reject(new TransactionEndedError()) : run());
+    // Calls not yet answered. One still running when the callback returns (a call not
+    // awaited) would otherwise run after the commit, on a client handed to someone else.
+    const running = new Set<Promise<unknown>>();
+    const guard = <R>(run: () => Promise<R>): Promise<R> => {
+      if (ended) return Promise.reject(new TransactionEndedError());
+      const call = run();
+      running.add(call);
+      call.then(
+        () => running.delete(call),
+        () => running.delete(call),
+      );
+      return call;
+    };
     const handle: Record<string, unknown> = {};
     for (const [name, repository] of Object.entries(repositoriesOf)) {
       const methods: Record<string, (...args: unknown[]) => Promise<unknown>> = {};
@@ -204,7 +216,12 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
         }
       });
     try {
-      return await fn(handle as Transaction);
+      const value = await fn(handle as Transaction);
+      if (running.size > 0) {
+        await Promise.allSettled([...running]);
+        throw new UnawaitedCallError();
+      }
+      return value;
     } finally {
       ended = true;
     }
