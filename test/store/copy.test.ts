@@ -398,3 +398,17 @@ test('store copy takes only a postgres:// URL, never quoting it', async () => {
   assert.equal(run.stdout, '');
   assert.equal(run.stderr, 'svc-sidecar store copy: --to must be a postgres:// URL with a host (postgres://user@host:5432/database). See "svc-sidecar store copy --help".\n');
 });
+
+test('store copy takes a log row with a NUL in its text, written as U+FFFD as the PostgreSQL store writes it', { skip }, async (t) => {
+  const dir = tempDir(t);
+  const path = join(dir, 'svc.db');
+  const source = openStore(path);
+  await source.logs.insertApi([{ requestId: 'nul', method: 'GET', path: '/a\0b', statusCode: 200, durationMs: 1, ip: '::1', createdAt: at(1) }]);
+  source.close();
+  const { plain } = await database();
+
+  await copyStore(path, plain);
+  const target = await openPostgresStore(plain, { max: 1 });
+  t.after(() => target.close());
+  assert.deepEqual((await target.logs.apiPage({ limit: 5, offset: 0 })).rows.map((row) => row.path), ['/a\uFFFDb']);
+});

@@ -5,8 +5,8 @@
  * past the ids copied. A failure anywhere rolls all of it back.
  */
 import pg from 'pg';
-import { COPY_TABLES, CopyRefusedError, type CopiedTable, type CopyOptions, type CopySource, type CopyValue } from '../copy.ts';
-import { types } from './executor.ts';
+import { COPY_TABLES, CopyRefusedError, type CopiedTable, type CopyOptions, type CopySource } from '../copy.ts';
+import { toParameter, types } from './executor.ts';
 import { makeDayPartitions } from './partitions.ts';
 import { PARTITIONED_LOG_TABLES } from './schema.ts';
 
@@ -159,11 +159,4 @@ function checkColumns(table: string, target: readonly string[], source: readonly
     ].filter((part) => part !== '');
     throw new Error(`store copy: the columns of ${table} differ between the stores (${parts.join('; ')})`);
   }
-}
-
-/** BLOBs go as bytea (pg sends Buffers so); everything else as it is. */
-function toParameter(value: CopyValue): unknown {
-  if (value instanceof Uint8Array && !Buffer.isBuffer(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
-  if (typeof value === 'bigint') return value.toString();
-  return value;
 }

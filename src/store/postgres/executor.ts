@@ -308,7 +308,7 @@ function namedValues(names: readonly string[], values: unknown): unknown[] {
  * path, an end user's name in a log row), and a log batch refused for it would be retried
  * forever. Everything else goes as it is.
  */
-function toParameter(value: unknown): unknown {
+export function toParameter(value: unknown): unknown {
   if (typeof value === 'string') return value.includes('\0') ? value.replaceAll('\0', '\uFFFD') : value;
   if (value instanceof Uint8Array && !Buffer.isBuffer(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
   return value;
