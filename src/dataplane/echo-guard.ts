@@ -438,15 +438,17 @@ export function normalise(bytes: Buffer): Buffer {
   let out = bytes;
   for (let round = 0; round < MAX_LAYERS; round++) {
     const next = decodeOnce(out);
-    if (next.length === out.length && !decodedInPlace) break;
+    const changed = next.length !== out.length || decodedInPlace;
     out = next;
+    if (!changed) break;
   }
-  const canonical = out === bytes ? Buffer.allocUnsafe(out.length) : out;
+  // `out` is decodeOnce's own buffer, never `bytes`: it is lower-cased in place.
   for (let i = 0; i < out.length; i++) {
     const b = out[i]!;
-    canonical[i] = b >= 0x41 && b <= 0x5a ? b + 0x20 : b === 0x2b ? 0x20 : b;
+    if (b >= 0x41 && b <= 0x5a) out[i] = b + 0x20;
+    else if (b === 0x2b) out[i] = 0x20;
   }
-  return canonical;
+  return out;
 }
 
 /**
