@@ -49,7 +49,6 @@
  * than MAX_SCANNED bytes, or a compressed body that decompresses to more, is refused
  * rather than searched in part.
  */
-import { isUtf8 } from 'node:buffer';
 import { constants as zlibConstants, gunzipSync, inflateSync } from 'node:zlib';
 import { UpstreamResponseError } from '../errors.ts';
 import type { TransformRoute } from './transform-routes.ts';
@@ -438,15 +437,17 @@ export function normalise(bytes: Buffer): Buffer {
   let out = bytes;
   for (let round = 0; round < MAX_LAYERS; round++) {
     const next = decodeOnce(out);
-    if (next.length === out.length && !decodedInPlace) break;
+    const changed = next.length !== out.length || decodedInPlace;
     out = next;
+    if (!changed) break;
   }
-  const canonical = out === bytes ? Buffer.allocUnsafe(out.length) : out;
+  // `out` is decodeOnce's own buffer, never `bytes`: it is lower-cased in place.
   for (let i = 0; i < out.length; i++) {
     const b = out[i]!;
-    canonical[i] = b >= 0x41 && b <= 0x5a ? b + 0x20 : b === 0x2b ? 0x20 : b;
+    if (b >= 0x41 && b <= 0x5a) out[i] = b + 0x20;
+    else if (b === 0x2b) out[i] = 0x20;
   }
-  return canonical;
+  return out;
 }
 
 /**
@@ -536,14 +537,16 @@ function decodeOnce(src: Buffer): Buffer {
 function escapedUtf8Length(src: Buffer, at: number, lead: number): number {
   const length = lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0;
   if (length === 0) return 0;
-  const bytes = [lead];
   for (let k = 1; k < length; k++) {
     if (src[at + 3 * k] !== 0x25) return 0;
     const next = hexValue(src, at + 3 * k + 1, 2);
-    if (next < 0x80 || next > 0xbf) return 0;
-    bytes.push(next);
+    // The second byte's range after E0, ED, F0 and F4 excludes overlong forms, surrogates
+    // and code points past U+10FFFF (RFC 3629 §4); every other continuation is 80-BF.
+    const low = k > 1 ? 0x80 : lead === 0xe0 ? 0xa0 : lead === 0xf0 ? 0x90 : 0x80;
+    const high = k > 1 ? 0xbf : lead === 0xed ? 0x9f : lead === 0xf4 ? 0x8f : 0xbf;
+    if (next < low || next > high) return 0;
   }
-  return isUtf8(Buffer.from(bytes)) ? length : 0;
+  return length;
 }
 
 /** The code point the last utf16Escape call read (module state: no object per escape). */

@@ -67,7 +67,7 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
   const rest = ctx.params['rest'] ?? '';
   logRouteRequest(ctx, route, `/${rest}`);
   const configuration = routeConfiguration(ctx, services, route);
-  refuseUnsafeRest(rest);
+  if (isAmbiguousPath(rest)) throw new EgressPathRefusedError();
   // The query first: a bad token in it stops the request before the body is read.
   const query = route.query === null || ctx.rawQuery === '' ? null : transformRouteQuery(ctx, services, configuration, route.query, ctx.rawQuery, { paths: route.echoes });
   const destination = egressDestination(route, rest, query?.query ?? ctx.rawQuery);
@@ -82,22 +82,17 @@ export async function egressRoute(ctx: RequestContext, services: Services): Prom
 }
 
 /**
- * The vendor URL for `{rest}`. A `{rest}` that could leave the destination's path once the
- * vendor decodes it — an encoded `/` or `\`, a dot segment in any spelling — is refused,
- * as is one that climbs out of it; the answer never names the vendor's host.
+ * The vendor URL for `{rest}` (already refused by egressRoute when isAmbiguousPath): one
+ * that climbs out of the destination's path is refused; the answer never names the
+ * vendor's host.
  */
 function egressDestination(route: EgressRoute, rest: string, query: string): Destination {
-  refuseUnsafeRest(rest);
   try {
     return parseDestination(`${route.base}/${rest}${query === '' ? '' : `?${query}`}`, [route.allow]);
   } catch (err) {
     if (err instanceof DestinationNotAllowedError) throw new EgressPathRefusedError();
     throw err;
   }
-}
-
-function refuseUnsafeRest(rest: string): void {
-  if (isAmbiguousPath(rest)) throw new EgressPathRefusedError();
 }
 
 /**

@@ -121,15 +121,20 @@ export class RelayGuard {
  * is left to transformQuery, which refuses it.
  */
 function refuseEmbeddedPlaintext(query: string, keys: readonly string[], handler: GuardHandler): void {
-  const parts = query.split('&');
-  if (query.includes(';')) parts.push(...query.split(/[&;]/));
-  for (const part of parts) {
-    const eq = part.indexOf('=');
-    if (eq === -1) continue;
-    const value = unescape(part.slice(eq + 1).replaceAll('+', ' '));
-    const key = plaintextInEmbeddedJson(value, keys, (text) => handler.keeps(text));
-    if (key !== undefined) throw new ProtectedFieldError({ [unescape(part.slice(0, eq).replaceAll('+', ' '))]: [protectedFieldMessage(key)] });
+  for (const part of query.split('&')) {
+    refuseEmbeddedIn(part, keys, handler);
+    // Split at `;` too, each piece once: a part without one was looked at whole just now.
+    if (part.includes(';')) for (const piece of part.split(';')) refuseEmbeddedIn(piece, keys, handler);
   }
+}
+
+/** One `name=value` parameter of refuseEmbeddedPlaintext. */
+function refuseEmbeddedIn(part: string, keys: readonly string[], handler: GuardHandler): void {
+  const eq = part.indexOf('=');
+  if (eq === -1) return;
+  const value = unescape(part.slice(eq + 1).replaceAll('+', ' '));
+  const key = plaintextInEmbeddedJson(value, keys, (text) => handler.keeps(text));
+  if (key !== undefined) throw new ProtectedFieldError({ [unescape(part.slice(0, eq).replaceAll('+', ' '))]: [protectedFieldMessage(key)] });
 }
 
 /** Decides each protected value: kept (a token of ours), encrypted, or refused. */
