@@ -14,7 +14,7 @@ import { hashPassword } from '../auth/passwords.ts';
 import { optionsHelp, parseOptions, UsageError, type OptionSpec, type OptionTable, type OptionValues } from './args.ts';
 import { keys, KEYS_COMMANDS } from './keys.ts';
 import { egressCa } from './egress-ca.ts';
-import { STORE_COMMANDS, storeCopy } from './store.ts';
+import { STORE_COMMANDS } from './store.ts';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, type Config } from '../config/load.ts';
 import { nearestName } from '../util/nearest.ts';
 import { isUniqueViolation } from '../store/sql.ts';
@@ -115,7 +115,7 @@ const COMMANDS: readonly Command[] = [
       about: spec.about,
       options: { ...spec.options, help: HELP_OPTION },
       standalone: true,
-      run: (values) => storeCopy(stringOf(values['from'])!, stringOf(values['to'])!),
+      run: (values) => spec.run(values),
     }),
   ),
 ];

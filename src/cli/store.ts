@@ -8,7 +8,8 @@
  * Exit codes: 0 copied, 1 refused or failed (nothing written), 2 bad usage.
  */
 import { CopyRefusedError, copyStore } from '../store/copy.ts';
-import { UsageError, type OptionTable } from './args.ts';
+import { postgresUrl, redactedUrl } from '../store/postgres/url.ts';
+import { UsageError, type OptionTable, type OptionValues } from './args.ts';
 
 export const STORE_COMMANDS = {
   copy: {
@@ -23,8 +24,10 @@ export const STORE_COMMANDS = {
       from: { type: 'string', value: '<file>', required: true, description: 'the SQLite store file (store.path), e.g. ./data/svc.db' },
       to: { type: 'string', value: '<postgres-url>', required: true, description: 'the empty PostgreSQL database (store.url), postgres://user@host:5432/db' },
     },
+    // Both options are required: the parser has refused a command line without them.
+    run: (values: OptionValues) => storeCopy(String(values['from']), String(values['to'])),
   },
-} as const satisfies Record<string, { usage: string; summary: string; about: string; options: OptionTable }>;
+} as const satisfies Record<string, { usage: string; summary: string; about: string; options: OptionTable; run: (values: OptionValues) => Promise<number> }>;
 
 export async function storeCopy(from: string, to: string): Promise<number> {
   const target = targetUrl(to);
@@ -42,30 +45,16 @@ export async function storeCopy(from: string, to: string): Promise<number> {
   const width = Math.max(...copied.map((entry) => entry.table.length));
   const total = copied.reduce((sum, entry) => sum + entry.rows, 0);
   process.stdout.write(
-    `Copied ${from} into ${displayed(target)}:\n${copied.map((entry) => `  ${entry.table.padEnd(width)}  ${entry.rows}`).join('\n')}\n  ${'total'.padEnd(width)}  ${total}\n`,
+    `Copied ${from} into ${redactedUrl(target)}:\n${copied.map((entry) => `  ${entry.table.padEnd(width)}  ${entry.rows}`).join('\n')}\n  ${'total'.padEnd(width)}  ${total}\n`,
   );
   return 0;
 }
 
 /** The `--to` URL, parsed; anything but a postgres:// URL with a host is a usage error (never quoted: it may hold a password). */
 function targetUrl(to: string): URL {
-  let url: URL | null = null;
-  try {
-    url = new URL(to);
-  } catch {
-    url = null;
-  }
-  if (url === null || !['postgres:', 'postgresql:'].includes(url.protocol) || url.hostname === '') {
-    throw new UsageError('store copy', '--to must be a postgres:// URL with a host (postgres://user@host:5432/database)');
-  }
+  const url = postgresUrl(to);
+  if (url === null) throw new UsageError('store copy', '--to must be a postgres:// URL with a host (postgres://user@host:5432/database)');
   return url;
-}
-
-/** The URL as messages show it: the password, if any, as ***. */
-function displayed(url: URL): string {
-  const copy = new URL(url.href);
-  if (copy.password !== '') copy.password = '***';
-  return copy.href;
 }
 
 /** `text` with the URL's password (as written, and decoded) replaced by ***. */

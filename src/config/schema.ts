@@ -7,6 +7,7 @@
  * fields also accept their canonical spelling as a string ("500", "true").
  */
 
+import { postgresUrl } from '../store/postgres/url.ts';
 import { z } from 'zod';
 import { InvalidFieldPathsError } from '../errors.ts';
 import { compileFieldPaths } from '../fields/paths.ts';
@@ -548,8 +549,6 @@ const egressProxySchema = z.strictObject({
 // ---------------------------------------------------------------------------------------
 // The store
 
-const POSTGRES_PROTOCOLS = new Set(['postgres:', 'postgresql:']);
-
 /**
  * A SQLite file (`path`, the default) or a PostgreSQL database (`url`, for a control plane
  * of several instances; DESIGN §16), never both. Messages never quote the URL: it may hold
@@ -559,14 +558,7 @@ const storeSchema = z
   .strictObject({
     path: text.optional(),
     url: text
-      .refine((value) => {
-        try {
-          const url = new URL(value);
-          return POSTGRES_PROTOCOLS.has(url.protocol) && url.hostname !== '';
-        } catch {
-          return false;
-        }
-      }, 'must be a postgres:// URL with a host (postgres://user:password@host:5432/database)')
+      .refine((value) => postgresUrl(value) !== null, 'must be a postgres:// URL with a host (postgres://user:password@host:5432/database)')
       .optional(),
   })
   .superRefine((store, ctx) => {

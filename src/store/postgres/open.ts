@@ -16,6 +16,7 @@ import { UsersRepository } from '../users.ts';
 import { prepareState } from '../state-view.ts';
 import { inTransaction, PostgresExecutor, storeError, types, unreachable } from './executor.ts';
 import { migratePostgres } from './schema.ts';
+import { redactedUrl } from './url.ts';
 
 /** How often the state version is read, besides the notifications that announce it. */
 const STATE_POLL_MS = 500;
@@ -81,7 +82,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     // Said with the database it tried (without the password), which the driver's own words
     // ("connect ECONNREFUSED 127.0.0.1:5432") leave out.
     const cause = error instanceof StoreUnavailableError ? error.cause : error;
-    if (unreachable(cause)) throw new Error(`cannot reach the store's database at ${redact(url)}: ${(cause as Error).message}`, { cause });
+    if (unreachable(cause)) throw new Error(`cannot reach the store's database at ${redactedUrl(url)}: ${(cause as Error).message}`, { cause });
     throw error;
   }
 
@@ -229,7 +230,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
 
   const store: Store = {
     kind: 'postgres',
-    path: redact(url),
+    path: redactedUrl(url),
     created,
     ...drive(executor, repos),
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
@@ -258,15 +259,4 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
   // caller reads next (the response it presents, the next request) sees the write.
   executor.afterStateWrite = followWrite;
   return store;
-}
-
-/** The URL without its password, for messages and `store.path`. */
-function redact(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password !== '') parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return 'postgres://';
-  }
 }
