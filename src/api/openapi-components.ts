@@ -7,8 +7,8 @@
  * every response against this document, notices a field that is added, renamed or
  * dropped. Request bodies stay open: the API ignores fields it does not know.
  */
-import { METHODS } from 'node:http';
 import { DESTINATION_PATH_NOT_ALLOWED } from '../errors.ts';
+import { METHODS } from '../http/node-http.ts';
 import { BUILT_IN_ROLES, EGRESS_NAME_PATTERN, PERMISSIONS, PROXY_SLUG_PATTERN } from '../config/schema.ts';
 import { DEFAULT_LEVELS, DEFAULT_MASK_CHAR, MASK_KEEP_MAX, MASK_PRESETS, MASK_SEPARATORS, REVEAL_LEVELS } from '../fields/reveal.ts';
 import { CLASSIFICATION_SORTS, SORT_DIRECTIONS } from '../store/classifications.ts';

@@ -10,7 +10,6 @@
  * batch lands once, and nobody without the instance id (which no API shows) can claim a
  * replica's row ids before its real rows arrive.
  */
-import { METHODS } from 'node:http';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import type { Caller } from '../auth/caller.ts';
@@ -18,6 +17,7 @@ import type { Services } from '../services.ts';
 import { BadRequestError, SyncBatchTooLargeError, ValidationError, type ValidationErrors } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
+import { METHODS } from '../http/node-http.ts';
 import { sendJson } from '../http/respond.ts';
 import { INSTANCE_ID_PATTERN, type ShippedLogs } from '../store/shipped-logs.ts';
 import { attributeName } from './validation.ts';

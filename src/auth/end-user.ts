@@ -27,7 +27,7 @@ import {
 } from 'jose';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
-import { Agent, fetch as undiciFetch } from 'undici';
+import { Agent, target } from '../http/undici.ts';
 import { ConfigError } from '../config/config-error.ts';
 import { JWKS_ALGORITHMS, MAX_JWKS_BYTES, readCaFile, readJwksFile, readSecretFile, type Read } from '../config/jwt-key-files.ts';
 import type { JwtIdentityConfig } from '../config/schema.ts';
@@ -378,25 +378,24 @@ class RemoteKeys {
   }
 
   async #fetch(resource: string, init: { headers: Headers; method: 'GET'; redirect: 'manual'; signal: AbortSignal }): Promise<Response> {
-    const res = await undiciFetch(resource, { method: init.method, headers: Object.fromEntries(init.headers), redirect: init.redirect, signal: init.signal, dispatcher: this.#agent });
-    if (res.status !== 200) {
-      await res.body?.cancel();
-      throw new Error(`the JWKS URL answered ${res.status}`);
+    // undici's request API follows no redirect, as jose's `redirect: 'manual'` asks.
+    const res = await this.#agent.request({ ...target(resource), method: init.method, headers: Object.fromEntries(init.headers), signal: init.signal });
+    if (res.statusCode !== 200) {
+      await res.body.dump();
+      throw new Error(`the JWKS URL answered ${res.statusCode}`);
     }
-    const declared = Number(res.headers.get('content-length') ?? '0');
+    const declared = Number(res.headers['content-length'] ?? '0');
     if (declared > MAX_JWKS_BYTES) {
-      await res.body?.cancel();
+      await res.body.dump({ limit: 0 });
       throw new Error(`the JWKS answer is larger than ${MAX_JWKS_BYTES} bytes`);
     }
-    const chunks: Uint8Array[] = [];
+    const chunks: Buffer[] = [];
     let size = 0;
-    if (res.body !== null) {
-      for await (const chunk of res.body) {
-        size += chunk.byteLength;
-        // Leaving the loop cancels the rest of the answer.
-        if (size > MAX_JWKS_BYTES) throw new Error(`the JWKS answer is larger than ${MAX_JWKS_BYTES} bytes`);
-        chunks.push(chunk);
-      }
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      size += chunk.byteLength;
+      // Leaving the loop destroys the rest of the answer.
+      if (size > MAX_JWKS_BYTES) throw new Error(`the JWKS answer is larger than ${MAX_JWKS_BYTES} bytes`);
+      chunks.push(chunk);
     }
     return new Response(Buffer.concat(chunks), { status: 200, headers: { 'content-type': 'application/json' } });
   }

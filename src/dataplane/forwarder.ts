@@ -6,7 +6,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
-import { Agent, errors as undiciErrors } from 'undici';
+import { Agent, errors as undiciErrors } from '../http/undici.ts';
 import type { SecureContext } from 'node:tls';
 import type { Dispatcher } from 'undici';
 import { AddressNotAllowedError, BadRequestError, ClientGoneError, DestinationNotAllowedError, SvcError, UpstreamTimeoutError, UpstreamUnreachableError } from '../errors.ts';

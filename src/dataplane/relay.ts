@@ -8,7 +8,7 @@
  * Pipeline of a matched request: match the route → log it → resolve its configuration →
  * transform the body → forward to the upstream → transform or relay the answer.
  */
-import { Agent as HttpAgent, METHODS, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { Socket } from 'node:net';
 import { createProxyServer, type ProxyServer } from 'http-proxy-3';
@@ -21,6 +21,7 @@ import { splitTarget } from '../fields/query.ts';
 import type { Configuration } from '../store/configurations.ts';
 import { RequestContext } from '../http/context.ts';
 import { answerAndClose, Listener, type ListenerOptions } from '../http/listener.ts';
+import { Agent as HttpAgent, METHODS, ServerResponse } from '../http/node-http.ts';
 import { isOwnHeader } from '../http/svc-headers.ts';
 import { sendError } from '../http/respond.ts';
 import type { Destination } from './destination.ts';

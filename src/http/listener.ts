@@ -5,13 +5,14 @@
  * name, its address and one request handler; every thrown error goes through the one
  * error mapper, and the process keeps serving whatever a handler throws.
  */
-import { createServer, type Server, type ServerOptions as HttpServerOptions } from 'node:http';
+import type { Server, ServerOptions as HttpServerOptions } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { parseListen } from '../config/listen.ts';
 import { BadRequestError, ClientGoneError, HeaderTooLargeError, ListenError, RequestTimeoutError, type SvcError } from '../errors.ts';
 import { RequestContext } from './context.ts';
+import { createServer } from './node-http.ts';
 import { sendError } from './respond.ts';
 import type { Router } from './router.ts';
 

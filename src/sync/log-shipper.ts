@@ -24,7 +24,7 @@
 import { ControlPlaneUrls, shownUrl, requestTimeouts } from './control-plane-urls.ts';
 import { Repeater } from './repeater.ts';
 import type { Logger } from 'pino';
-import { Agent, request } from 'undici';
+import { Agent, target } from '../http/undici.ts';
 import type { Store } from '../store/db.ts';
 import { SHIPPED_KINDS, type LogCursor, type ShippedKind, type ShippedLogs } from '../store/shipped-logs.ts';
 import { Backoff } from './backoff.ts';
@@ -184,11 +184,11 @@ export class LogShipper {
   async #send(logs: ShippedLogs): Promise<void> {
     this.#abort = new AbortController();
     const url = this.#urls.url;
-    const response = await request(url, {
+    const response = await this.#agent.request({
+      ...target(url),
       method: 'POST',
       headers: { 'x-svc-authorization': this.#options.apiKey, 'content-type': 'application/json' },
       body: JSON.stringify({ replica: this.#options.replica, instance: this.#options.instance, api: logs.api, usage: logs.usage }),
-      dispatcher: this.#agent,
       signal: this.#abort.signal,
     });
     const text = await response.body.text();

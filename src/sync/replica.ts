@@ -18,7 +18,7 @@ import { hostname } from 'node:os';
 import { promisify } from 'node:util';
 import { gunzip, gunzipSync, gzip } from 'node:zlib';
 import type { Logger } from 'pino';
-import { Agent, request } from 'undici';
+import { Agent, target } from '../http/undici.ts';
 import type { Config } from '../config/load.ts';
 import type { Store } from '../store/db.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
@@ -205,7 +205,7 @@ export class Replica {
     const url = this.#urls.url;
     let response;
     try {
-      response = await request(url, { method: 'GET', headers, dispatcher: this.#agent, signal: this.#abort.signal });
+      response = await this.#agent.request({ ...target(url), method: 'GET', headers, signal: this.#abort.signal });
     } catch (err) {
       throw new PollFailedError(`GET ${shownUrl(url)} failed: ${(err as Error).message}`, { cause: err });
     }

@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import * as x509 from '@peculiar/x509';
 import { CA_VALIDITY_DAYS, createCertificateAuthority, issueLeafCertificate, LEAF_VALIDITY_DAYS, readCertificateAuthority } from '../../src/crypto/certificates.ts';
 import { LeafCertificates } from '../../src/dataplane/egress-ca.ts';
+import { LOADED_BASE, loadedModules } from '../support/loaded-modules.ts';
 
 const run = promisify(execFile);
 const DAY_MS = 86_400_000;
@@ -132,12 +133,9 @@ test('@peculiar/x509 is loaded only by a service with an egress proxy', async (t
   const { join } = await import('node:path');
   const dir = mkdtempSync(join(tmpdir(), 'svc-certs-lazy-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const child = new URL('../support/x509-loaded-child.ts', import.meta.url).pathname;
-  const base = 'server: { listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0 }\nstore: { path: ":memory:" }\n';
-  const withProxy = `${base}egress_proxy: { listen: 127.0.0.1:0, ca: { cert_file: ${JSON.stringify(join(dir, 'ca.pem'))}, key_file: ${JSON.stringify(join(dir, 'ca.key'))} } }\n`;
-  const without = JSON.parse((await run(process.execPath, [child, base], { timeout: 60_000 })).stdout) as { x509: boolean; modules: number };
-  const withIt = JSON.parse((await run(process.execPath, [child, withProxy], { timeout: 60_000 })).stdout) as { x509: boolean; modules: number };
-  assert.ok(without.modules > 50, 'the hook saw the service load its modules');
+  const withProxy = `${LOADED_BASE}egress_proxy: { listen: 127.0.0.1:0, ca: { cert_file: ${JSON.stringify(join(dir, 'ca.pem'))}, key_file: ${JSON.stringify(join(dir, 'ca.key'))} } }\n`;
+  const without = await loadedModules(LOADED_BASE);
+  const withIt = await loadedModules(withProxy);
   assert.equal(without.x509, false, 'no egress_proxy: not loaded');
   assert.equal(withIt.x509, true, 'egress_proxy: loaded to make the CA');
 });
