@@ -66,5 +66,6 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
 
 # Node is PID 1 here and handles SIGTERM/SIGINT itself (src/main.ts).
 STOPSIGNAL SIGTERM
-# A small young generation keeps resident memory low while bodies stream (docs/operations.md).
-CMD ["node", "--max-semi-space-size=2", "src/main.ts", "serve", "--config", "/app/config/svc.yaml"]
+# A small young generation and a bounded old-generation growth keep resident memory low
+# under load and while bodies stream (docs/operations.md).
+CMD ["node", "--max-semi-space-size=4", "--heap-growing-percent=50", "src/main.ts", "serve", "--config", "/app/config/svc.yaml"]

@@ -526,6 +526,16 @@ describe('templates', () => {
     assert.doesNotMatch(cpKey, /SVC_API_KEY/);
   });
 
+  it('the sidecar runs exactly the image\'s command, node flags included', () => {
+    // The node flags size the heap (docs/operations.md): a sidecar started without them
+    // runs with V8's default young generation, several times the memory in every pod.
+    const cmd = /^CMD (\[.*\])$/m.exec(read(join(ROOT, 'Dockerfile')))?.[1];
+    assert.ok(cmd !== undefined, 'the Dockerfile has an exec-form CMD');
+    const args = /^\s*args: (\[.*\])$/m.exec(templates.get('sidecar-snippet.yaml') ?? '')?.[1];
+    assert.ok(args !== undefined, 'the snippet sets args');
+    assert.deepEqual(JSON.parse(args), JSON.parse(cmd));
+  });
+
   it('the chart README describes every top-level value', () => {
     const readme = read(join(CHART, 'README.md'));
     for (const key of Object.keys(values)) assert.ok(readme.includes(`\`${key}`), `README.md does not mention ${key}`);
