@@ -1,7 +1,7 @@
 /**
  * The service's memory footprint and start time, as `npm start` runs it:
  *
- *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--svc-env K=V,...] [--svc-node-args="--flag ..."]
+ *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--svc-env K=V,...] [--svc-node-args="--flag ..."] [--label name]
  *   node bench/footprint.ts --modules [--quick]
  *
  * Service mode. For each log writer (`logs.writer: thread` and `inline`) the service runs
@@ -9,17 +9,19 @@
  * key file under ./data of a temporary directory, both listeners, `logging.level: info`),
  * with only the ports (0), the payments destination (the echo server) and `logs.writer`
  * changed. It is started with the node flags and environment of `npm start`
- * (bench/http/processes.ts: --max-semi-space-size=2, MALLOC_ARENA_MAX=1, the compile cache,
+ * (bench/http/processes.ts: --max-semi-space-size=4 --heap-growing-percent=50, MALLOC_ARENA_MAX=1, the compile cache,
  * warm). One start creates the store and is not measured; then `--starts` starts each give
  * - the time from spawn to the first 200 from GET /readyz (polled every 5 ms once the
  *   service logs its port),
- * - VmRSS and VmHWM 2 s after that, idle;
+ * - VmRSS and VmHWM 2 s after that, idle, with its anonymous and file-backed parts and,
+ *   of the anonymous part, malloc's main heap;
  * and the last of them serves `--requests` POST /proxy/payments (a 1 KB record, five
  * fields encrypted, forwarded to the echo server; autocannon, `--connections`), after
- * which VmRSS and VmHWM are read again 2 s later. A bare Node http server started the same
+ * which the same figures are read again 2 s later. A bare Node http server started the same
  * way is the floor. Writes bench/results/footprint.json (footprint-quick.json with --quick);
  * `--svc-env` (environment over npm start's) or `--svc-node-args` (flags after npm start's)
- * make it an experiment, written to footprint-experiment.json.
+ * make it an experiment, written to footprint-experiment.json; `--label x` writes
+ * footprint-x.json instead.
  *
  * Module mode. What importing each dependency and each of our top-level modules costs:
  * VmRSS of `node -e "await import(X)"` (same flags, warm compile cache) after the import
@@ -56,11 +58,23 @@ type Writer = (typeof WRITERS)[number];
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
 
-/** RssAnon and RssFile of a process in MiB: what is its own, and what is mapped files (the node binary, shared). */
-function rssParts(pid: number): { anonMiB: number; fileMiB: number } {
+interface RssParts {
+  /** RssAnon: the process's own memory. */
+  readonly anonMiB: number;
+  /** RssFile: mapped files (the node binary, shared with every process that maps it). */
+  readonly fileMiB: number;
+  /** Of the anonymous memory, the resident part of malloc's main heap (`[heap]` in smaps; with MALLOC_ARENA_MAX=1, every thread's). */
+  readonly mallocHeapMiB: number;
+}
+
+function rssParts(pid: number): RssParts {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kib = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
-  return { anonMiB: Math.round(kib('RssAnon') / 102.4) / 10, fileMiB: Math.round(kib('RssFile') / 102.4) / 10 };
+  const smaps = readFileSync(`/proc/${pid}/smaps`, 'utf8');
+  const heap = smaps.indexOf(' [heap]\n');
+  const heapKib = heap === -1 ? 0 : Number(/\nRss:\s+(\d+) kB/.exec(smaps.slice(heap))?.[1] ?? 0);
+  const round = (k: number) => Math.round(k / 102.4) / 10;
+  return { anonMiB: round(kib('RssAnon')), fileMiB: round(kib('RssFile')), mallocHeapMiB: round(heapKib) };
 }
 const mib = (bytes: number) => Math.round((bytes / MIB) * 10) / 10;
 
@@ -153,8 +167,8 @@ async function proxyLoad(url: string, echo: string, requests: number, connection
 interface WriterResult {
   readonly writer: Writer;
   readonly readyMs: { median: number; min: number; max: number; all: number[] };
-  readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[]; last: { anonMiB: number; fileMiB: number } };
-  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number; anonMiB: number; fileMiB: number };
+  readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[]; last: RssParts };
+  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number } & RssParts;
 }
 
 async function measureWriter(writer: Writer, echo: string, starts: number, requests: number, connections: number): Promise<WriterResult> {
@@ -167,8 +181,8 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
     const ready: number[] = [];
     const idleRss: number[] = [];
     const idleHwm: number[] = [];
-    let afterLoad = { requests: 0, rssMiB: 0, hwmMiB: 0, anonMiB: 0, fileMiB: 0 };
-    let idleParts = { anonMiB: 0, fileMiB: 0 };
+    let afterLoad: WriterResult['afterLoad'] = { requests: 0, rssMiB: 0, hwmMiB: 0, anonMiB: 0, fileMiB: 0, mallocHeapMiB: 0 };
+    let idleParts: RssParts = { anonMiB: 0, fileMiB: 0, mallocHeapMiB: 0 };
     for (let i = 0; i < starts; i++) {
       const started = await startOnce(dir, config);
       try {
@@ -178,13 +192,13 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
         idleParts = rssParts(started.child.pid!);
         idleRss.push(mib(idle.rss));
         idleHwm.push(mib(idle.hwm));
-        log(`  ${writer} start ${i + 1}/${starts}: ready ${started.readyMs} ms, idle RSS ${mib(idle.rss)} MiB (HWM ${mib(idle.hwm)})`);
+        log(`  ${writer} start ${i + 1}/${starts}: ready ${started.readyMs} ms, idle RSS ${mib(idle.rss)} MiB (HWM ${mib(idle.hwm)}; anonymous ${idleParts.anonMiB}, of it malloc heap ${idleParts.mallocHeapMiB}; files ${idleParts.fileMiB})`);
         if (i === starts - 1 && requests > 0) {
           const ok = await proxyLoad(started.url, echo, requests, connections);
           await sleep(2000);
           const after = memory(started.child.pid!);
           afterLoad = { requests: ok, rssMiB: mib(after.rss), hwmMiB: mib(after.hwm), ...rssParts(started.child.pid!) };
-          log(`  ${writer} after ${ok} requests: RSS ${afterLoad.rssMiB} MiB (HWM ${afterLoad.hwmMiB})`);
+          log(`  ${writer} after ${ok} requests: RSS ${afterLoad.rssMiB} MiB (HWM ${afterLoad.hwmMiB}; anonymous ${afterLoad.anonMiB}, of it malloc heap ${afterLoad.mallocHeapMiB}; files ${afterLoad.fileMiB})`);
         }
       } finally {
         await stop(started.child);
@@ -324,6 +338,7 @@ async function main(): Promise<void> {
       connections: { type: 'string', default: '16' },
       'svc-env': { type: 'string', default: '' },
       'svc-node-args': { type: 'string', default: '' },
+      label: { type: 'string' },
     },
     strict: true,
   });
@@ -360,7 +375,8 @@ async function main(): Promise<void> {
     );
   }
   console.log(`bare node http server: ${bare.rssMiB} MiB`);
-  write(experiment ? 'footprint-experiment.json' : quick ? 'footprint-quick.json' : 'footprint.json', {
+  if (values.label !== undefined && !/^[\w.-]+$/.test(values.label)) throw new Error('--label takes letters, digits, ".", "_" and "-"');
+  write(values.label !== undefined ? `footprint-${values.label}.json` : experiment ? 'footprint-experiment.json' : quick ? 'footprint-quick.json' : 'footprint.json', {
     suite: 'footprint',
     description: 'start to /readyz 200 and VmRSS of the service on config/svc.yaml as npm start runs it, idle and after proxied requests, per log writer',
     command: `node bench/footprint.ts${process.argv.slice(2).length > 0 ? ` ${process.argv.slice(2).join(' ')}` : ''}`,
