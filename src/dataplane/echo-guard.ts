@@ -51,7 +51,7 @@
  */
 import { constants as zlibConstants, gunzipSync, inflateSync } from 'node:zlib';
 import { UpstreamResponseError } from '../errors.ts';
-import type { TransformRoute } from './transform-routes.ts';
+import { decryptsOutbound, type TransformRoute } from './transform-routes.ts';
 import type { PlainType } from '../fields/value.ts';
 
 /** Values shorter than this (in characters, once normalised) are not searched for. */
@@ -725,7 +725,7 @@ function putCodePoint(out: Buffer, o: number, cp: number): number {
  * still searched, since naming more to encrypt is no reason to hand back what was decrypted.
  */
 export function guardsAnswers(route: TransformRoute, passthrough: boolean): boolean {
-  return (route.request?.mode === 'decrypt' || route.query?.mode === 'decrypt') && !passthrough && route.response?.mode !== 'decrypt';
+  return decryptsOutbound(route) && !passthrough && route.response?.mode !== 'decrypt';
 }
 
 /**

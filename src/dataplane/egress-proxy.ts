@@ -31,7 +31,7 @@ import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
 import { joinDecrypted } from './echo-guard.ts';
 import { routeForwardOptions } from './route-response.ts';
-import { logRouteRequest, routeConfiguration } from './transform-routes.ts';
+import { decryptsOutbound, logRouteRequest, routeConfiguration } from './transform-routes.ts';
 import { canonicalAuthority, hostForUrl } from '../util/canonical-host.ts';
 
 /** Where the requests of one terminated `CONNECT` go. */
@@ -230,7 +230,7 @@ export class EgressProxy {
     logRouteRequest(ctx, rules, path === '' ? '/' : path);
     // Plaintext leaves over verified TLS only: a vendor reached by http:// (a bare match
     // covers port 80 too) gets what the application sent, or nothing.
-    if (scheme === 'http' && (rules.request?.mode === 'decrypt' || rules.query?.mode === 'decrypt')) throw new EgressPlainHttpError();
+    if (scheme === 'http' && decryptsOutbound(rules)) throw new EgressPlainHttpError();
     // The route was chosen by the path as the proxy reads it; a vendor that reads it
     // otherwise (dot segments left alone, `%2e%2e` or `%2F` decoded) would get the plaintext
     // at another endpoint than the one the rule names.
@@ -272,7 +272,7 @@ const UNREADABLE_TARGET = 'The request path cannot be read the same way by every
 
 /** Whether a rule decrypts anything: the request's body or query, or the vendor's answer. */
 function decrypts(rules: ProxyRules): boolean {
-  return rules.request?.mode === 'decrypt' || rules.query?.mode === 'decrypt' || rules.response?.mode === 'decrypt';
+  return decryptsOutbound(rules) || rules.response?.mode === 'decrypt';
 }
 
 function hostRuleOf(route: string): string {

@@ -46,6 +46,11 @@ export interface TransformRoute {
   readonly query: TransformSpec | null;
 }
 
+/** Whether a route hands plaintext onward: its request body or its query decrypts. */
+export function decryptsOutbound(route: TransformRoute): boolean {
+  return route.request?.mode === 'decrypt' || route.query?.mode === 'decrypt';
+}
+
 export interface RouteSettings {
   readonly configuration: string;
   readonly request?: RouteTransform | undefined;

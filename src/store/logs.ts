@@ -253,8 +253,13 @@ const TABLES: Readonly<Record<LogKind, string>> = { activity: 'activity_logs', a
 /** Rows per DELETE during retention, so log writers get the lock between chunks. */
 export const DELETE_CHUNK = 5_000;
 
+/**
+ * One chunk of retention; both parameters are the cutoff. The outer bound repeats the inner
+ * one so that PostgreSQL scans only the partitions before the cutoff for the ids, rather
+ * than every day's partition.
+ */
 function deleteChunkSql(table: string): string {
-  return `DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE created_at < ? LIMIT ${DELETE_CHUNK})`;
+  return `DELETE FROM ${table} WHERE created_at < ? AND id IN (SELECT id FROM ${table} WHERE created_at < ? LIMIT ${DELETE_CHUNK})`;
 }
 
 /**
@@ -271,7 +276,7 @@ export const LOG_SQL = Object.freeze({
     usage: `INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, reveal, created_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   }),
-  /** One chunk of retention; the parameter is the cutoff, as `toISOString()` writes it. */
+  /** One chunk of retention; both parameters are the cutoff, as `toISOString()` writes it. */
   deleteChunk: Object.freeze({ activity: deleteChunkSql(TABLES.activity), api: deleteChunkSql(TABLES.api), usage: deleteChunkSql(TABLES.usage) }),
 });
 
@@ -634,7 +639,7 @@ export class LogsRepository {
     this.#totals.delete(kind);
     const bound = normaliseCutoff(isoTimestamp);
     const statement = KINDS[kind].deleteChunk;
-    return (yield* atomically(() => run(statement, bound))).changes;
+    return (yield* atomically(() => run(statement, bound, bound))).changes;
   }
 }
 

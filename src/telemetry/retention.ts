@@ -137,7 +137,7 @@ export class RetentionJob {
   private async sweepOnThread(cutoff: string): Promise<Deleted> {
     const thread = new SqlThread(this.store.path, LOG_SQL.deleteChunk);
     try {
-      const changes = await thread.sweep({ op: 'sweep', names: LOG_KINDS, params: [cutoff], chunk: DELETE_CHUNK, stop: this.stopFlag });
+      const changes = await thread.sweep({ op: 'sweep', names: LOG_KINDS, params: [cutoff, cutoff], chunk: DELETE_CHUNK, stop: this.stopFlag });
       return { activity: changes[0] ?? 0, api: changes[1] ?? 0, usage: changes[2] ?? 0 };
     } finally {
       await thread.close();
