@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { runCli as cli, type CliRun } from '../support/cli.ts';
 import { X509Certificate } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -8,15 +8,8 @@ import { join } from 'node:path';
 import { createCertificateAuthority, readCertificateAuthority } from '../../src/crypto/certificates.ts';
 import { CA_COMMON_NAME } from '../../src/dataplane/egress-ca.ts';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
-function runCli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [MAIN, ...args], { timeout: 30_000 }, (error, stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : -1, stdout, stderr });
-    });
-  });
-}
+const runCli = (args: string[]): Promise<CliRun> => cli(args, { timeout: 30_000 });
 
 test('svc-sidecar egress-ca creates the CA once (0700 directory, 0600 key), prints it, and --rotate replaces it', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'svc-egress-ca-cli-'));

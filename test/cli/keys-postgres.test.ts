@@ -4,7 +4,7 @@
  * either store.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { runCli as cli, type CliRun } from '../support/cli.ts';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,18 +13,10 @@ import { test } from 'node:test';
 import { openPostgresStore } from '../../src/store/postgres/open.ts';
 import { postgresPerFile } from '../support/postgres.ts';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 const postgres = postgresPerFile();
 const MASTER_KEY = randomBytes(32).toString('base64');
 
-function runCli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const env = { ...process.env, SVC_MASTER_KEY: MASTER_KEY };
-    execFile(process.execPath, [MAIN, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : -1, stdout, stderr });
-    });
-  });
-}
+const runCli = (args: string[]): Promise<CliRun> => cli(args, { env: { SVC_MASTER_KEY: MASTER_KEY } });
 
 test('keys rotate and keys destroy work on a store on PostgreSQL', { skip: postgres.skip }, async (t) => {
   const { url } = await postgres.database('svc_keys');

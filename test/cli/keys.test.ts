@@ -1,6 +1,6 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { runCli as cli, type CliRun } from '../support/cli.ts';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,28 +15,11 @@ import { call } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 import { syncRepositories } from '../../src/store/sqlite/connection.ts';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 const KEY = `svc_${'Cli'.padEnd(40, '0')}`;
 const DOC = '{"card":{"number":"4111 1111 1111 1111","exp":"12/28"},"ssn":"123-45-6789","n":1.10}';
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function runCli(args: string[], stdin = ''): Promise<Run> {
-  return new Promise((resolve) => {
-    // The master key comes from the key file in the temp dir, as for the in-process service.
-    const env = { ...process.env };
-    delete env['SVC_MASTER_KEY'];
-    const child = execFile(process.execPath, [MAIN, ...args], { env, timeout: 20_000 }, (error, stdout, stderr) => {
-      const code = error === null ? 0 : typeof error.code === 'number' ? error.code : -1;
-      resolve({ code, stdout, stderr });
-    });
-    child.stdin!.end(stdin);
-  });
-}
+// The master key comes from the key file in the temp dir, as for the in-process service.
+const runCli = (args: string[], stdin = ''): Promise<CliRun> => cli(args, { env: { SVC_MASTER_KEY: undefined }, timeout: 20_000, stdin });
 
 interface Fixture {
   dir: string;

@@ -4,28 +4,15 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { runCli as cli, type CliRun } from '../support/cli.ts';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function runCli(args: readonly string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    // No config file is read by any case here: a config at the default path must not matter.
-    execFile(process.execPath, [MAIN, ...args], { timeout: 60_000, cwd: '/' }, (error, stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : null, stdout, stderr });
-    });
-  });
-}
+// No config file is read by any case here: a config at the default path must not matter.
+const runCli = (args: readonly string[]): Promise<CliRun> => cli(args, { cwd: '/' });
 
 /** A few at a time: the machine running the tests may have two cores. */
-async function runAll(argsList: ReadonlyArray<readonly string[]>): Promise<Run[]> {
-  const runs: Run[] = [];
+async function runAll(argsList: ReadonlyArray<readonly string[]>): Promise<CliRun[]> {
+  const runs: CliRun[] = [];
   for (let i = 0; i < argsList.length; i += 4) runs.push(...(await Promise.all(argsList.slice(i, i + 4).map((args) => runCli(args)))));
   return runs;
 }

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
 import { Router } from '../../src/http/router.ts';
@@ -33,6 +33,23 @@ async function cardToken(url: string, number: string): Promise<string> {
   const res = await call(url, '/proxy/payments', { body: JSON.stringify({ card: { number } }) });
   assert.equal(res.status, 200);
   return JSON.parse(res.text).card.number as string;
+}
+
+/** A vendor that hands each request's `card.number` and its response to `answer`, set by the test. */
+async function startCardVendor(t: TestContext): Promise<{ port: number; answer: (number: string, res: ServerResponse) => void }> {
+  const vendor = {
+    port: 0,
+    answer: (_number: string, _res: ServerResponse): void => {},
+  };
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => vendor.answer((JSON.parse(Buffer.concat(chunks).toString()) as { card: { number: string } }).card.number, res));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => server.close(() => r())));
+  vendor.port = (server.address() as AddressInfo).port;
+  return vendor;
 }
 
 test('an egress route decrypts on the way out: the vendor gets plaintext and the application’s authorization', async (t) => {
@@ -240,15 +257,8 @@ test('regression: a header named just x-svc- (or x_svc_) is ours too, and never 
 });
 
 test('the echo guard on egress routes: a vendor answer that repeats a decrypted value outside its path is a 502, and nothing of it is relayed', async (t) => {
-  let answer: (number: string, res: import('node:http').ServerResponse) => void = () => {};
-  const vendor = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => answer((JSON.parse(Buffer.concat(chunks).toString()) as { card: { number: string } }).card.number, res));
-  });
-  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
-  t.after(() => new Promise<void>((r) => vendor.close(() => r())));
-  const { url } = await startApp(t, egressYaml(`http://127.0.0.1:${(vendor.address() as AddressInfo).port}/v1`));
+  const vendor = await startCardVendor(t);
+  const { url } = await startApp(t, egressYaml(`http://127.0.0.1:${vendor.port}/v1`));
   const token = await cardToken(url, '4111111111111111');
   const send = () => fetch(`${url}/egress/vendor/charge`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
   const leaks: Array<[string, (n: string, res: import('node:http').ServerResponse) => void]> = [
@@ -257,13 +267,13 @@ test('the echo guard on egress routes: a vendor answer that repeats a decrypted 
     ['a header', (n, res) => res.writeHead(302, { location: `/v1/cards/${n}` }).end()],
   ];
   for (const [name, leak] of leaks) {
-    answer = leak;
+    vendor.answer = leak;
     const res = await send();
     const text = await res.text();
     assert.equal(res.status, 502, name);
     assert.ok(!text.includes('4111111111111111') && res.headers.get('location') === null, name);
   }
-  answer = (n, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ card: { number: n }, status: 'ok' }));
+  vendor.answer = (n, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ card: { number: n }, status: 'ok' }));
   const ok = await send();
   assert.equal(ok.status, 200);
   assert.match(((await ok.json()) as { card: { number: string } }).card.number, TOKEN, 'at its own path the value is encrypted again');
@@ -362,15 +372,8 @@ test('regression: the echo guard refuses a repeated value in every spelling an e
 });
 
 test('regression: an egress route with its own response encrypt list still refuses an answer that repeats a decrypted value; passthrough still opts out', async (t) => {
-  let answer: (number: string, res: import('node:http').ServerResponse) => void = () => {};
-  const vendor = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => answer((JSON.parse(Buffer.concat(chunks).toString()) as { card: { number: string } }).card.number, res));
-  });
-  await new Promise<void>((r) => vendor.listen(0, '127.0.0.1', r));
-  t.after(() => new Promise<void>((r) => vendor.close(() => r())));
-  const destination = `http://127.0.0.1:${(vendor.address() as AddressInfo).port}/v1`;
+  const vendor = await startCardVendor(t);
+  const destination = `http://127.0.0.1:${vendor.port}/v1`;
   const { url } = await startApp(t, `
 egress:
   - { name: listed, destination: ${destination}, configuration: payments, request: { decrypt: [card.number] }, response: { encrypt: [card.number, customer.email] } }
@@ -379,7 +382,7 @@ egress:
 `);
   const token = await cardToken(url, '4111111111111111');
   const send = (route: string) => fetch(`${url}/egress/${route}/charge`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ card: { number: token } }) });
-  answer = (n, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ card: { number: n }, customer: { email: 'jenny@example.com' } }));
+  vendor.answer = (n, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ card: { number: n }, customer: { email: 'jenny@example.com' } }));
   const listed = await send('listed');
   const body = (await listed.json()) as { card: { number: string }; customer: { email: string } };
   assert.equal(listed.status, 200);
@@ -388,7 +391,7 @@ egress:
   const other = await send('other');
   assert.equal(other.status, 502, 'the value at a path the response does not encrypt is refused, not relayed');
   assert.ok(!(await other.text()).includes('4111111111111111'));
-  answer = (n, res) => res.writeHead(402, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `card ${n} declined` }));
+  vendor.answer = (n, res) => res.writeHead(402, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `card ${n} declined` }));
   const declined = await send('listed');
   assert.equal(declined.status, 502, 'an echo in an error message is refused');
   assert.ok(!(await declined.text()).includes('4111111111111111'));

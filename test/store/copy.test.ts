@@ -5,7 +5,7 @@
  */
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { runCli as cli, type CliRun } from '../support/cli.ts';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,7 +20,6 @@ import { openPostgresStore } from '../../src/store/postgres/open.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
 import { postgresPerFile } from '../support/postgres.ts';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 /** Trust authentication ignores it; the command must never print it. */
 const PASSWORD = 'Pw-never-shown-7f3a';
 
@@ -28,21 +27,7 @@ const postgres = postgresPerFile();
 const skip = postgres.skip;
 
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function runCli(args: readonly string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    const env = { ...process.env };
-    delete env['PGPASSWORD'];
-    execFile(process.execPath, [MAIN, ...args], { env, timeout: 120_000, cwd: '/' }, (error, stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : null, stdout, stderr });
-    });
-  });
-}
+const runCli = (args: readonly string[]): Promise<CliRun> => cli(args, { env: { PGPASSWORD: undefined }, timeout: 120_000, cwd: '/' });
 
 /** A new database; its URL with the password the command must keep to itself. */
 async function database(): Promise<{ name: string; url: string; plain: string }> {
