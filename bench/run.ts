@@ -2,7 +2,7 @@
  * `npm run bench`: the micro-benchmarks of the transformer, the token codec and decrypting
  * with reveal rules.
  *
- *   node bench/run.ts [--only transformer|crypto|reveal|echo-guard] [--quick] [--rounds N] [--markdown]
+ *   node bench/run.ts [--only transformer|crypto|reveal|echo-guard|key-check] [--quick] [--rounds N] [--markdown]
  *
  * Prints one table per suite and writes bench/results/micro.json (a --quick run writes
  * micro-quick.json instead, so a smoke run never replaces real results). A run of one
@@ -12,6 +12,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { runCryptoBench } from './micro/crypto.ts';
 import { runEchoGuardBench } from './micro/echo-guard.ts';
+import { runKeyCheckBench } from './micro/key-check.ts';
 import { runRevealBench } from './micro/reveal.ts';
 import { runTransformerBench, type MicroOptions } from './micro/transformer.ts';
 import { formatSuite, formatSuiteMarkdown, loadAverage, machineInfo, type MachineInfo, type SuiteResult } from './lib/report.ts';
@@ -21,6 +22,7 @@ const SUITES = {
   crypto: runCryptoBench,
   reveal: runRevealBench,
   'echo-guard': runEchoGuardBench,
+  'key-check': runKeyCheckBench,
 } as const;
 type SuiteName = keyof typeof SUITES;
 
@@ -66,7 +68,7 @@ async function main(): Promise<void> {
   try {
     args = parse();
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\nusage: node bench/run.ts [--only transformer|crypto|reveal|echo-guard] [--quick] [--rounds N] [--markdown]\n`);
+    process.stderr.write(`${(err as Error).message}\nusage: node bench/run.ts [--only transformer|crypto|reveal|echo-guard|key-check] [--quick] [--rounds N] [--markdown]\n`);
     process.exitCode = 2;
     return;
   }

@@ -18,8 +18,12 @@ export interface CollectingHandler extends ValueHandler {
   readonly count: number;
   /** A decrypt's values per reveal level (DESIGN §14). */
   readonly reveal?: RevealCounts;
-  /** The error to answer with when any value failed, else null. */
-  failure(): ValidationError | SvcError | null;
+  /**
+   * The error to answer with when any value failed, else null. `leaving` is false when
+   * nothing transformed so far can leave before the next check (a body held whole): a
+   * handler may then skip what only matters for output on its way out (KeyInUse).
+   */
+  failure(leaving?: boolean): ValidationError | SvcError | null;
 }
 
 export class BodyTransform {
@@ -41,15 +45,16 @@ export class BodyTransform {
     this.checked = others.length === 0 ? [handler] : [handler, ...others];
   }
 
-  push(chunk: Buffer, out: Buffer[]): void {
+  /** `leaving`: whether `out` may leave before `end()` (false when the body is held whole). */
+  push(chunk: Buffer, out: Buffer[], leaving = true): void {
     this.bytes += chunk.length;
     this.transformer.push(chunk, out);
-    this.check();
+    this.check(leaving);
   }
 
   end(out: Buffer[]): void {
     this.transformer.end(out);
-    this.check();
+    this.check(true);
     if (this.reportTo !== null) {
       // Added to what the request's query string had transformed, if anything.
       this.reportTo.fieldsTransformed = (this.reportTo.fieldsTransformed ?? 0) + this.handler.count;
@@ -63,9 +68,9 @@ export class BodyTransform {
     return this;
   }
 
-  private check(): void {
+  private check(leaving: boolean): void {
     for (const handler of this.checked) {
-      const failure = handler.failure();
+      const failure = handler.failure(leaving);
       if (failure !== null) throw failure;
     }
   }
@@ -109,7 +114,8 @@ export class ChainedTransformer implements ChunkTransformer {
 /** Transforms the request body as it arrives, into memory; throws the first failure. */
 export async function transformWhole(ctx: RequestContext, limit: number, transform: BodyTransform): Promise<Buffer> {
   const out: Buffer[] = [];
-  ctx.bytesIn = await consumeBody(ctx, limit, (chunk) => transform.push(chunk, out));
+  // Nothing leaves before end(), which checks everything again: the chunks' checks only stop a bad body early.
+  ctx.bytesIn = await consumeBody(ctx, limit, (chunk) => transform.push(chunk, out, false));
   transform.end(out);
   return out.length === 0 ? EMPTY : joinPieces(out);
 }

@@ -10,7 +10,8 @@ import { ForbiddenError, InvalidTokenError, KeyDestroyedDuringRequestError, Vali
 import { emptyCounts, type Mask, type RevealCounts } from '../fields/reveal.ts';
 import type { FieldValue, ValueHandler } from '../fields/value.ts';
 import type { Store } from '../store/db.ts';
-import { syncRepositories } from '../store/sqlite/connection.ts';
+import { keyAliveEntry } from '../store/sqlite/connection.ts';
+import type { KeyAliveEntry } from '../store/sqlite/key-alive.ts';
 import { DecryptedPaths } from './echo-guard.ts';
 
 abstract class CollectingHandler implements ValueHandler {
@@ -20,8 +21,11 @@ abstract class CollectingHandler implements ValueHandler {
 
   abstract replace(value: FieldValue): Buffer | null;
 
-  /** The error to answer with (422 when any value failed), else null. */
-  abstract failure(): SvcError | null;
+  /**
+   * The error to answer with (422 when any value failed), else null. With `leaving` false
+   * (nothing written so far leaves before the next check) the key version is not asked.
+   */
+  abstract failure(leaving?: boolean): SvcError | null;
 
   /**
    * Writes `value` as a token of `encryptor` (null is left alone), counted, and kept in
@@ -75,29 +79,23 @@ export function recordFailure(errors: ValidationErrors | null, value: FieldValue
  * and before the answer or the forward completes (and, when streaming, after each chunk,
  * before that chunk leaves), which asks this.
  *
- * The first question reads the key's row; later ones read it again only when the store's
- * change stamp has moved (a write through this process at once, another process's commit
- * within OTHERS_CHECK_MS), so a streamed body costs one lookup, not one per chunk.
+ * Each question is exact: a version destroyed by any connection, this process's or another's
+ * (the CLI, another instance on the same file), fails the next check after its commit. It
+ * costs a read of the store's WAL-index header; the row itself is read again only after
+ * something was committed (store/sqlite/key-alive.ts), so a streamed body checked after
+ * every chunk costs next to nothing.
  */
 export class KeyInUse {
   readonly version: number;
-  private readonly store: Store;
-  private readonly configurationId: string;
-  /** The change stamp at which the key was last seen alive. */
-  private checked = Number.NaN;
+  private readonly entry: KeyAliveEntry;
 
   constructor(store: Store, configurationId: string, codec: TokenCodec) {
-    this.store = store;
-    this.configurationId = configurationId;
     this.version = codec.keyring.current;
+    this.entry = keyAliveEntry(store, configurationId, this.version);
   }
 
   destroyed(): boolean {
-    const stamp = this.store.changeStamp();
-    if (stamp === this.checked) return false;
-    if (!syncRepositories(this.store).configurations.keyAlive(this.configurationId, this.version)) return true;
-    this.checked = stamp;
-    return false;
+    return !this.entry.alive();
   }
 
   /** The 409 for a handler that wrote `count` tokens with this version, if it is gone. */
@@ -122,9 +120,9 @@ export class EncryptHandler extends CollectingHandler {
   }
 
   /** 422 for values that failed; else 409 if its tokens are of a version destroyed since. */
-  failure(): SvcError | null {
+  failure(leaving = true): SvcError | null {
     if (this.errors !== null) return new ValidationError(this.errors);
-    return this.key.failure(this.count);
+    return leaving ? this.key.failure(this.count) : null;
   }
 
   replace(value: FieldValue): Buffer | null {
@@ -258,9 +256,9 @@ export class EchoHandler extends CollectingHandler {
     this.decryptedAt = decryptedAt;
   }
 
-  failure(): SvcError | null {
+  failure(leaving = true): SvcError | null {
     if (this.errors !== null) return new ValidationError(this.errors);
-    return this.key.failure(this.count);
+    return leaving ? this.key.failure(this.count) : null;
   }
 
   replace(value: FieldValue): Buffer | null {
@@ -302,9 +300,9 @@ export class RewrapHandler extends CollectingHandler {
     return this.current;
   }
 
-  failure(): SvcError | null {
+  failure(leaving = true): SvcError | null {
     if (this.errors !== null) return new InvalidTokenError(this.errors);
-    return this.key.failure(this.count);
+    return leaving ? this.key.failure(this.count) : null;
   }
 
   replace(value: FieldValue): Buffer | null {

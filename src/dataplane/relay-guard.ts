@@ -176,8 +176,8 @@ export class GuardHandler implements CollectingHandler {
     this.minted = minted;
   }
 
-  failure(): SvcError | null {
-    return this.refusal ?? this.key.failure(this.count);
+  failure(leaving = true): SvcError | null {
+    return this.refusal ?? (leaving ? this.key.failure(this.count) : null);
   }
 
   replace(value: FieldValue): Buffer | null {

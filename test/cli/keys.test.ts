@@ -13,7 +13,7 @@ import { openStore } from '../../src/store/db.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
-import { syncRepositories } from '../../src/store/sqlite/connection.ts';
+import { keyAlive, keyAliveCache, syncRepositories } from '../../src/store/sqlite/connection.ts';
 
 const KEY = `svc_${'Cli'.padEnd(40, '0')}`;
 const DOC = '{"card":{"number":"4111 1111 1111 1111","exp":"12/28"},"ssn":"123-45-6789","n":1.10}';
@@ -170,9 +170,18 @@ test('keys destroy: confirmation required, the current version refused, then the
   folder.close();
   assert.ok(dataFiles(f).get('svc.db')!.includes(wrappedText), 'the search below can find the wrapped key');
 
+  // What the running service's requests that wrote version 1 tokens ask (KeyInUse): alive,
+  // and remembered as alive until something is committed.
+  const store = f.app.services.store;
+  assert.equal(keyAlive(store, id, 1), true);
+  const reads = keyAliveCache(store).reads;
+  assert.equal(keyAlive(store, id, 1), true);
+  assert.equal(keyAliveCache(store).reads, reads);
+
   const done = await runCli(f.keys('destroy', '--configuration', 'payments', '--version', '1', '--confirm', 'payments/v1', '--force'));
   assert.equal(done.code, 0, done.stderr);
   assert.equal(done.stdout, 'destroyed key version 1 of "payments"\n');
+  assert.equal(keyAlive(store, id, 1), false, 'the next check after the CLI committed, with no wait');
 
   // Gone from the row, and from every byte of the database and its WAL.
   const db = new DatabaseSync(join(f.dir, 'data', 'svc.db'), { readOnly: true });

@@ -7,18 +7,20 @@
 import type { DatabaseSync } from 'node:sqlite';
 import type { Repositories, Store } from '../db.ts';
 import type { ConnectionGate } from './gate.ts';
+import type { KeyAliveCache, KeyAliveEntry } from './key-alive.ts';
 
 interface Opened {
   readonly db: DatabaseSync;
   readonly repositories: Repositories;
   readonly gate: ConnectionGate;
+  readonly keys: KeyAliveCache;
 }
 
 const connections = new WeakMap<Store, Opened>();
 
 /** Called once by the opener of a SQLite store. */
-export function rememberConnection(store: Store, db: DatabaseSync, repositories: Repositories, gate: ConnectionGate): void {
-  connections.set(store, { db, repositories, gate });
+export function rememberConnection(store: Store, opened: Opened): void {
+  connections.set(store, opened);
 }
 
 /** The connection of a store opened on SQLite; throws for any other store. */
@@ -34,6 +36,24 @@ export function sqliteConnection(store: Store): DatabaseSync {
  */
 export function syncRepositories(store: Store): Repositories {
   return opened(store).repositories;
+}
+
+/**
+ * Whether key version `version` of the configuration exists and is not destroyed, as the
+ * store says now (KeyInUse, DESIGN §13); a read only when something may have changed.
+ */
+export function keyAlive(store: Store, configurationId: string, version: number): boolean {
+  return opened(store).keys.alive(configurationId, version);
+}
+
+/** The same question, for a request that will ask it after every chunk. */
+export function keyAliveEntry(store: Store, configurationId: string, version: number): KeyAliveEntry {
+  return opened(store).keys.entry(configurationId, version);
+}
+
+/** The cache behind `keyAlive`, for the tests that count its reads. */
+export function keyAliveCache(store: Store): KeyAliveCache {
+  return opened(store).keys;
 }
 
 /** True while a transaction holds the store's connection: what is read now may still roll back. */

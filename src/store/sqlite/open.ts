@@ -15,9 +15,11 @@ import { ShippedLogsRepository } from '../shipped-logs.ts';
 import { StateRowsRepository } from '../state-rows.ts';
 import { TokenRevocationsRepository } from '../token-revocations.ts';
 import { UsersRepository } from '../users.ts';
+import { CommitWatch } from './commit-watch.ts';
 import { rememberConnection } from './connection.ts';
 import { SqliteExecutor } from './executor.ts';
 import { ConnectionGate } from './gate.ts';
+import { KeyAliveCache } from './key-alive.ts';
 import { migrate } from './migrations.ts';
 import { onRollback, runInTransactionAsync } from './transaction.ts';
 
@@ -111,6 +113,7 @@ export function openSqliteStore(path: string): Store {
     generation++;
   });
   const othersCommitStamp = (): number => (dataVersion.get() as { data_version: number }).data_version;
+  const watch = CommitWatch.open(db, inMemory, () => generation);
   const sql = new SqliteExecutor(db);
   const repositories: Repositories = {
     roles: sql.drive(new RolesRepository()),
@@ -162,6 +165,7 @@ export function openSqliteStore(path: string): Store {
       db.prepare('SELECT 1').get();
     },
     close() {
+      watch.close();
       if (!db.isOpen) return;
       // Recommended by SQLite before closing a long-lived connection: refreshes planner
       // statistics only for tables where that is worth it.
@@ -169,7 +173,7 @@ export function openSqliteStore(path: string): Store {
       db.close();
     },
   };
-  rememberConnection(store, db, repositories, gate);
+  rememberConnection(store, { db, repositories, gate, keys: new KeyAliveCache(watch, repositories.configurations) });
   return store;
 }
 
