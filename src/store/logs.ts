@@ -1,5 +1,5 @@
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
-import { all, atomically, dropLogPartitions, get, prepareLogPartitions, run, withoutWaiting, type Dialect, type Sql, type Step } from './query.ts';
+import { all, atomically, dropLogPartitions, get, prepareLogPartitions, run, runEach, withoutWaiting, type Dialect, type Sql, type Step } from './query.ts';
 import { nowIso } from './sql.ts';
 
 export type LogKind = 'activity' | 'api' | 'usage';
@@ -647,7 +647,7 @@ export class LogsRepository {
 function* insertRows<T>(sql: string, rows: readonly T[], params: (row: T) => LogParam[]): Step<void> {
   if (rows.length === 0) return;
   yield* atomically(function* () {
-    for (const row of rows) yield* run(sql, ...params(row));
+    yield* runEach(sql, rows.map(params));
   });
 }
 

@@ -52,6 +52,7 @@ export interface Dialect {
 /** A statement and its parameters, or a transaction boundary. */
 export type Command =
   | { readonly op: 'all' | 'get' | 'run'; readonly sql: Sql; readonly params: readonly unknown[] }
+  | { readonly op: 'run-each'; readonly sql: Sql; readonly rows: readonly (readonly unknown[])[] }
   | { readonly op: 'begin'; readonly read?: true }
   | { readonly op: 'defer-foreign-keys' }
   | { readonly op: 'state-version' }
@@ -85,6 +86,14 @@ export function* get<T>(sql: Sql, ...params: unknown[]): Step<T | undefined> {
 /** Runs a statement that answers no rows. */
 export function* run(sql: Sql, ...params: unknown[]): Step<RunResult> {
   return (yield { op: 'run', sql, params }) as RunResult;
+}
+
+/**
+ * Runs a statement once for each row of parameters, in order, and answers what they
+ * changed together: a batch of inserts as one command rather than one per row.
+ */
+export function* runEach(sql: Sql, rows: readonly (readonly unknown[])[]): Step<RunResult> {
+  return (yield { op: 'run-each', sql, rows }) as RunResult;
 }
 
 /**

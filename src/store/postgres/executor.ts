@@ -189,6 +189,19 @@ export class PostgresExecutor {
             if (command.op === 'get') return result.rows[0];
             return { changes: result.rowCount ?? 0 };
           }
+          case 'run-each': {
+            let changes = 0;
+            for (const params of command.rows) {
+              const { result, touchesState } = await this.#query(client ?? this.#pool, command.sql, params);
+              if (touchesState) {
+                noteStateWrite();
+                if (owned !== null) wroteState = true;
+                else this.#stateWritten();
+              }
+              changes += result.rowCount ?? 0;
+            }
+            return { changes };
+          }
           case 'begin':
             if (client === null) {
               owned = await this.#pool.connect();

@@ -61,6 +61,12 @@ export class SqliteExecutor {
         return this.#statement(command.sql).get(...(command.params as never[]));
       case 'run':
         return { changes: Number(this.#statement(command.sql).run(...(command.params as never[])).changes) };
+      case 'run-each': {
+        const statement = this.#statement(command.sql);
+        let changes = 0;
+        for (const params of command.rows) changes += Number(statement.run(...(params as never[])).changes);
+        return { changes };
+      }
       case 'lock':
         // BEGIN IMMEDIATE already holds the one write lock.
         return undefined;
