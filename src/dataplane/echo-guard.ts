@@ -429,17 +429,14 @@ function charPrefix(bytes: Buffer, max: number): { bytes: Buffer; chars: number 
 /**
  * `bytes` with every escape decoded (repeatedly, up to MAX_LAYERS rounds, while a round
  * decodes something), then A–Z as a–z and `+` as a space. Other bytes, UTF-8 included,
- * are kept. Every escape but one kind is longer than what it decodes to, so a round that
- * decodes nothing is one that leaves the length as it was and says it decoded nothing in
- * place (decodedInPlace).
+ * are kept.
  */
 export function normalise(bytes: Buffer): Buffer {
   let out = bytes;
   for (let round = 0; round < MAX_LAYERS; round++) {
     const next = decodeOnce(out);
-    const changed = next.length !== out.length || decodedInPlace;
-    out = next;
-    if (!changed) break;
+    out = next.bytes;
+    if (!next.decoded) break;
   }
   // `out` is decodeOnce's own buffer, never `bytes`: it is lower-cased in place.
   for (let i = 0; i < out.length; i++) {
@@ -450,15 +447,19 @@ export function normalise(bytes: Buffer): Buffer {
   return out;
 }
 
-/**
- * Whether the last decodeOnce decoded an escape as long as what it stands for (`%80` is
- * `€`, three bytes in UTF-8), which its length alone would not tell.
- */
-let decodedInPlace = false;
+/** What one round of decoding wrote, and whether it found anything to decode. */
+interface Decoded {
+  readonly bytes: Buffer;
+  readonly decoded: boolean;
+}
 
-/** One round of decoding: percent escapes, JSON/JavaScript string escapes, HTML character references. */
-function decodeOnce(src: Buffer): Buffer {
-  decodedInPlace = false;
+/**
+ * One round of decoding: percent escapes, JSON/JavaScript string escapes, HTML character
+ * references. `bytes` is always a new buffer. `decoded` is told, not inferred from the
+ * length: one escape is as long as what it stands for (`%80` is `€`, three bytes in UTF-8).
+ */
+function decodeOnce(src: Buffer): Decoded {
+  let decoded = false;
   const n = src.length;
   const out = Buffer.allocUnsafe(n);
   let o = 0;
@@ -472,10 +473,9 @@ function decodeOnce(src: Buffer): Buffer {
         // there is a windows-1252 (Latin-1) character, as escape() writes `ü` (`%FC`) beside
         // `%u0165`, and a legacy form encoder `Š` (`%8A`).
         const length = escapedUtf8Length(src, i, byte);
+        decoded = true;
         if (length === 0) {
-          const start = o;
           o = putCodePoint(out, o, FROM_WINDOWS_1252.get(byte) ?? byte);
-          if (o - start === 3) decodedInPlace = true;
           i += 3;
           continue;
         }
@@ -484,32 +484,36 @@ function decodeOnce(src: Buffer): Buffer {
         continue;
       }
       if (byte >= 0) {
+        decoded = true;
         out[o++] = byte;
         i += 3;
         continue;
       }
       // JavaScript's escape() (and servers that read it): `%u0160` for a UTF-16 unit.
       if (src[i + 1] === 0x75 || src[i + 1] === 0x55) {
-        const length = utf16Escape(src, i, b);
-        if (length > 0) {
-          o = putCodePoint(out, o, lastCodePoint);
-          i += length;
+        const codePoint = utf16Escape(src, i, b);
+        if (codePoint >= 0) {
+          decoded = true;
+          o = putCodePoint(out, o, codePoint);
+          i += utf16EscapeLength(codePoint);
           continue;
         }
       }
     } else if (b === 0x5c /* \ */ && i + 1 < n) {
       const c = src[i + 1]!;
       if (c === 0x75 /* u */) {
-        const length = utf16Escape(src, i, b);
-        if (length > 0) {
-          o = putCodePoint(out, o, lastCodePoint);
-          i += length;
+        const codePoint = utf16Escape(src, i, b);
+        if (codePoint >= 0) {
+          decoded = true;
+          o = putCodePoint(out, o, codePoint);
+          i += utf16EscapeLength(codePoint);
           continue;
         }
         // A lone surrogate stays as it is written.
       } else {
         const simple = SIMPLE_ESCAPES[c];
         if (simple !== undefined) {
+          decoded = true;
           out[o++] = simple;
           i += 2;
           continue;
@@ -518,6 +522,7 @@ function decodeOnce(src: Buffer): Buffer {
     } else if (b === 0x26 /* & */) {
       const entity = htmlReference(src, i);
       if (entity !== null) {
+        decoded = true;
         o = putCodePoint(out, o, entity.codePoint);
         i += entity.length;
         continue;
@@ -526,7 +531,7 @@ function decodeOnce(src: Buffer): Buffer {
     out[o++] = b;
     i++;
   }
-  return out.subarray(0, o);
+  return { bytes: out.subarray(0, o), decoded };
 }
 
 /**
@@ -549,29 +554,25 @@ function escapedUtf8Length(src: Buffer, at: number, lead: number): number {
   return length;
 }
 
-/** The code point the last utf16Escape call read (module state: no object per escape). */
-let lastCodePoint = 0;
-
 /**
- * The length of the UTF-16 escape at `src[at]` — `\uXXXX` or `%uXXXX` (`lead` is `\` or
- * `%`), or a surrogate pair of two written the same way — with its code point in
- * lastCodePoint; 0 when there is none there (a lone surrogate is no character).
+ * The code point of the UTF-16 escape at `src[at]` — `\uXXXX` or `%uXXXX` (`lead` is `\`
+ * or `%`), or a surrogate pair of two written the same way; -1 when there is none there
+ * (a lone surrogate is no character).
  */
 function utf16Escape(src: Buffer, at: number, lead: number): number {
   const unit = hexValue(src, at + 2, 4);
-  if (unit < 0) return 0;
-  if (unit < 0xd800 || unit > 0xdfff) {
-    lastCodePoint = unit;
-    return 6;
-  }
+  if (unit < 0) return -1;
+  if (unit < 0xd800 || unit > 0xdfff) return unit;
   if (unit <= 0xdbff && src[at + 6] === lead && (src[at + 7] === 0x75 || (lead === 0x25 && src[at + 7] === 0x55))) {
     const low = hexValue(src, at + 8, 4);
-    if (low >= 0xdc00 && low <= 0xdfff) {
-      lastCodePoint = 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
-      return 12;
-    }
+    if (low >= 0xdc00 && low <= 0xdfff) return 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
   }
-  return 0;
+  return -1;
+}
+
+/** How long the escape utf16Escape read was: one unit below U+10000, a surrogate pair above. */
+function utf16EscapeLength(codePoint: number): number {
+  return codePoint > 0xffff ? 12 : 6;
 }
 
 /** `\x` escapes of JSON and JavaScript strings, by the byte after the backslash. */
