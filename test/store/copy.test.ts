@@ -18,6 +18,7 @@ import type { NewApiLog } from '../../src/store/logs.ts';
 import { types } from '../../src/store/postgres/executor.ts';
 import { openPostgresStore } from '../../src/store/postgres/open.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
+import { sqliteCopySource } from '../../src/store/sqlite/copy-source.ts';
 import { postgresPerFile } from '../support/postgres.ts';
 
 /** Trust authentication ignores it; the command must never print it. */
@@ -396,4 +397,24 @@ test('store copy takes a log row with a NUL in its text, written as U+FFFD as th
   const target = await openPostgresStore(plain, { max: 1 });
   t.after(() => target.close());
   assert.deepEqual((await target.logs.apiPage({ limit: 5, offset: 0 })).rows.map((row) => row.path), ['/a\uFFFDb']);
+});
+
+test('the days of a log table come ascending, each once, whatever the rows per day', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-copy-days-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const store = openStore(join(dir, 'svc.db'));
+  t.after(() => store.close());
+  const source = sqliteCopySource(store);
+  assert.deepEqual(source.days('api_logs'), []);
+  const row = (i: number, createdAt: string): NewApiLog => ({ requestId: `r-${i}`, method: 'GET', path: '/', statusCode: 200, durationMs: 1, ip: '10.0.0.1', createdAt });
+  const times = [
+    '2026-05-03T23:59:59.999Z',
+    '2026-05-01T00:00:00.000Z',
+    ...Array.from({ length: 500 }, (_, i) => new Date(Date.UTC(2026, 4, 2) + i * 1000).toISOString()),
+    '2026-05-03T00:00:00.000Z',
+    '2026-06-30T12:00:00.000Z',
+  ];
+  await store.logs.insertApi(times.map((createdAt, i) => row(i, createdAt)));
+  assert.deepEqual(source.days('api_logs'), ['2026-05-01', '2026-05-02', '2026-05-03', '2026-06-30']);
+  assert.deepEqual(source.days('usage_logs'), []);
 });

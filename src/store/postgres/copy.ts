@@ -79,7 +79,7 @@ async function copyInTransaction(client: pg.Client, source: CopySource, options:
       // Each day of the rows gets its partition before they go in, while the DEFAULT
       // partition is empty: rows left there would be read through again as each later
       // day's partition is attached.
-      await makeDayPartitions(client, table.name, daysOf(source, table.name));
+      await makeDayPartitions(client, table.name, source.days(table.name));
     }
     const size = Math.max(1, Math.min(batchRows, Math.floor(MAX_PARAMETERS / columns.length)));
     const head = `INSERT INTO ${quote(table.name)} (${columns.map(quote).join(', ')}) VALUES `;
@@ -120,15 +120,6 @@ async function copyInTransaction(client: pg.Client, source: CopySource, options:
 
 function isLogTable(name: string): name is (typeof PARTITIONED_LOG_TABLES)[number] {
   return (PARTITIONED_LOG_TABLES as readonly string[]).includes(name);
-}
-
-/** The days (`YYYY-MM-DD`) the rows of a log table were created on. */
-function daysOf(source: CopySource, table: string): Set<string> {
-  const days = new Set<string>();
-  for (const batch of source.batches(table, ['created_at'], ['id'], 10_000)) {
-    for (const [createdAt] of batch) days.add(String(createdAt).slice(0, 10));
-  }
-  return days;
 }
 
 /** Both stores must have exactly the tables this build copies: a table left out would be lost without a word. */
