@@ -20,6 +20,7 @@ import { PARTITION_DAYS_AHEAD } from '../../src/store/postgres/partitions.ts';
 import type { ShippedApiLog, ShippedUsageLog } from '../../src/store/shipped-logs.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { RetentionJob } from '../../src/telemetry/retention.ts';
+import { activityRow, apiRow, shippedApiRow, shippedUsageRow, usageRow } from '../support/log-rows.ts';
 import { postgresPerFile } from '../support/postgres.ts';
 
 const postgres = postgresPerFile();
@@ -29,52 +30,11 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 const day = (days: number): string => new Date(Math.floor(Date.now() / DAY_MS) * DAY_MS + days * DAY_MS).toISOString().slice(0, 10);
 const compact = (text: string): string => text.replaceAll('-', '');
 
-const activity = (createdAt: string, i = 0): NewActivityLog => ({ action: 'login', description: `event ${i}`, ip: '10.0.0.1', createdAt });
-const api = (createdAt: string, i = 0, userId: number | null = null): NewApiLog => ({
-  requestId: `req-${i}`,
-  method: 'POST',
-  path: '/proxy/payments',
-  statusCode: 200,
-  durationMs: 1.5,
-  ip: '10.0.0.2',
-  userId,
-  createdAt,
-});
-const usage = (createdAt: string, i = 0, userId: number | null = null): NewUsageLog => ({
-  requestId: `req-${i}`,
-  configurationId: 'cfg',
-  mode: 'encrypt',
-  fieldCount: 2,
-  bytes: 40,
-  userId,
-  createdAt,
-});
-const shippedApi = (id: number, createdAt: string): ShippedApiLog => ({
-  id,
-  request_id: `shipped-${id}`,
-  method: 'GET',
-  path: '/x',
-  status_code: 200,
-  api_key_id: null,
-  user_id: null,
-  configuration_id: null,
-  destination: null,
-  duration_ms: 2,
-  ip: '10.0.0.3',
-  created_at: createdAt,
-});
-const shippedUsage = (id: number, createdAt: string): ShippedUsageLog => ({
-  id,
-  request_id: `shipped-${id}`,
-  configuration_id: 'cfg',
-  api_key_id: null,
-  user_id: null,
-  mode: 'decrypt',
-  field_count: 1,
-  bytes: 10,
-  reveal: { plain: 1, mask: 0, redact: 0, token: 0 },
-  created_at: createdAt,
-});
+const activity = (createdAt: string, i = 0): NewActivityLog => activityRow(i, createdAt);
+const api = (createdAt: string, i = 0, userId: number | null = null): NewApiLog => apiRow(i, createdAt, userId);
+const usage = (createdAt: string, i = 0, userId: number | null = null): NewUsageLog => usageRow(i, createdAt, userId);
+const shippedApi = (id: number, createdAt: string): ShippedApiLog => shippedApiRow(id, createdAt);
+const shippedUsage = (id: number, createdAt: string): ShippedUsageLog => shippedUsageRow(id, createdAt);
 const INSTANCE = 'a'.repeat(32);
 
 async function newDatabase(): Promise<string> {

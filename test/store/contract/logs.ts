@@ -4,61 +4,17 @@ import type { Store } from '../../../src/store/db.ts';
 import { constraintViolated } from '../../../src/store/sql.ts';
 import type { NewActivityLog, NewApiLog, NewUsageLog } from '../../../src/store/logs.ts';
 import { RECEIVE_CHUNK, type ShippedApiLog, type ShippedUsageLog } from '../../../src/store/shipped-logs.ts';
+import { activityRow, apiRow, shippedApiRow, shippedUsageRow, usageRow } from '../../support/log-rows.ts';
 import type { StoreTarget } from './target.ts';
 
 const at = (minute: number): string => new Date(Date.UTC(2025, 0, 1, 0, minute)).toISOString();
 
-const activity = (i: number, extra: Partial<NewActivityLog> = {}): NewActivityLog => ({
-  action: 'login',
-  description: `event ${i}`,
-  ip: '10.0.0.1',
-  createdAt: at(i),
-  ...extra,
-});
-const api = (i: number): NewApiLog => ({
-  requestId: `req-${i}`,
-  method: 'POST',
-  path: '/proxy/payments',
-  statusCode: 200,
-  durationMs: 1.25,
-  ip: '10.0.0.2',
-  createdAt: at(i),
-});
-const usage = (i: number): NewUsageLog => ({
-  requestId: `req-${i}`,
-  configurationId: 'cfg',
-  mode: 'encrypt',
-  fieldCount: 3,
-  bytes: 120,
-  createdAt: at(i),
-});
-
-const shippedApi = (id: number): ShippedApiLog => ({
-  id,
-  request_id: `shipped-${id}`,
-  method: 'GET',
-  path: '/x',
-  status_code: 200,
-  api_key_id: null,
-  user_id: null,
-  configuration_id: null,
-  destination: null,
-  duration_ms: 2.5,
-  ip: '10.0.0.3',
-  created_at: new Date(Date.UTC(2025, 0, 1) + id * 1000).toISOString(),
-});
-const shippedUsage = (id: number): ShippedUsageLog => ({
-  id,
-  request_id: `shipped-${id}`,
-  configuration_id: 'cfg',
-  api_key_id: null,
-  user_id: null,
-  mode: 'decrypt',
-  field_count: 1,
-  bytes: 10,
-  reveal: { plain: 1, mask: 0, redact: 0, token: 0 },
-  created_at: new Date(Date.UTC(2025, 0, 1) + id * 1000).toISOString(),
-});
+const activity = (i: number, extra: Partial<NewActivityLog> = {}): NewActivityLog => activityRow(i, at(i), extra);
+const api = (i: number): NewApiLog => apiRow(i, at(i));
+const usage = (i: number): NewUsageLog => usageRow(i, at(i));
+const shippedAt = (id: number): string => new Date(Date.UTC(2025, 0, 1) + id * 1000).toISOString();
+const shippedApi = (id: number): ShippedApiLog => shippedApiRow(id, shippedAt(id));
+const shippedUsage = (id: number): ShippedUsageLog => shippedUsageRow(id, shippedAt(id));
 
 export function logsContract(target: StoreTarget): void {
   const setup = (t: TestContext): Promise<Store> => target.open(t);
