@@ -3,7 +3,7 @@
  * encrypting five fields and forwarding to an echo backend): is a change worth keeping?
  *
  *   node bench/http/ab.ts --base <checkout> [--candidate <checkout>] [--label name]
- *                         [--rounds 6] [--seconds 5] [--connections 50]
+ *                         [--rounds 6] [--seconds 5] [--connections 50] [--rate R]
  *                         [--base-node-args "..."] [--candidate-node-args "..."]
  *                         [--base-yaml "..."] [--candidate-yaml "..."]
  *
@@ -17,6 +17,11 @@
  * The verdict is the median of per-round ratios candidate ÷ base, of req/s and of
  * requests per CPU-second of the service (all its threads). Writes
  * bench/results/ab-<label>.json.
+ *
+ * With `--rate R`, each sample is instead a paced run at R requests a second for
+ * `--seconds` (load.ts `paced`, latency from each request's scheduled time, after a 1 s
+ * paced warm-up), and the verdict is the median of per-round differences candidate − base
+ * of p50, p99 and p99.9: a change to the tail, side by side.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -24,7 +29,7 @@ import { parseArgs } from 'node:util';
 import { median } from '../lib/measure.ts';
 import { machineInfo } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
-import { cannon, round3, type Target } from './load.ts';
+import { cannon, paced, round3, type Target } from './load.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, startHelper, startService, type Running } from './processes.ts';
 
 const { values } = parseArgs({
@@ -35,6 +40,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '6' },
     seconds: { type: 'string', default: '5' },
     connections: { type: 'string', default: '50' },
+    rate: { type: 'string' },
     'base-node-args': { type: 'string', default: '' },
     'candidate-node-args': { type: 'string', default: '' },
     'base-yaml': { type: 'string', default: '' },
@@ -52,6 +58,7 @@ const positive = (name: string, value: string): number => {
 const rounds = positive('rounds', values.rounds);
 const seconds = positive('seconds', values.seconds);
 const connections = positive('connections', values.connections);
+const rate = values.rate === undefined ? null : positive('rate', values.rate);
 const split = (args: string) => args.split(' ').filter((a) => a !== '');
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
@@ -61,15 +68,24 @@ interface Sample {
   perCpuSecond: number;
   p50: number;
   p99: number;
+  p999: number;
 }
 
 async function sample(svc: Running, target: Target): Promise<Sample> {
+  if (rate !== null) {
+    await paced(target, { connections, seconds: 1, rate });
+    const cpu0 = cpuSeconds(svc.pids);
+    const r = await paced(target, { connections, seconds, rate });
+    const cpu = cpuSeconds(svc.pids) - cpu0;
+    if (r.non2xx + r.errors > 0) throw new Error(`${svc.name}: ${r.non2xx} non-2xx responses and ${r.errors} errors`);
+    return { rps: r.rps, perCpuSecond: Math.round(r.responses / cpu), p50: r.latencyMs.p50, p99: r.latencyMs.p99, p999: r.latencyMs.p999 };
+  }
   await cannon(target, { connections, seconds: 1 });
   const cpu0 = cpuSeconds(svc.pids);
   const r = await cannon(target, { connections, seconds });
   const cpu = cpuSeconds(svc.pids) - cpu0;
   if (r.non2xx + r.errors > 0) throw new Error(`${svc.name}: ${r.non2xx} non-2xx responses and ${r.errors} errors`);
-  return { rps: r.rps, perCpuSecond: Math.round(r.responses / cpu), p50: r.latencyMs.p50, p99: r.latencyMs.p99 };
+  return { rps: r.rps, perCpuSecond: Math.round(r.responses / cpu), p50: r.latencyMs.p50, p99: r.latencyMs.p99, p999: r.latencyMs.p999 };
 }
 
 async function main(): Promise<void> {
@@ -107,9 +123,11 @@ async function main(): Promise<void> {
       const order = round % 2 === 0 ? [0, 1] : [1, 0];
       for (const i of order) samples[i]!.push(await sample(services[i]!, targets[i]!));
       const [b, c] = [samples[0]!.at(-1)!, samples[1]!.at(-1)!];
-      log(`round ${round}: base ${b.rps} req/s (${b.perCpuSecond}/CPU-s), candidate ${c.rps} req/s (${c.perCpuSecond}/CPU-s): ${(c.rps / b.rps).toFixed(3)}×, ${(c.perCpuSecond / b.perCpuSecond).toFixed(3)}× per CPU-s`);
+      if (rate !== null) log(`round ${round}: base p50 ${b.p50} p99 ${b.p99} p99.9 ${b.p999} ms, candidate p50 ${c.p50} p99 ${c.p99} p99.9 ${c.p999} ms`);
+      else log(`round ${round}: base ${b.rps} req/s (${b.perCpuSecond}/CPU-s), candidate ${c.rps} req/s (${c.perCpuSecond}/CPU-s): ${(c.rps / b.rps).toFixed(3)}×, ${(c.perCpuSecond / b.perCpuSecond).toFixed(3)}× per CPU-s`);
     }
     const ratio = (key: keyof Sample) => samples[1]!.map((c, i) => c[key] / samples[0]![i]![key]);
+    const difference = (key: keyof Sample) => samples[1]!.map((c, i) => round3(c[key] - samples[0]![i]![key]));
     const rss = services.map((svc) => memory(svc.pids[0]!));
     const result = {
       benchmark: 'http-ab',
@@ -122,11 +140,27 @@ async function main(): Promise<void> {
         medianRps: round3(median(ratio('rps'))),
         medianPerCpuSecond: round3(median(ratio('perCpuSecond'))),
       },
+      ...(rate === null
+        ? {}
+        : {
+            rate,
+            latencyDifferenceMs: {
+              p50: difference('p50'),
+              p99: difference('p99'),
+              p999: difference('p999'),
+              medianP50: round3(median(difference('p50'))),
+              medianP99: round3(median(difference('p99'))),
+              medianP999: round3(median(difference('p999'))),
+            },
+          }),
     };
     const dir = new URL('../results/', import.meta.url).pathname;
     mkdirSync(dir, { recursive: true });
     writeFileSync(join(dir, `ab-${values.label}.json`), `${JSON.stringify(result, null, 2)}\n`);
-    log(`candidate ÷ base: ${result.ratios.medianRps}× req/s (${Math.min(...result.ratios.rps)}–${Math.max(...result.ratios.rps)}), ${result.ratios.medianPerCpuSecond}× per CPU-second; RSS at end ${rss.map((m) => `${(m.rss / 2 ** 20).toFixed(1)} MiB`).join(' / ')}`);
+    if (result.latencyDifferenceMs !== undefined) {
+      const d = result.latencyDifferenceMs;
+      log(`candidate − base at ${rate} req/s, medians of rounds: p50 ${d.medianP50} ms, p99 ${d.medianP99} ms, p99.9 ${d.medianP999} ms; per CPU-second ${result.ratios.medianPerCpuSecond}×`);
+    } else log(`candidate ÷ base: ${result.ratios.medianRps}× req/s (${Math.min(...result.ratios.rps)}–${Math.max(...result.ratios.rps)}), ${result.ratios.medianPerCpuSecond}× per CPU-second; RSS at end ${rss.map((m) => `${(m.rss / 2 ** 20).toFixed(1)} MiB`).join(' / ')}`);
   } finally {
     for (const r of started.reverse()) await r.stop().catch((err: unknown) => log(`stopping ${r.name}: ${String(err)}`));
   }
