@@ -55,11 +55,14 @@ async function terminate(child: ChildProcess, ask: () => void, graceMs = 5000): 
   clearTimeout(timer);
 }
 
-/** A helper of servers.ts; `env` is added to the parent's environment (e.g. a reference's key). */
-export async function startHelper(role: Role, target?: string, env?: Readonly<Record<string, string>>): Promise<Running> {
+/**
+ * A helper of servers.ts; `env` is added to the parent's environment (e.g. a reference's
+ * key), `nodeArgs` are its node flags (none by default: Node's own heap sizes).
+ */
+export async function startHelper(role: Role, target?: string, env?: Readonly<Record<string, string>>, nodeArgs: readonly string[] = []): Promise<Running> {
   const child = fork(SERVERS, target === undefined ? [role] : [role, target], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    execArgv: [],
+    execArgv: [...nodeArgs],
     ...(env === undefined ? {} : { env: { ...process.env, ...env } }),
   });
   const port = await new Promise<number>((resolve, reject) => {

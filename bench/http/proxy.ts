@@ -6,7 +6,7 @@
  *                            [--tail-rate R] [--tail-seconds S] [--no-tail]
  *                            [--nginx-workers N] [--install-nginx]
  *                            [--profile] [--profile-case encrypt|decrypt]
- *                            [--svc-node-args "--flag ..."]
+ *                            [--svc-node-args "--flag ..."] [--reference-node-args "--flag ..."]
  *
  * Cases, each POSTing the same ~1 KB JSON customer record (body.ts), or that record with
  * its five fields already encrypted for the decrypt cases:
@@ -33,7 +33,9 @@
  * from /proc for every run.
  *
  * Writes bench/results/http-proxy.json (--quick: http-proxy-quick.json; with
- * --svc-node-args: http-proxy-experiment.json). `--profile` instead runs D (or, with
+ * --svc-node-args or --reference-node-args: http-proxy-experiment.json; the latter gives
+ * the hand-written references E and G node flags, e.g. the service's heap sizes, where
+ * they otherwise run on Node's defaults). `--profile` instead runs D (or, with
  * `--profile-case decrypt`, D-decrypt) alone with `--cpu-prof` and prints the top
  * self-time functions.
  */
@@ -93,6 +95,8 @@ interface Options {
   profileCase: 'encrypt' | 'decrypt';
   /** Extra node flags for the service, after the `npm start` ones (experiments only). */
   svcNodeArgs: string[];
+  /** Node flags for the references E and G (experiments only; none by default). */
+  referenceNodeArgs: string[];
 }
 
 function parse(): Options {
@@ -110,6 +114,7 @@ function parse(): Options {
       profile: { type: 'boolean', default: false },
       'profile-case': { type: 'string', default: 'encrypt' },
       'svc-node-args': { type: 'string', default: '' },
+      'reference-node-args': { type: 'string', default: '' },
     },
     strict: true,
   });
@@ -136,6 +141,7 @@ function parse(): Options {
     profile: values.profile,
     profileCase,
     svcNodeArgs: values['svc-node-args'].split(' ').filter((a) => a !== ''),
+    referenceNodeArgs: values['reference-node-args'].split(' ').filter((a) => a !== ''),
   };
 }
 
@@ -348,9 +354,9 @@ async function main(): Promise<void> {
     }
     const undici = await startHelper('undici-pass', echo.url);
     started.push(undici);
-    const naive = await startHelper('naive-encrypt', `${echo.url}/`, naiveEnv);
+    const naive = await startHelper('naive-encrypt', `${echo.url}/`, naiveEnv, options.referenceNodeArgs);
     started.push(naive);
-    const naiveDecrypt = await startHelper('naive-decrypt', `${echo.url}/`, naiveEnv);
+    const naiveDecrypt = await startHelper('naive-decrypt', `${echo.url}/`, naiveEnv, options.referenceNodeArgs);
     started.push(naiveDecrypt);
     const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs, admin: true });
     started.push(svc);
@@ -448,7 +454,7 @@ async function main(): Promise<void> {
     const dir = new URL('../results/', import.meta.url);
     mkdirSync(dir, { recursive: true });
     // Smoke runs and flag experiments never replace the real results.
-    const name = options.quick ? 'http-proxy-quick.json' : options.svcNodeArgs.length > 0 ? 'http-proxy-experiment.json' : 'http-proxy.json';
+    const name = options.quick ? 'http-proxy-quick.json' : options.svcNodeArgs.length > 0 || options.referenceNodeArgs.length > 0 ? 'http-proxy-experiment.json' : 'http-proxy.json';
     const path = new URL(name, dir);
     const file = {
       command: `node bench/http/proxy.ts ${process.argv.slice(2).join(' ')}`.trim(),
@@ -460,6 +466,7 @@ async function main(): Promise<void> {
         decryptBodyBytes: { svc: svcTokens.length, naive: naiveSealed.length },
         fields: FIELDS,
         serviceNodeFlags: [...SERVICE_NODE_FLAGS, ...options.svcNodeArgs],
+        referenceNodeFlags: options.referenceNodeArgs,
         serviceConfig: 'file store in a temp dir (logs written by the default logs.writer), logging.level warn, admin listener on a loopback port for /metrics, defaults otherwise',
         httpProxy3: 'createProxyServer({ target, agent: http.Agent({ keepAlive: true, maxSockets: 64 }) })',
         undici: 'servers.ts undici-pass: node:http server, Pool(echo, { connections: 64 }).dispatch with the request stream as body, hop-by-hop headers dropped both ways, status, headers and chunks written to the client',
