@@ -256,7 +256,8 @@ export interface AccessOptions {
 export class ClassificationAccess implements RevealPolicy {
   private readonly store: Store;
   private readonly who: Identity;
-  private readonly email: string | null;
+  /** The reader's email as rules compare it; normalised when a rule is first consulted. */
+  private email: string | null | undefined = undefined;
   private readonly denyAsRedact: boolean;
   private readonly decided = new Map<number, Reveal>();
   /** The last classification asked about: a body's tokens mostly share one. */
@@ -267,7 +268,6 @@ export class ClassificationAccess implements RevealPolicy {
   constructor(store: Store, who: Identity | null, options: AccessOptions = {}) {
     this.store = store;
     this.who = who ?? ANONYMOUS;
-    this.email = emailOf(this.who);
     this.denyAsRedact = options.denyAsRedact === true;
   }
 
@@ -294,7 +294,8 @@ export class ClassificationAccess implements RevealPolicy {
     const rule = ruleOf(stateOf(this.store), id);
     // A token naming a classification that no longer exists is denied: ids are never
     // reused, so no newer classification can take it over.
-    const reveal = rule === null ? DENY : decide(rule, this.who, this.email);
+    if (rule !== null && this.email === undefined) this.email = emailOf(this.who);
+    const reveal = rule === null ? DENY : decide(rule, this.who, this.email ?? null);
     return reveal === DENY && this.denyAsRedact ? REDACT : reveal;
   }
 }
