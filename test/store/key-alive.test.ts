@@ -12,7 +12,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
-import { keyAlive, keyAliveCache } from '../../src/store/sqlite/connection.ts';
+import { keyAlive, keyAliveCache, syncRepositories } from '../../src/store/sqlite/connection.ts';
+
+const syncAlive = (store: Store, configurationId: string, version: number): boolean => syncRepositories(store).configurations.keyAlive(configurationId, version);
 
 function tempDir(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'svc-key-alive-'));
@@ -148,4 +150,29 @@ test('an unknown configuration or version is not alive', async (t) => {
   const id = await twoVersions(store);
   assert.equal(keyAlive(store, id, 3), false);
   assert.equal(keyAlive(store, 'no-such-configuration', 1), false);
+});
+
+test('while the store is open, no other process can write around the WAL-index: leaving WAL mode and exclusive locking are refused', async (t) => {
+  const path = join(tempDir(t), 'svc.db');
+  const store = open(t, path);
+  const id = await twoVersions(store);
+  assert.equal(keyAlive(store, id, 1), true);
+  for (const pragma of ['PRAGMA journal_mode = DELETE', 'PRAGMA locking_mode = EXCLUSIVE']) {
+    const script = `
+      const { DatabaseSync } = require('node:sqlite');
+      const db = new DatabaseSync(process.argv[1]);
+      db.exec('PRAGMA busy_timeout = 200');
+      try {
+        db.prepare(process.argv[2]).get();
+        db.exec("UPDATE data_keys SET destroyed_at = '2026-01-01T00:00:00.000Z'");
+        console.log('wrote');
+      } catch (error) {
+        console.log(error.message);
+      }
+      db.close();`;
+    const said = execFileSync(process.execPath, ['-e', script, path, pragma]).toString().trim();
+    assert.equal(said, 'database is locked', pragma);
+  }
+  assert.equal(keyAlive(store, id, 1), true);
+  assert.equal(syncAlive(store, id, 1), true, 'nothing was written behind the header');
 });
