@@ -62,11 +62,6 @@ export class CommitWatch {
     return new CommitWatch(fd, false, ownChanges);
   }
 
-  /** Whether looks can tell anything: false means every `look()` answers null. */
-  get watching(): boolean {
-    return this.#inMemory || this.#fd !== null;
-  }
-
   /**
    * The store's state now, as bytes: two looks with equal bytes mean nothing was committed
    * and nothing changed through this connection between them. The buffer is reused by the
