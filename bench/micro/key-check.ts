@@ -27,15 +27,7 @@ export async function runKeyCheckBench(opts: MicroOptions): Promise<SuiteResult>
   const store = openStore(path);
   const shm = openSync(`${path}-shm`, 'r');
   try {
-    const configuration = await store.configurations.create({
-      name: 'payments',
-      type: 'encryption',
-      proxySlug: 'payments',
-      keyringId: randomBytes(16),
-      firstWrappedKey: randomBytes(60),
-      fields: ['card'],
-      destinations: ['https://vendor.example/'],
-    });
+    const configuration = await store.configurations.create({ name: 'payments', type: 'encryption', keyringId: randomBytes(16), firstWrappedKey: randomBytes(60) });
     const configurations = syncRepositories(store).configurations;
     const entry = keyAliveEntry(store, configuration.id, 1);
     const dataVersion = sqliteConnection(store).prepare('PRAGMA data_version');

@@ -98,10 +98,13 @@ export class KeyInUse {
     return !this.entry.alive();
   }
 
-  /** The 409 for a handler that wrote `count` tokens with this version, if it is gone. */
-  failure(count: number): SvcError | null {
+  /**
+   * The 409 for a handler that wrote `count` tokens with this version, if it is gone.
+   * `leaving` false (nothing written leaves before the next check) asks nothing.
+   */
+  failure(count: number, leaving = true): SvcError | null {
     // No token written, no token lost: a body without matching values needs no lookup.
-    return count > 0 && this.destroyed() ? new KeyDestroyedDuringRequestError() : null;
+    return leaving && count > 0 && this.destroyed() ? new KeyDestroyedDuringRequestError() : null;
   }
 }
 
@@ -122,7 +125,7 @@ export class EncryptHandler extends CollectingHandler {
   /** 422 for values that failed; else 409 if its tokens are of a version destroyed since. */
   failure(leaving = true): SvcError | null {
     if (this.errors !== null) return new ValidationError(this.errors);
-    return leaving ? this.key.failure(this.count) : null;
+    return this.key.failure(this.count, leaving);
   }
 
   replace(value: FieldValue): Buffer | null {
@@ -258,7 +261,7 @@ export class EchoHandler extends CollectingHandler {
 
   failure(leaving = true): SvcError | null {
     if (this.errors !== null) return new ValidationError(this.errors);
-    return leaving ? this.key.failure(this.count) : null;
+    return this.key.failure(this.count, leaving);
   }
 
   replace(value: FieldValue): Buffer | null {
@@ -302,7 +305,7 @@ export class RewrapHandler extends CollectingHandler {
 
   failure(leaving = true): SvcError | null {
     if (this.errors !== null) return new InvalidTokenError(this.errors);
-    return leaving ? this.key.failure(this.count) : null;
+    return this.key.failure(this.count, leaving);
   }
 
   replace(value: FieldValue): Buffer | null {

@@ -177,7 +177,7 @@ export class GuardHandler implements CollectingHandler {
   }
 
   failure(leaving = true): SvcError | null {
-    return this.refusal ?? (leaving ? this.key.failure(this.count) : null);
+    return this.refusal ?? this.key.failure(this.count, leaving);
   }
 
   replace(value: FieldValue): Buffer | null {

@@ -9,11 +9,14 @@ import { DatabaseSync } from 'node:sqlite';
 import { Writable } from 'node:stream';
 import { createApp, type App } from '../../src/app.ts';
 import { loadConfig } from '../../src/config/load.ts';
-import { openStore } from '../../src/store/db.ts';
+import { openStore, type Store } from '../../src/store/db.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call } from '../support/app.ts';
 import { sqliteConnection } from '../../src/store/sqlite/connection.ts';
-import { keyAlive, keyAliveCache, syncRepositories } from '../../src/store/sqlite/connection.ts';
+import { keyAliveCache, keyAliveEntry, syncRepositories } from '../../src/store/sqlite/connection.ts';
+
+/** What KeyInUse asks: whether the version is alive now. */
+const keyAlive = (store: Store, configurationId: string, version: number): boolean => keyAliveEntry(store, configurationId, version).alive();
 
 const KEY = `svc_${'Cli'.padEnd(40, '0')}`;
 const DOC = '{"card":{"number":"4111 1111 1111 1111","exp":"12/28"},"ssn":"123-45-6789","n":1.10}';

@@ -12,7 +12,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { openStore, type Store } from '../../src/store/db.ts';
-import { keyAlive, keyAliveCache, syncRepositories } from '../../src/store/sqlite/connection.ts';
+import { keyAliveCache, keyAliveEntry, syncRepositories } from '../../src/store/sqlite/connection.ts';
+
+/** What KeyInUse asks: whether the version is alive now. */
+const keyAlive = (store: Store, configurationId: string, version: number): boolean => keyAliveEntry(store, configurationId, version).alive();
 
 const syncAlive = (store: Store, configurationId: string, version: number): boolean => syncRepositories(store).configurations.keyAlive(configurationId, version);
 

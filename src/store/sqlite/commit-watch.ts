@@ -40,6 +40,8 @@ export class CommitWatch {
   readonly #inMemory: boolean;
   readonly #ownChanges: () => number;
   readonly #now = Buffer.alloc(OWN_BYTES + HEADER_BYTES);
+  /** The own change count alone: the whole look of an in-memory store. */
+  readonly #own = this.#now.subarray(0, OWN_BYTES);
 
   private constructor(fd: number | null, inMemory: boolean, ownChanges: () => number) {
     this.#fd = fd;
@@ -70,7 +72,7 @@ export class CommitWatch {
   look(): Buffer | null {
     const now = this.#now;
     now.writeDoubleLE(this.#ownChanges(), 0);
-    if (this.#inMemory) return now.subarray(0, OWN_BYTES);
+    if (this.#inMemory) return this.#own;
     if (this.#fd === null) return null;
     let read: number;
     try {

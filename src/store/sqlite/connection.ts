@@ -40,18 +40,14 @@ export function syncRepositories(store: Store): Repositories {
 
 /**
  * Whether key version `version` of the configuration exists and is not destroyed, as the
- * store says now (KeyInUse, DESIGN §13); a read only when something may have changed.
+ * store says at each `alive()` (KeyInUse, DESIGN §13); a read only when something may have
+ * changed.
  */
-export function keyAlive(store: Store, configurationId: string, version: number): boolean {
-  return opened(store).keys.alive(configurationId, version);
-}
-
-/** The same question, for a request that will ask it after every chunk. */
 export function keyAliveEntry(store: Store, configurationId: string, version: number): KeyAliveEntry {
   return opened(store).keys.entry(configurationId, version);
 }
 
-/** The cache behind `keyAlive`, for the tests that count its reads. */
+/** The cache behind `keyAliveEntry`, for the tests that count its reads. */
 export function keyAliveCache(store: Store): KeyAliveCache {
   return opened(store).keys;
 }

@@ -58,10 +58,6 @@ export class KeyAliveCache {
     return entry;
   }
 
-  alive(configurationId: string, version: number): boolean {
-    return this.ask(this.entry(configurationId, version));
-  }
-
   ask(entry: KeyAliveEntry): boolean {
     const look = this.#watch.look();
     const seen = entry.seen;
