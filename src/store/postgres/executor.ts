@@ -1,5 +1,5 @@
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
-import { driven, runAsync, textOf, type Command, type Dialect, type Step } from '../query.ts';
+import { driven, runAsync, textOf, type Command, type Dialect, type Sql, type Step } from '../query.ts';
 import { dropLogPartitions, prepareLogPartitions } from './partitions.ts';
 import { StoreUnavailableError } from '../../errors.ts';
 import { STATE_TABLES } from './schema.ts';
@@ -173,33 +173,30 @@ export class PostgresExecutor {
     let depth = this.#client === null ? 0 : 1;
     // A write inside a transaction this step opened is announced once that commits.
     let wroteState = false;
+    /** One statement, on the transaction's client if one is open; a state write is noted. */
+    const query = async (sql: Sql, params: readonly unknown[]): Promise<QueryResult> => {
+      const { result, touchesState } = await this.#query(client ?? this.#pool, sql, params);
+      if (touchesState) {
+        noteStateWrite();
+        if (owned !== null) wroteState = true;
+        else this.#stateWritten();
+      }
+      return result;
+    };
     try {
       return await runAsync(step, async (command) => {
         switch (command.op) {
           case 'all':
           case 'get':
           case 'run': {
-            const { result, touchesState } = await this.#query(client ?? this.#pool, command.sql, command.params);
-            if (touchesState) {
-              noteStateWrite();
-              if (owned !== null) wroteState = true;
-              else this.#stateWritten();
-            }
+            const result = await query(command.sql, command.params);
             if (command.op === 'all') return result.rows;
             if (command.op === 'get') return result.rows[0];
             return { changes: result.rowCount ?? 0 };
           }
           case 'run-each': {
             let changes = 0;
-            for (const params of command.rows) {
-              const { result, touchesState } = await this.#query(client ?? this.#pool, command.sql, params);
-              if (touchesState) {
-                noteStateWrite();
-                if (owned !== null) wroteState = true;
-                else this.#stateWritten();
-              }
-              changes += result.rowCount ?? 0;
-            }
+            for (const params of command.rows) changes += (await query(command.sql, params)).rowCount ?? 0;
             return { changes };
           }
           case 'begin':
