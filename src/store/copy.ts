@@ -60,7 +60,7 @@ export interface CopySource {
    * them (SQLite's AUTOINCREMENT counter): the target's next id must be above it. 0 for none.
    */
   highestId(table: string): number;
-  /** The days (`YYYY-MM-DD`, ascending) on which rows of `table`, a log table, were created. */
+  /** The days (`YYYY-MM-DD`, ascending) on which rows of `table`, a log table, were created; a `created_at` of another form names none. */
   days(table: string): string[];
   /** Runs `fn` on one state of the store: nothing committed meanwhile is read. */
   consistently<T>(fn: () => Promise<T>): Promise<T>;

@@ -417,4 +417,8 @@ test('the days of a log table come ascending, each once, whatever the rows per d
   await store.logs.insertApi(times.map((createdAt, i) => row(i, createdAt)));
   assert.deepEqual(source.days('api_logs'), ['2026-05-01', '2026-05-02', '2026-05-03', '2026-06-30']);
   assert.deepEqual(source.days('usage_logs'), []);
+  // Texts no build writes: one that sorts after every ordinary time of its day (which a
+  // step past "the day and U+FFFF" would find again and again), and ones with no day.
+  await store.logs.insertApi(['2026-05-01\u{10FFFF}late', 'not a time', 'not a time', '', '2026-5-1'].map((createdAt, i) => row(1000 + i, createdAt)));
+  assert.deepEqual(source.days('api_logs'), ['2026-05-01', '2026-05-02', '2026-05-03', '2026-06-30']);
 });

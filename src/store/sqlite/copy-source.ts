@@ -22,6 +22,9 @@ export function storeVersionOf(path: string): number {
   }
 }
 
+/** A day as `toISOString()` begins: the form the log partitions are named by. */
+const ISO_DAY = /^\d{4}-\d{2}-\d{2}$/;
+
 /** A name read from the schema, quoted as an identifier. */
 const quote = (name: string): string => `"${name.replaceAll('"', '""')}"`;
 
@@ -67,9 +70,16 @@ export function sqliteCopySource(store: Store): CopySource {
         const { at } = first.get(from) as { at: string | null };
         if (at === null) return days;
         const day = at.slice(0, 10);
-        days.push(day);
-        // Above every text that starts with the day: U+FFFF is three bytes above ASCII in UTF-8.
-        from = `${day}\uffff`;
+        if (ISO_DAY.test(day)) {
+          days.push(day);
+          // The day with its last digit one higher sorts after every text that starts with
+          // the day, and no later than the next day.
+          from = `${day.slice(0, 9)}${String.fromCharCode(day.charCodeAt(9) + 1)}`;
+        } else {
+          // Not a time as the store writes it (no partition is made for it): on to the
+          // next value, which sorts after this one and its NUL-extended self.
+          from = `${at}\0`;
+        }
       }
     },
     async consistently(fn) {
