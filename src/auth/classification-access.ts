@@ -256,8 +256,8 @@ export interface AccessOptions {
 export class ClassificationAccess implements RevealPolicy {
   private readonly store: Store;
   private readonly who: Identity;
-  /** The reader's email as rules compare it; normalised when a rule is first consulted. */
-  private email: string | null | undefined = undefined;
+  /** The reader's email as rules compare it, once a rule has needed it (undefined before). */
+  private normalisedEmail: string | null | undefined = undefined;
   private readonly denyAsRedact: boolean;
   private readonly decided = new Map<number, Reveal>();
   /** The last classification asked about: a body's tokens mostly share one. */
@@ -294,8 +294,13 @@ export class ClassificationAccess implements RevealPolicy {
     const rule = ruleOf(stateOf(this.store), id);
     // A token naming a classification that no longer exists is denied: ids are never
     // reused, so no newer classification can take it over.
-    if (rule !== null && this.email === undefined) this.email = emailOf(this.who);
-    const reveal = rule === null ? DENY : decide(rule, this.who, this.email ?? null);
+    const reveal = rule === null ? DENY : decide(rule, this.who, this.email());
     return reveal === DENY && this.denyAsRedact ? REDACT : reveal;
+  }
+
+  /** Normalised on first use: a request whose tokens name no classification never needs it. */
+  private email(): string | null {
+    if (this.normalisedEmail === undefined) this.normalisedEmail = emailOf(this.who);
+    return this.normalisedEmail;
   }
 }
