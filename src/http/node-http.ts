@@ -5,7 +5,7 @@
  * loads the whole bundle, about 12 MiB of resident memory the service never uses (we forward
  * with the npm `undici`). `require` reads no export it is not asked for. Every value from
  * `node:http` comes through here; type-only imports (`import type`) load nothing and may
- * name `node:http` directly. test/footprint.test.ts holds the service to it.
+ * name `node:http` directly. test/ops/loaded-modules.test.ts holds the service to it.
  */
 import { createRequire } from 'node:module';
 
