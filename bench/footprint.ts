@@ -41,7 +41,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { median } from './lib/measure.ts';
-import { loadAverage, machineInfo } from './lib/report.ts';
+import { loadAverage, machineInfo, resultLabel } from './lib/report.ts';
 import { customerRecord, FIELDS } from './http/body.ts';
 import { memory, SERVICE_ENV, SERVICE_NODE_FLAGS, startHelper } from './http/processes.ts';
 
@@ -343,6 +343,8 @@ async function main(): Promise<void> {
     strict: true,
   });
   const quick = values.quick;
+  // Checked before the run, not after minutes of it.
+  const label = values.label === undefined ? undefined : resultLabel(values.label);
   extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
   extraEnv = Object.fromEntries(values['svc-env'].split(',').filter((kv) => kv !== '').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
   const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0;
@@ -375,8 +377,7 @@ async function main(): Promise<void> {
     );
   }
   console.log(`bare node http server: ${bare.rssMiB} MiB`);
-  if (values.label !== undefined && !/^[\w.-]+$/.test(values.label)) throw new Error('--label takes letters, digits, ".", "_" and "-"');
-  write(values.label !== undefined ? `footprint-${values.label}.json` : experiment ? 'footprint-experiment.json' : quick ? 'footprint-quick.json' : 'footprint.json', {
+  write(label !== undefined ? `footprint-${label}.json` : experiment ? 'footprint-experiment.json' : quick ? 'footprint-quick.json' : 'footprint.json', {
     suite: 'footprint',
     description: 'start to /readyz 200 and VmRSS of the service on config/svc.yaml as npm start runs it, idle and after proxied requests, per log writer',
     command: `node bench/footprint.ts${process.argv.slice(2).length > 0 ? ` ${process.argv.slice(2).join(' ')}` : ''}`,

@@ -27,7 +27,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { median } from '../lib/measure.ts';
-import { machineInfo } from '../lib/report.ts';
+import { machineInfo, resultLabel } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
 import { cannon, paced, round3, type Target } from './load.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, startHelper, startService, type Running } from './processes.ts';
@@ -49,7 +49,7 @@ const { values } = parseArgs({
   strict: true,
 });
 if (values.base === undefined) throw new Error('--base <checkout> is required');
-if (!/^[\w.-]+$/.test(values.label)) throw new Error('--label takes letters, digits, ".", "_" and "-"');
+resultLabel(values.label);
 const positive = (name: string, value: string): number => {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);

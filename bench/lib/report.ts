@@ -30,6 +30,12 @@ export interface MachineInfo {
   readonly date: string;
 }
 
+/** A `--label` as it goes into a results file's name; throws for anything else. */
+export function resultLabel(label: string): string {
+  if (!/^[\w.-]+$/.test(label)) throw new Error('--label takes letters, digits, ".", "_" and "-"');
+  return label;
+}
+
 export function loadAverage(): number[] {
   return os.loadavg().map((l) => Math.round(l * 100) / 100);
 }
