@@ -5,19 +5,21 @@
  * Every value from undici comes through here; `import type` from 'undici' loads nothing.
  * test/ops/loaded-modules.test.ts holds the service to it, and the forwarder, replica and
  * JWKS tests exercise these paths, so an undici release that moves a file fails the tests.
+ * The files are imported statically (their types: undici-files.d.ts), so the build
+ * (scripts/build.ts) bundles them with the rest.
  */
-import { createRequire } from 'node:module';
 import type * as Undici from 'undici';
+import AgentClass from 'undici/lib/dispatcher/agent.js';
+import undiciErrors from 'undici/lib/core/errors.js';
+import Dispatcher from 'undici/lib/dispatcher/dispatcher.js';
+import requestApi from 'undici/lib/api/index.js';
 
-const require = createRequire(import.meta.url);
-
-export const Agent = require('undici/lib/dispatcher/agent.js') as typeof Undici.Agent;
+export const Agent = AgentClass;
 export type Agent = Undici.Agent;
-export const errors = require('undici/lib/core/errors.js') as typeof Undici.errors;
+export const errors = undiciErrors;
 
 // What undici's index does before anything else: the request API on every dispatcher.
-const Dispatcher = require('undici/lib/dispatcher/dispatcher.js') as typeof Undici.Dispatcher;
-Object.assign(Dispatcher.prototype, require('undici/lib/api/index.js') as object);
+Object.assign(Dispatcher.prototype, requestApi);
 
 /** `dispatcher.request` takes an origin and a path where undici's `request` took a URL. */
 export function target(url: string): { origin: string; path: string } {
