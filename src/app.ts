@@ -42,6 +42,7 @@ import { createLogger } from './telemetry/logger.ts';
 import { ControlPlaneOnlyError, MasterKeyMismatchError, NotReadyError } from './errors.ts';
 import { apiRoutes } from './api/index.ts';
 import { mount } from './api/routes.ts';
+import { IdleMemoryRelease } from './telemetry/idle-memory.ts';
 import { LogWriter } from './telemetry/log-writer.ts';
 import { Metrics } from './telemetry/metrics.ts';
 import { RetentionJob } from './telemetry/retention.ts';
@@ -144,10 +145,12 @@ export function buildAdminRouter(): Router<Handler<Services>> {
  * DESIGN §10 logs — every authenticated /api and /proxy request on the main listener, and
  * every relay or egress route's request (named by the route, `ctx.logPath`). Requests that
  * fail authentication or match no route write nothing to the store (DESIGN §13): they are
- * counted, and sampled in the process log.
+ * counted, and sampled in the process log. Every request but a health check counts as
+ * work for the idle memory release.
  */
-function finishRequest(services: Services, logsApiPaths: boolean, sampler: LogSampler): (ctx: RequestContext) => void {
+function finishRequest(services: Services, logsApiPaths: boolean, sampler: LogSampler, served: { requests: number }): (ctx: RequestContext) => void {
   return (ctx) => {
+    if (!HEALTH_PATHS.has(ctx.path)) served.requests++;
     const status = ctx.res.statusCode;
     services.metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', status, (performance.now() - ctx.startedAt) / 1000);
     if (ctx.logPath !== null) {
@@ -250,6 +253,9 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
   metrics.stateVersion.set(1);
   await replication?.resume();
   const retention = new RetentionJob(store, logger, { retention: config.logs.retention });
+  // Requests served on the listeners that do work (not the admin one), health checks aside.
+  const served = { requests: 0 };
+  const idleRelease = new IdleMemoryRelease({ idleAfter: config.server.idle_memory_release, served: () => served.requests, logger, onRelease: () => metrics.memoryReleases.inc() });
   const fileSource =
     config.state.source === 'file' && options.configPath !== undefined
       ? new FileSource(services, { path: options.configPath, env: options.env ?? process.env, running: config, deps: seedDeps(master) })
@@ -261,7 +267,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
     keepAliveTimeout: config.server.keep_alive_timeout,
   };
   const sampler = new LogSampler(logger, 'requests refused before authentication or routing (not stored; counted in svc_http_requests_total)');
-  const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths, sampler) });
+  const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths, sampler, served) });
   const main = new Listener('main', config.server.listen, withCurrentState(store, mainHandler(routerHandler(buildRouter(), services))), listenerOptions(true));
   const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, listenerOptions(false));
   const admin =
@@ -301,6 +307,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
       if (fileSource !== null) fileSource.start();
       else if (config.state.source === 'file') logger.warn('state.source is file but no configuration file path was given: the seed will not be reloaded');
       replication?.start();
+      idleRelease.start();
       services.health.ready = true;
       if (egressProxy !== null) {
         const bound = address(egressProxy.listener)!;
@@ -312,6 +319,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
       // Readiness fails first, so load balancers stop sending while requests drain.
       services.health.ready = false;
       await Promise.all([main.close(config.server.drain_timeout), admin?.close(1000), relay?.close(config.server.drain_timeout), egressProxy?.close(config.server.drain_timeout)]);
+      idleRelease.stop();
       await retention.stop();
       await fileSource?.stop();
       await replication?.stop();

@@ -227,6 +227,8 @@ const serverSchema = z.strictObject({
   keep_alive_timeout: duration('5s'),
   drain_timeout: duration('10s'),
   max_header_size: size('16kb'),
+  /** After the event loop has been idle this long, one full collection returns unused heap to the OS; 0 disables it. */
+  idle_memory_release: duration('5s'),
 });
 
 const stateSchema = z.strictObject({

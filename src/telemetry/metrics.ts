@@ -31,6 +31,7 @@ export class Metrics {
   private readonly forwardErrors: Counter<'destination' | 'kind'>;
   readonly stateVersion: Gauge;
   readonly reloadFailures: Counter;
+  readonly memoryReleases: Counter;
   readonly controlPlaneUrl: Gauge;
   private readonly relayGuard: Counter<'outcome'>;
   private readonly relayPassthrough: Counter;
@@ -70,6 +71,7 @@ export class Metrics {
     });
     this.stateVersion = new Gauge({ name: 'svc_state_version', help: 'Version of the applied state (seed or control-plane snapshot).', registers });
     this.reloadFailures = new Counter({ name: 'svc_state_reload_failures_total', help: 'State reloads that failed and kept the last good state.', registers });
+    this.memoryReleases = new Counter({ name: 'svc_idle_memory_releases_total', help: 'Full collections run after the event loop was idle for server.idle_memory_release, returning unused heap to the operating system.', registers });
     this.controlPlaneUrl = new Gauge({
       name: 'svc_sync_control_plane_url',
       help: 'On a replica, the position (from 0) in state.control_plane.url of the instance that answered the last good poll; -1 before one, and elsewhere.',

@@ -79,6 +79,7 @@ describe('defaults', () => {
       keep_alive_timeout: 5_000,
       drain_timeout: 10_000,
       max_header_size: 16 * 1024,
+      idle_memory_release: 5_000,
     });
     assert.equal(config.server.public_url, undefined);
     assert.deepEqual(config.store, { path: './data/svc.db' });
