@@ -5,30 +5,24 @@
 #     -e SVC_MASTER_KEY -e SVC_API_KEY \
 #     -v "$PWD/prod.yaml:/app/config/svc.yaml:ro" -v svc-data:/app/data svc-sidecar:0.1.0
 #
-# The image runs the build of scripts/build.ts: the program and its dependencies bundled
-# into dist/ (about 13 MiB less resident memory than the TypeScript sources run as they
-# are). A build stage installs every dependency from the lockfile and builds; the runtime
-# stage holds dist/ and the configuration, and no node_modules at all.
-# Mount your own configuration over /app/config/svc.yaml: the bundled one is the
-# development file (it listens on 127.0.0.1 and seeds a public fallback API key).
-# docs/operations.md has the details.
+# Node 24 runs the TypeScript sources directly (type stripping): there is no build stage,
+# only a stage that installs the production dependencies. Mount your own configuration
+# over /app/config/svc.yaml: the bundled one is the development file (it listens on
+# 127.0.0.1 and seeds a public fallback API key). docs/operations.md has the details.
 #
 # The base is pinned by tag. For reproducible builds, pin the digest as well:
 #   FROM node:24-bookworm-slim@sha256:<digest>
 
 # ---------------------------------------------------------------------------------------
-# The build. `npm ci` installs what the lockfile pins, esbuild included. The `node`
-# devDependency (which pins Node 24 for npm scripts on developer machines) is not needed:
-# the image already is Node 24.
-FROM node:24-bookworm-slim AS build
+# Production dependencies only. The `node` devDependency (which pins Node 24 for npm
+# scripts on developer machines) is not installed: the image already is Node 24.
+FROM node:24-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-# --ignore-scripts: no dependency gets to run code at install time. esbuild needs none (its
-# binary comes in its platform package), and there are no native addons, by design.
-RUN npm ci --ignore-scripts --no-audit --no-fund
-COPY scripts/build.ts ./scripts/build.ts
-COPY src ./src
-RUN node scripts/build.ts
+# --ignore-scripts: no runtime dependency needs an install script (no native addons, by
+# design), so none gets to run at build time.
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
+ && npm cache clean --force
 
 # ---------------------------------------------------------------------------------------
 FROM node:24-bookworm-slim AS runtime
@@ -41,13 +35,15 @@ RUN groupadd --system --gid 10001 svc \
 WORKDIR /app
 ENV NODE_ENV=production
 
-# The code stays owned by root: the service cannot modify itself. dist/ holds every
-# dependency the service runs, as ES modules (.mjs) that need no package.json.
-COPY --from=build /app/dist ./dist
+# Code and dependencies stay owned by root: the service cannot modify itself.
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json ./
+COPY src ./src
 COPY config ./config
-# Node's compile cache keeps the compiled modules: filled here once, for the start.
+# Node's compile cache keeps the type-stripped, compiled modules: filled here once, so the
+# service starts without re-stripping its TypeScript (which costs tens of MB of memory).
 ENV NODE_COMPILE_CACHE=/app/.cache/node
-RUN node dist/main.mjs --help > /dev/null
+RUN node src/main.ts --help > /dev/null
 # One malloc arena rather than glibc's default of eight per core: a long stream otherwise
 # spreads freed buffers over many arenas and the resident size grows by tens of MB
 # (docs/operations.md, "Memory and throughput settings").
@@ -68,8 +64,8 @@ EXPOSE 8080 9090
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:8080/healthz').then(r=>process.exit(r.ok?0:1)).catch(()=>process.exit(1))"]
 
-# Node is PID 1 here and handles SIGTERM/SIGINT itself (src/cli/run.ts, bundled in dist/).
+# Node is PID 1 here and handles SIGTERM/SIGINT itself (src/main.ts).
 STOPSIGNAL SIGTERM
 # A small young generation and a bounded old-generation growth keep resident memory low
 # under load and while bodies stream (docs/operations.md).
-CMD ["node", "--max-semi-space-size=4", "--heap-growing-percent=50", "dist/main.mjs", "serve", "--config", "/app/config/svc.yaml"]
+CMD ["node", "--max-semi-space-size=4", "--heap-growing-percent=50", "src/main.ts", "serve", "--config", "/app/config/svc.yaml"]

@@ -54,8 +54,6 @@ export interface ChildOptions {
   readonly server?: string;
   /** The `store:` block, in place of the SQLite file in the directory (e.g. `{ url: ... }`). */
   readonly store?: string;
-  /** The entry point to run, in place of src/main.ts (e.g. a build's main.mjs). */
-  readonly main?: string;
 }
 
 export async function startChild(t: TestContext, yaml: string, env: Record<string, string> = {}, nodeArgs: string[] = [], options: ChildOptions = {}): Promise<Child> {
@@ -63,7 +61,7 @@ export async function startChild(t: TestContext, yaml: string, env: Record<strin
   const configPath = join(dir, 'svc.yaml');
   writeFileSync(configPath, `server: ${options.server ?? '{ listen: 127.0.0.1:0, admin_listen: "off" }'}\nstore: ${options.store ?? `{ path: ${JSON.stringify(join(dir, 'svc.db'))} }`}\nlogging: { level: info }\n${yaml}`);
   warmCompileCache();
-  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, options.main ?? MAIN, 'serve', '--config', configPath], {
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, MAIN, 'serve', '--config', configPath], {
     env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
