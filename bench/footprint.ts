@@ -1,24 +1,30 @@
 /**
  * The service's memory footprint and start time, as `npm start` runs it:
  *
- *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--svc-env K=V,...] [--svc-node-args="--flag ..."] [--label name]
+ *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--bundle] [--svc-env K=V,...] [--svc-node-args="--flag ..."] [--label name]
  *   node bench/footprint.ts --modules [--quick]
  *
  * Service mode. For each log writer (`logs.writer: thread` and `inline`) the service runs
  * on a temporary copy of config/svc.yaml (the default configuration: SQLite and the master
  * key file under ./data of a temporary directory, both listeners, `logging.level: info`),
  * with only the ports (0), the payments destination (the echo server) and `logs.writer`
- * changed. It is started with the node flags and environment of `npm start`
- * (bench/http/processes.ts: --max-semi-space-size=4 --heap-growing-percent=50, MALLOC_ARENA_MAX=1, the compile cache,
- * warm). One start creates the store and is not measured; then `--starts` starts each give
+ * changed. What runs is `src/main.ts`, or with `--bundle` the experiment of
+ * bench/lib/bundle.ts (the program bundled, into a temp dir first). It is started with the node flags and
+ * environment of `npm start` (bench/http/processes.ts: --max-semi-space-size=4
+ * --heap-growing-percent=50, MALLOC_ARENA_MAX=1, the compile cache, warm). One start
+ * creates the store and is not measured; then `--starts` starts each give
  * - the time from spawn to the first 200 from GET /readyz (polled every 5 ms once the
  *   service logs its port),
  * - VmRSS and VmHWM 2 s after that, idle, with its anonymous and file-backed parts and,
  *   of the anonymous part, malloc's main heap;
+ * - VmRSS at rest: once the service has released memory after its start
+ *   (`server.idle_memory_release`, 5 s idle by default; /metrics is read every 500 ms
+ *   until `svc_idle_memory_releases_total` counts it);
  * and the last of them serves `--requests` POST /proxy/payments (a 1 KB record, five
  * fields encrypted, forwarded to the echo server; autocannon, `--connections`), after
- * which the same figures are read again 2 s later. A bare Node http server started the same
- * way is the floor. Writes bench/results/footprint.json (footprint-quick.json with --quick);
+ * which the same figures are read again 2 s later, and once more at rest, after the
+ * release that follows the load. A bare Node http server started the same way is the
+ * floor. Writes bench/results/footprint.json (footprint-quick.json with --quick);
  * `--svc-env` (environment over npm start's) or `--svc-node-args` (flags after npm start's)
  * make it an experiment, written to footprint-experiment.json; `--label x` writes
  * footprint-x.json instead.
@@ -43,11 +49,12 @@ import { parseArgs } from 'node:util';
 import { median } from './lib/measure.ts';
 import { loadAverage, machineInfo, resultLabel } from './lib/report.ts';
 import { customerRecord, FIELDS } from './http/body.ts';
-import { memory, SERVICE_ENV, SERVICE_NODE_FLAGS, startHelper } from './http/processes.ts';
+import { memory, SERVICE_ENV, SERVICE_NODE_FLAGS, serviceMain, startHelper } from './http/processes.ts';
 
 const MIB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
-const MAIN = join(ROOT, 'src/main.ts');
+/** What runs: `src/main.ts`, as `npm start` runs it, or with `--bundle` a bundle of it (set in main). */
+let MAIN = '';
 const DEFAULT_CONFIG = join(ROOT, 'config/svc.yaml');
 /** Where `npm start` keeps its compile cache (package.json). */
 const COMPILE_CACHE = join(ROOT, 'node_modules/.cache/node');
@@ -103,6 +110,7 @@ function benchConfig(echo: string, writer: Writer): string {
 interface Started {
   readonly child: ChildProcess;
   readonly url: string;
+  readonly adminUrl: string;
   readonly readyMs: number;
 }
 
@@ -118,15 +126,17 @@ async function stop(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Spawns `node <flags> src/main.ts serve --config <config>` in `dir`; resolves at the first 200 from /readyz. */
+/** Spawns `node <flags> src/main.ts serve --config <config>` (or the bundle) in `dir`; resolves at the first 200 from /readyz. */
 async function startOnce(dir: string, config: string): Promise<Started> {
   const t0 = performance.now();
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...extraNodeArgs, MAIN, 'serve', '--config', config], { cwd: dir, env: serviceEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   let port: number | null = null;
+  let admin: number | null = null;
   child.stdout!.on('data', (d: Buffer) => {
     output += d.toString();
     port ??= Number(/"listen":"[^"]*:(\d+)"/.exec(output)?.[1] ?? 0) || null;
+    admin ??= Number(/"admin":"[^"]*:(\d+)"/.exec(output)?.[1] ?? 0) || null;
   });
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   const deadline = t0 + 30_000;
@@ -137,7 +147,7 @@ async function startOnce(dir: string, config: string): Promise<Started> {
         async (r) => (await r.arrayBuffer(), r.status === 200),
         () => false,
       );
-      if (ok) return { child, url: `http://127.0.0.1:${port}`, readyMs: Math.round((performance.now() - t0) * 10) / 10 };
+      if (ok) return { child, url: `http://127.0.0.1:${port}`, adminUrl: `http://127.0.0.1:${admin}`, readyMs: Math.round((performance.now() - t0) * 10) / 10 };
     }
     await sleep(5);
   }
@@ -164,11 +174,41 @@ async function proxyLoad(url: string, echo: string, requests: number, connection
   return done['2xx'];
 }
 
+/** The service's count of idle memory releases (`server.idle_memory_release`), from /metrics. */
+async function releases(adminUrl: string): Promise<number> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  return Number(/^svc_idle_memory_releases_total (\d+)$/m.exec(text)?.[1] ?? Number.NaN);
+}
+
+/**
+ * Waits until the service has released memory `count` times, scraping every 500 ms (a
+ * scrape's few milliseconds leave the loop idle); the milliseconds waited, or null if it
+ * did not within 30 s.
+ */
+async function settled(adminUrl: string, count: number): Promise<number | null> {
+  const t0 = performance.now();
+  while (performance.now() - t0 < 30_000) {
+    if ((await releases(adminUrl)) >= count) return Math.round(performance.now() - t0);
+    await sleep(500);
+  }
+  return null;
+}
+
+interface AtRest {
+  /** How long after the first reading the release came (ms); null if none came. */
+  readonly waitedMs: number | null;
+  readonly rssMiB: number;
+}
+
 interface WriterResult {
   readonly writer: Writer;
   readonly readyMs: { median: number; min: number; max: number; all: number[] };
+  /** 2 s after ready. */
   readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[]; last: RssParts };
-  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number } & RssParts;
+  /** Once the service has released memory after its start (`server.idle_memory_release`). */
+  readonly atRest: { rssMiB: number; rssAllMiB: number[]; waitedMs: Array<number | null>; last: RssParts };
+  /** 2 s after the last answer, and once released after the load. */
+  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number; atRest: AtRest & RssParts } & RssParts;
 }
 
 async function measureWriter(writer: Writer, echo: string, starts: number, requests: number, connections: number): Promise<WriterResult> {
@@ -181,8 +221,12 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
     const ready: number[] = [];
     const idleRss: number[] = [];
     const idleHwm: number[] = [];
-    let afterLoad: WriterResult['afterLoad'] = { requests: 0, rssMiB: 0, hwmMiB: 0, anonMiB: 0, fileMiB: 0, mallocHeapMiB: 0 };
-    let idleParts: RssParts = { anonMiB: 0, fileMiB: 0, mallocHeapMiB: 0 };
+    const restRss: number[] = [];
+    const restWaited: Array<number | null> = [];
+    const none: RssParts = { anonMiB: 0, fileMiB: 0, mallocHeapMiB: 0 };
+    let afterLoad: WriterResult['afterLoad'] = { requests: 0, rssMiB: 0, hwmMiB: 0, ...none, atRest: { waitedMs: null, rssMiB: 0, ...none } };
+    let idleParts: RssParts = none;
+    let restParts: RssParts = none;
     for (let i = 0; i < starts; i++) {
       const started = await startOnce(dir, config);
       try {
@@ -193,12 +237,21 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
         idleRss.push(mib(idle.rss));
         idleHwm.push(mib(idle.hwm));
         log(`  ${writer} start ${i + 1}/${starts}: ready ${started.readyMs} ms, idle RSS ${mib(idle.rss)} MiB (HWM ${mib(idle.hwm)}; anonymous ${idleParts.anonMiB}, of it malloc heap ${idleParts.mallocHeapMiB}; files ${idleParts.fileMiB})`);
+        const waited = await settled(started.adminUrl, 1);
+        restWaited.push(waited);
+        restRss.push(mib(memory(started.child.pid!).rss));
+        restParts = rssParts(started.child.pid!);
+        log(`  ${writer} at rest (${waited === null ? 'no release' : `released ${waited} ms later`}): RSS ${restRss.at(-1)} MiB (anonymous ${restParts.anonMiB}, of it malloc heap ${restParts.mallocHeapMiB}; files ${restParts.fileMiB})`);
         if (i === starts - 1 && requests > 0) {
           const ok = await proxyLoad(started.url, echo, requests, connections);
           await sleep(2000);
           const after = memory(started.child.pid!);
-          afterLoad = { requests: ok, rssMiB: mib(after.rss), hwmMiB: mib(after.hwm), ...rssParts(started.child.pid!) };
+          const parts = rssParts(started.child.pid!);
+          const loadWaited = await settled(started.adminUrl, 2);
+          const rest = { waitedMs: loadWaited, rssMiB: mib(memory(started.child.pid!).rss), ...rssParts(started.child.pid!) };
+          afterLoad = { requests: ok, rssMiB: mib(after.rss), hwmMiB: mib(after.hwm), ...parts, atRest: rest };
           log(`  ${writer} after ${ok} requests: RSS ${afterLoad.rssMiB} MiB (HWM ${afterLoad.hwmMiB}; anonymous ${afterLoad.anonMiB}, of it malloc heap ${afterLoad.mallocHeapMiB}; files ${afterLoad.fileMiB})`);
+          log(`  ${writer} at rest after the load (${loadWaited === null ? 'no release' : `released ${loadWaited} ms later`}): RSS ${rest.rssMiB} MiB (anonymous ${rest.anonMiB}, of it malloc heap ${rest.mallocHeapMiB}; files ${rest.fileMiB})`);
         }
       } finally {
         await stop(started.child);
@@ -208,6 +261,7 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
       writer,
       readyMs: { median: Math.round(median(ready) * 10) / 10, min: Math.min(...ready), max: Math.max(...ready), all: ready },
       idle: { rssMiB: Math.round(median(idleRss) * 10) / 10, hwmMiB: Math.round(median(idleHwm) * 10) / 10, rssAllMiB: idleRss, last: idleParts },
+      atRest: { rssMiB: Math.round(median(restRss) * 10) / 10, rssAllMiB: restRss, waitedMs: restWaited, last: restParts },
       afterLoad,
     };
   } finally {
@@ -339,15 +393,17 @@ async function main(): Promise<void> {
       'svc-env': { type: 'string', default: '' },
       'svc-node-args': { type: 'string', default: '' },
       label: { type: 'string' },
+      bundle: { type: 'boolean', default: false },
     },
     strict: true,
   });
   const quick = values.quick;
+  MAIN = serviceMain(ROOT, values.bundle);
   // Checked before the run, not after minutes of it.
   const label = values.label === undefined ? undefined : resultLabel(values.label);
   extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
   extraEnv = Object.fromEntries(values['svc-env'].split(',').filter((kv) => kv !== '').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-  const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0;
+  const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0 || values.bundle;
   if (values.modules) return modules(quick);
   const int = (v: string | undefined, fallback: number, name: string) => {
     const n = v === undefined ? fallback : Number(v);
@@ -370,10 +426,10 @@ async function main(): Promise<void> {
   }
   machine.loadAverageAtEnd = loadAverage();
   console.log(`\nfootprint: config/svc.yaml as npm start runs it; ${starts} starts per writer, ${requests} proxied requests on the last`);
-  console.log('writer   ready ms (median, min–max)   idle RSS MiB (HWM)   after load RSS MiB (HWM)');
+  console.log('writer   ready ms (median, min–max)   idle RSS MiB (HWM)   at rest   after load RSS MiB (HWM)   at rest after load');
   for (const r of results) {
     console.log(
-      `${r.writer.padEnd(8)} ${`${r.readyMs.median} (${r.readyMs.min}–${r.readyMs.max})`.padEnd(28)} ${`${r.idle.rssMiB} (${r.idle.hwmMiB})`.padEnd(20)} ${r.afterLoad.rssMiB} (${r.afterLoad.hwmMiB})`,
+      `${r.writer.padEnd(8)} ${`${r.readyMs.median} (${r.readyMs.min}–${r.readyMs.max})`.padEnd(28)} ${`${r.idle.rssMiB} (${r.idle.hwmMiB})`.padEnd(20)} ${String(r.atRest.rssMiB).padEnd(9)} ${`${r.afterLoad.rssMiB} (${r.afterLoad.hwmMiB})`.padEnd(26)} ${r.afterLoad.atRest.rssMiB}`,
     );
   }
   console.log(`bare node http server: ${bare.rssMiB} MiB`);
@@ -382,7 +438,7 @@ async function main(): Promise<void> {
     description: 'start to /readyz 200 and VmRSS of the service on config/svc.yaml as npm start runs it, idle and after proxied requests, per log writer',
     command: `node bench/footprint.ts${process.argv.slice(2).length > 0 ? ` ${process.argv.slice(2).join(' ')}` : ''}`,
     machine,
-    inputs: { starts, requests, connections, nodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs], env: { ...SERVICE_ENV, ...extraEnv }, body: 'bench/http/body.ts customerRecord, x-svc-fields name,email,phone,card.number,ssn' },
+    inputs: { main: values.bundle ? 'a bundle (bench/lib/bundle.ts)' : 'src/main.ts', starts, requests, connections, nodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs], env: { ...SERVICE_ENV, ...extraEnv }, body: 'bench/http/body.ts customerRecord, x-svc-fields name,email,phone,card.number,ssn' },
     bareNodeHttpServer: bare,
     writers: results,
   });

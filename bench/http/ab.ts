@@ -6,11 +6,16 @@
  *                         [--rounds 6] [--seconds 5] [--connections 50] [--rate R]
  *                         [--base-node-args "..."] [--candidate-node-args "..."]
  *                         [--base-yaml "..."] [--candidate-yaml "..."]
+ *                         [--base-server "..."] [--candidate-server "..."]
+ *                         [--base-bundle] [--candidate-bundle]
  *
  * `--base` and `--candidate` are checkout roots (directories holding `src/main.ts` and
- * their own `node_modules`); the candidate defaults to this checkout. Flag experiments pass
+ * their own `node_modules`); the candidate defaults to this checkout. Each runs as `npm
+ * start` runs it, from its sources; `--base-bundle` / `--candidate-bundle` run it bundled
+ * instead (the experiment of bench/lib/bundle.ts). Flag experiments pass
  * the same checkout twice with different node arguments, configuration experiments with
- * different top-level YAML (e.g. `logs: { writer: inline }`). Both services run for the whole
+ * different top-level YAML (e.g. `logs: { writer: inline }`) or `server:` settings (e.g.
+ * `idle_memory_release: 0`). Both services run for the whole
  * run; one is loaded at a time, in alternating order (base first in even rounds), each
  * sample preceded by a 1 s warm-up, so drift on the shared machine hits both alike.
  *
@@ -30,7 +35,7 @@ import { median } from '../lib/measure.ts';
 import { machineInfo, resultLabel } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
 import { cannon, paced, round3, type Target } from './load.ts';
-import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, startHelper, startService, type Running } from './processes.ts';
+import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, serviceMain, startHelper, startService, type Running } from './processes.ts';
 
 const { values } = parseArgs({
   options: {
@@ -45,6 +50,10 @@ const { values } = parseArgs({
     'candidate-node-args': { type: 'string', default: '' },
     'base-yaml': { type: 'string', default: '' },
     'candidate-yaml': { type: 'string', default: '' },
+    'base-server': { type: 'string' },
+    'candidate-server': { type: 'string' },
+    'base-bundle': { type: 'boolean', default: false },
+    'candidate-bundle': { type: 'boolean', default: false },
   },
   strict: true,
 });
@@ -96,12 +105,12 @@ async function main(): Promise<void> {
     const echo = await startHelper('echo');
     started.push(echo);
     const sides = [
-      { name: 'base', root: resolve(values.base!), nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'] },
-      { name: 'candidate', root: resolve(values.candidate), nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'] },
+      { name: 'base', root: resolve(values.base!), bundle: values['base-bundle'], nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'], server: values['base-server'] },
+      { name: 'candidate', root: resolve(values.candidate), bundle: values['candidate-bundle'], nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'], server: values['candidate-server'] },
     ] as const;
     const services: Running[] = [];
     for (const side of sides) {
-      const svc = await startService({ destinations: [echo.url], main: join(side.root, 'src/main.ts'), nodeArgs: side.nodeArgs, yaml: side.yaml });
+      const svc = await startService({ destinations: [echo.url], main: serviceMain(side.root, side.bundle), nodeArgs: side.nodeArgs, yaml: side.yaml, ...(side.server === undefined ? {} : { server: side.server }) });
       started.push(svc);
       services.push({ ...svc, name: side.name });
     }

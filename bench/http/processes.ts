@@ -22,7 +22,28 @@ export interface Running {
 }
 
 const SERVERS = new URL('./servers.ts', import.meta.url).pathname;
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
+const ROOT = new URL('../../', import.meta.url).pathname;
+const BUNDLE = new URL('../lib/bundle.ts', import.meta.url).pathname;
+const builds = new Map<string, string>();
+
+/**
+ * What to run for the checkout at `root`: its `src/main.ts`, as `npm start` runs it, or,
+ * with `bundle`, the experiment of bench/lib/bundle.ts (the checkout bundled into a temp
+ * dir, once per checkout and bench process).
+ */
+export function serviceMain(root: string = ROOT, bundle = false): string {
+  if (!bundle) return join(root, 'src/main.ts');
+  let main = builds.get(root);
+  if (main === undefined) {
+    const out = mkdtempSync(join(tmpdir(), 'svc-bench-bundle-'));
+    const built = spawnSync(process.execPath, [BUNDLE, '--outdir', out, '--root', root], { stdio: ['ignore', 'pipe', 'inherit'], encoding: 'utf8' });
+    if (built.status !== 0) throw new Error(`bundling ${root} failed`);
+    process.once('exit', () => rmSync(out, { recursive: true, force: true }));
+    main = built.stdout.trim();
+    builds.set(root, main);
+  }
+  return main;
+}
 /** Where `npm start` keeps its compile cache (package.json). */
 const COMPILE_CACHE = new URL('../../node_modules/.cache/node', import.meta.url).pathname;
 const compileCacheWarm = new Set<string>();
@@ -89,7 +110,7 @@ export interface ServiceOptions {
   readonly server?: string;
   /** Environment over SERVICE_ENV (experiments, e.g. another MALLOC_ARENA_MAX). */
   readonly env?: Readonly<Record<string, string>>;
-  /** Another checkout's `src/main.ts` (A/B runs of two versions of the code); default: this one. */
+  /** The entry point (`serviceMain()`: another checkout's, or a bundle); default: this checkout's `src/main.ts`. */
   readonly main?: string;
   /**
    * Serve the admin listener (`/metrics`) on a free loopback port instead of turning it
@@ -132,7 +153,7 @@ ${options.seed ?? `seed:
       destinations: [${options.destinations.map((d) => JSON.stringify(`${d}/`)).join(', ')}]`}
 `,
   );
-  const main = options.main ?? MAIN;
+  const main = options.main ?? serviceMain();
   warmCompileCache(main);
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? []), main, 'serve', '--config', config], {
     // As `npm start` and the image run it: the compile cache (warm, so the type stripper is

@@ -9,7 +9,8 @@
  * rest. After the event loop has been idle for the configured time, and only if there was
  * work since the last release, this runs one full collection of the kind V8 keeps for
  * memory pressure: it compacts the heap and shrinks the young generation, and V8 returns
- * the freed pages. At rest after start that is about 10 MiB (bench/README.md, "Footprint").
+ * the freed pages: 8 MiB at rest after start, 20 MiB after 100,000 requests (bench/README.md,
+ * "Footprint").
  *
  * Work is requests served, health checks and metric scrapes aside: those come every few
  * seconds to a pod at rest, and a release after each would cost a collection each time
@@ -24,9 +25,9 @@
  * It keeps the compiled code. Such a collection is several full collections in a row, and
  * V8 drops the bytecode of every function that has not run for six of them: all of the
  * program, since nothing runs while it collects. The next requests would then run
- * recompiled, unoptimised code for seconds (side by side, 0.90× the requests per
- * CPU-second over the rounds after each release). Code flushing is off while it runs;
- * the memory it gives back is the same without the flush (bench/README.md, "Footprint").
+ * recompiled, unoptimised code for seconds (side by side, 0.75–0.90× the requests per
+ * CPU-second in the rounds after each release). Code flushing is off while it runs; the
+ * memory it gives back is the same without the flush (bench/README.md, "Footprint").
  */
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
