@@ -4,8 +4,9 @@
  * key versions, allowlist entries (never requested hosts), fixed error kinds.
  */
 import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
+import { registerProcessMetrics } from './default-metrics.ts';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 /** Quantiles of the event-loop delay exported at each scrape; 1 is the largest delay seen. */
@@ -39,12 +40,14 @@ export class Metrics {
   private readonly snapshotsRefused: Counter<'reason'>;
   /** Event-loop delay since the previous scrape (perf_hooks, recorded in nanoseconds). */
   private readonly loopDelay: ELDHistogram;
+  /** Disconnects the process metrics' collection observer. */
+  private readonly stopProcessMetrics: () => void;
   /** Children by label key, so a request does not re-hash its labels. */
   private readonly requestChildren = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<'route' | 'method' | 'status'> }>();
 
   constructor(queue: () => QueueSource | null) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: 'svc_' });
+    this.stopProcessMetrics = registerProcessMetrics(this.registry, 'svc_');
     this.requests = new Counter({ name: 'svc_http_requests_total', help: 'HTTP requests by route template, method and status.', labelNames: ['route', 'method', 'status'], registers });
     this.latency = new Histogram({ name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route template, method and status.', labelNames: ['route', 'method', 'status'], buckets: LATENCY_BUCKETS, registers });
     this.fields = new Counter({
@@ -190,6 +193,7 @@ export class Metrics {
   /** Stops the event-loop delay monitor's timer. */
   close(): void {
     this.loopDelay.disable();
+    this.stopProcessMetrics();
   }
 
   async render(): Promise<{ contentType: string; body: string }> {
