@@ -5,8 +5,8 @@
  * Every value from undici comes through here; `import type` from 'undici' loads nothing.
  * test/ops/loaded-modules.test.ts holds the service to it, and the forwarder, replica and
  * JWKS tests exercise these paths, so an undici release that moves a file fails the tests.
- * The files are imported statically (their types: undici-files.d.ts), so the build
- * (scripts/build.ts) bundles them with the rest.
+ * The files are imported statically (their types: undici-files.d.ts), so a bundler sees
+ * them (bench/lib/bundle.ts, the footprint bench's experiment).
  */
 import type * as Undici from 'undici';
 import AgentClass from 'undici/lib/dispatcher/agent.js';
