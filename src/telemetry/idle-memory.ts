@@ -14,7 +14,9 @@
  *
  * Work is requests served, health checks and metric scrapes aside: those come every few
  * seconds to a pod at rest, and a release after each would cost a collection each time
- * for nothing. The loop's own activity is not work either: V8's collections, its own
+ * for nothing. A release also waits for MIN_WORK requests since the last one: a control
+ * plane that a replica polls every few seconds, or a service with a request now and
+ * then, holds little garbage per request and would otherwise pay a collection per pause. The loop's own activity is not work either: V8's collections, its own
  * included, keep the loop busy for tens of milliseconds, and counting them would have
  * one release follow another.
  *
@@ -38,17 +40,19 @@ import type { Logger } from 'pino';
 export const IDLE_UTILIZATION = 0.01;
 /** How often the loop's utilization is sampled (milliseconds). */
 export const SAMPLE_MS = 1_000;
+/** Requests served since the last release before another is worth its collection. */
+export const MIN_WORK = 100;
 
 /**
- * When to release, from one sample per SAMPLE_MS (the loop's utilization, and whether
- * requests were served): after `idleSamples` consecutive idle samples, once per stretch of
- * work. A process that stays idle is left alone; the first stretch is the start itself,
- * so a fresh process releases once it settles.
+ * When to release, from one sample per SAMPLE_MS (the loop's utilization, and the requests
+ * served in it): after `idleSamples` consecutive idle samples, once MIN_WORK requests have
+ * been served since the last release. A process that stays idle is left alone; the start
+ * counts as that much work, so a fresh process releases once it settles.
  */
 export class IdleWatch {
   readonly #idleSamples: number;
   #idle = 0;
-  #workSinceRelease = true;
+  #workSinceRelease = MIN_WORK;
 
   constructor(idleSamples: number) {
     if (!Number.isSafeInteger(idleSamples) || idleSamples < 1) throw new RangeError('idleSamples must be a positive integer');
@@ -56,18 +60,18 @@ export class IdleWatch {
   }
 
   /**
-   * Takes the share of the last sample's time the loop was busy and whether requests were
-   * served in it; true when memory should be released now.
+   * Takes the share of the last sample's time the loop was busy and the requests served in
+   * it; true when memory should be released now.
    */
-  sample(utilization: number, worked: boolean): boolean {
-    if (worked) this.#workSinceRelease = true;
-    if (worked || !(utilization < IDLE_UTILIZATION)) {
+  sample(utilization: number, served: number): boolean {
+    this.#workSinceRelease += served;
+    if (served > 0 || !(utilization < IDLE_UTILIZATION)) {
       this.#idle = 0;
       return false;
     }
     this.#idle++;
-    if (!this.#workSinceRelease || this.#idle < this.#idleSamples) return false;
-    this.#workSinceRelease = false;
+    if (this.#workSinceRelease < MIN_WORK || this.#idle < this.#idleSamples) return false;
+    this.#workSinceRelease = 0;
     return true;
   }
 }
@@ -153,7 +157,7 @@ export class IdleMemoryRelease {
       const { utilization } = performance.eventLoopUtilization(now, last);
       last = now;
       const served = this.#options.served();
-      const worked = served !== lastServed;
+      const worked = served - lastServed;
       lastServed = served;
       if (!watch.sample(utilization, worked)) return;
       const started = performance.now();

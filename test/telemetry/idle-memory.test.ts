@@ -7,17 +7,17 @@
 import { describe, it, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { IDLE_UTILIZATION, IdleWatch } from '../../src/telemetry/idle-memory.ts';
+import { IDLE_UTILIZATION, IdleWatch, MIN_WORK } from '../../src/telemetry/idle-memory.ts';
 import { startChild, type Child } from '../support/child.ts';
 
 describe('IdleWatch', () => {
   /** A second with no request served and a quiet loop. */
-  const idle = [0, false] as const;
-  /** Requests served. */
-  const work = [0.5, true] as const;
+  const idle = [0, 0] as const;
+  /** Enough requests served for a release. */
+  const work = [0.5, MIN_WORK] as const;
   /** The loop busy with no request served: a collection, a timer. */
-  const busy = [0.5, false] as const;
-  const run = (watch: IdleWatch, samples: ReadonlyArray<readonly [number, boolean]>) => samples.flatMap(([u, worked], i) => (watch.sample(u, worked) ? [i] : []));
+  const busy = [0.5, 0] as const;
+  const run = (watch: IdleWatch, samples: ReadonlyArray<readonly [number, number]>) => samples.flatMap(([u, served], i) => (watch.sample(u, served) ? [i] : []));
 
   it('releases once the loop has been idle for the whole window after work, then not again while it stays idle', () => {
     assert.deepEqual(run(new IdleWatch(3), [work, idle, idle, idle, idle, idle, idle, idle]), [3]);
@@ -36,14 +36,23 @@ describe('IdleWatch', () => {
     assert.deepEqual(run(new IdleWatch(2), [idle, idle, busy, idle, idle, busy, idle, idle, busy, idle, idle]), [1]);
   });
 
+  it('adds up requests until there are enough: a poll every few seconds releases once per MIN_WORK of them, not after each', () => {
+    const watch = new IdleWatch(2);
+    const poll = [0, 1] as const;
+    const samples = [idle, idle, ...Array.from({ length: MIN_WORK }, () => [poll, idle, idle, idle] as const).flat()];
+    // The start, then one release when the MIN_WORK-th poll has been served and two idle seconds followed.
+    const lastPoll = 2 + (MIN_WORK - 1) * 4;
+    assert.deepEqual(run(watch, samples), [1, lastPoll + 2]);
+  });
+
   it('takes a request served in a quiet second as work, and a loop at the threshold, or not a number, as busy', () => {
     const watch = new IdleWatch(1);
-    assert.equal(watch.sample(0, false), true);
-    assert.equal(watch.sample(0, true), false);
-    assert.equal(watch.sample(IDLE_UTILIZATION, false), false);
-    assert.equal(watch.sample(Number.NaN, false), false);
-    assert.equal(watch.sample(IDLE_UTILIZATION - 0.001, false), true);
-    assert.equal(watch.sample(0, false), false);
+    assert.equal(watch.sample(0, 0), true);
+    assert.equal(watch.sample(0, MIN_WORK), false);
+    assert.equal(watch.sample(IDLE_UTILIZATION, 0), false);
+    assert.equal(watch.sample(Number.NaN, 0), false);
+    assert.equal(watch.sample(IDLE_UTILIZATION - 0.001, 0), true);
+    assert.equal(watch.sample(0, 0), false);
   });
 
   it('refuses a window that is not a positive whole number of samples', () => {
@@ -98,9 +107,15 @@ test('the service releases memory once idle after start, not again while idle, a
     await sleep(750);
   }
 
-  // Work (a request that is not a health check), then idle again.
-  const missing = await fetch(`${child.url}/api/v3/configurations`);
-  assert.equal(missing.status, 401);
+  // Work (requests that are not health checks), then idle again: fewer than MIN_WORK are
+  // not enough, MIN_WORK are.
+  const unauthenticated = async (n: number) => {
+    for (let i = 0; i < n; i++) assert.equal((await fetch(`${child.url}/api/v3/configurations`)).status, 401);
+  };
+  await unauthenticated(MIN_WORK - 1);
+  await sleep(2_500);
+  assert.equal(await releases(child), 1);
+  await unauthenticated(1);
   await until(child, 2);
 });
 
