@@ -9,37 +9,41 @@
  * mostly not counted (39 collections in one callback in a test, 1 counted). Its observer
  * is also never disconnected. `collectDefaultMetrics` has no option to leave one metric
  * out, so the others are registered one by one from prom-client's files (each takes the
- * registry and the options `collectDefaultMetrics` passes it), the way
- * src/http/undici.ts loads undici's. test/telemetry/default-metrics.test.ts checks that
- * the names are prom-client's own set, so a release that moves a file fails it.
+ * registry and the options `collectDefaultMetrics` passes it; their types:
+ * prom-client-files.d.ts), imported statically as src/http/undici.ts imports undici's.
+ * test/telemetry/default-metrics.test.ts checks that the names are prom-client's own set,
+ * so a release that moves or adds a file fails it.
  */
-import { createRequire } from 'node:module';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { Histogram, type Registry } from 'prom-client';
+import eventLoopLag from 'prom-client/lib/metrics/eventLoopLag.js';
+import heapSizeAndUsed from 'prom-client/lib/metrics/heapSizeAndUsed.js';
+import heapSpacesSizeAndUsed from 'prom-client/lib/metrics/heapSpacesSizeAndUsed.js';
+import osMemoryHeap from 'prom-client/lib/metrics/osMemoryHeap.js';
+import processCpuTotal from 'prom-client/lib/metrics/processCpuTotal.js';
+import processHandles from 'prom-client/lib/metrics/processHandles.js';
+import processMaxFileDescriptors from 'prom-client/lib/metrics/processMaxFileDescriptors.js';
+import processOpenFileDescriptors from 'prom-client/lib/metrics/processOpenFileDescriptors.js';
+import processRequests from 'prom-client/lib/metrics/processRequests.js';
+import processResources from 'prom-client/lib/metrics/processResources.js';
+import processStartTime from 'prom-client/lib/metrics/processStartTime.js';
+import version from 'prom-client/lib/metrics/version.js';
 
-const require = createRequire(import.meta.url);
-
-interface DefaultMetricOptions {
-  readonly prefix: string;
-  readonly eventLoopMonitoringPrecision: number;
-}
-type DefaultMetric = (registry: Registry, options: DefaultMetricOptions) => void;
-
-/** prom-client's default metrics (lib/defaultMetrics.js), all but `gc`. */
+/** prom-client's default metrics (lib/defaultMetrics.js, in its order), all but `gc`. */
 const PROM_CLIENT_METRICS = [
-  'processCpuTotal',
-  'processStartTime',
-  'osMemoryHeap',
-  'processOpenFileDescriptors',
-  'processMaxFileDescriptors',
-  'eventLoopLag',
-  'processResources',
-  'processHandles',
-  'processRequests',
-  'heapSizeAndUsed',
-  'heapSpacesSizeAndUsed',
-  'version',
-] as const;
+  processCpuTotal,
+  processStartTime,
+  osMemoryHeap,
+  processOpenFileDescriptors,
+  processMaxFileDescriptors,
+  eventLoopLag,
+  processResources,
+  processHandles,
+  processRequests,
+  heapSizeAndUsed,
+  heapSpacesSizeAndUsed,
+  version,
+];
 
 const GC_KINDS: Readonly<Record<number, string>> = {
   [constants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
@@ -52,8 +56,8 @@ const GC_BUCKETS = [0.001, 0.01, 0.1, 1, 2, 5];
 
 /** Registers the process metrics on `registry`; the returned function stops the collection observer. */
 export function registerProcessMetrics(registry: Registry, prefix: string): () => void {
-  const options: DefaultMetricOptions = { prefix, eventLoopMonitoringPrecision: 10 };
-  for (const name of PROM_CLIENT_METRICS) (require(`prom-client/lib/metrics/${name}.js`) as DefaultMetric)(registry, options);
+  const options = { prefix, eventLoopMonitoringPrecision: 10 };
+  for (const register of PROM_CLIENT_METRICS) register(registry, options);
   const gc = new Histogram({
     name: `${prefix}nodejs_gc_duration_seconds`,
     help: 'Garbage collection duration by kind, one of major, minor, incremental or weakcb.',
