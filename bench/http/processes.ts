@@ -48,45 +48,6 @@ export function serviceMain(root: string = ROOT, bundle = false): string {
 const COMPILE_CACHE = new URL('../../node_modules/.cache/node', import.meta.url).pathname;
 const compileCacheWarm = new Set<string>();
 
-/**
- * One throwaway start of the whole service, with the node flags the measured one gets,
- * fills the cache, so no measured process pays for type stripping (Node's stripper stays
- * loaded for the life of a process that used it: 15–17 MiB). Node keeps one cache per set
- * of V8 flags, and `--help` loads only the command line: a warm-up without the flags, or
- * with `--help`, leaves the first measured start after any change cold.
- */
-async function warmCompileCache(main: string, nodeArgs: readonly string[]): Promise<void> {
-  const key = [main, ...nodeArgs].join(' ');
-  if (compileCacheWarm.has(key)) return;
-  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-warm-'));
-  try {
-    const config = join(dir, 'svc.yaml');
-    writeFileSync(
-      config,
-      `server: { listen: 127.0.0.1:0, admin_listen: "off" }\nstore: { path: ${JSON.stringify(join(dir, 'svc.db'))} }\nkeys: { master_key_file: ${JSON.stringify(join(dir, 'master.key'))} }\nlogging: { level: info }\n`,
-    );
-    const child = spawn(process.execPath, [...nodeArgs, main, 'serve', '--config', config], {
-      env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE },
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    let output = '';
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('the compile-cache warm-up start did not listen within 30 s')), 30_000);
-      child.stdout!.on('data', (d: Buffer) => {
-        output += d.toString();
-        if (output.includes('"listen":')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      child.once('exit', (code) => reject(new Error(`the compile-cache warm-up start exited with ${code}`)));
-    });
-    await terminate(child, () => child.kill('SIGTERM'));
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-  compileCacheWarm.add(key);
-}
 /** The flags `npm start` and the container image run the service with (package.json). */
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50'];
 /** The environment `npm start` and the image add (package.json, Dockerfile; docs/operations.md). */
@@ -156,12 +117,32 @@ export interface ServiceOptions {
   readonly seed?: string;
 }
 
+type Service = Running & { dir: string; adminUrl: string | null; output(): string };
+
 /**
  * `node --max-semi-space-size=4 --heap-growing-percent=50 src/main.ts serve --config <temp yaml>` with a temp-dir
  * store (WAL file, logs written by the default writer, as in production), `logging.level:
  * warn` and the master key from SVC_MASTER_KEY.
+ *
+ * The first start of each entry point and set of node flags is preceded by a throwaway
+ * one on a SQLite store, which fills the compile cache: no measured process pays for type
+ * stripping (Node's stripper stays loaded for the life of a process that used it, 15–17
+ * MiB). Node keeps one cache per set of V8 flags, and `--help` loads only the command
+ * line: a warm-up without the flags, or with `--help`, leaves the first measured start
+ * after any change cold.
  */
-export async function startService(options: ServiceOptions): Promise<Running & { dir: string; adminUrl: string | null; output(): string }> {
+export async function startService(options: ServiceOptions): Promise<Service> {
+  const main = options.main ?? serviceMain();
+  const key = [main, ...(options.nodeArgs ?? [])].join(' ');
+  if (!compileCacheWarm.has(key)) {
+    compileCacheWarm.add(key);
+    const warmUp = await spawnService({ destinations: options.destinations, main, ...(options.nodeArgs === undefined ? {} : { nodeArgs: options.nodeArgs }) });
+    await warmUp.stop();
+  }
+  return spawnService({ ...options, main });
+}
+
+async function spawnService(options: ServiceOptions & { main: string }): Promise<Service> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-http-bench-'));
   const config = join(dir, 'svc.yaml');
   // The admin listener cannot share port 0 with the main one: the main port is found in
@@ -186,9 +167,7 @@ ${options.seed ?? `seed:
       destinations: [${options.destinations.map((d) => JSON.stringify(`${d}/`)).join(', ')}]`}
 `,
   );
-  const main = options.main ?? serviceMain();
-  await warmCompileCache(main, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? [])]);
-  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? []), main, 'serve', '--config', config], {
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...(options.nodeArgs ?? []), options.main, 'serve', '--config', config], {
     // As `npm start` and the image run it: the compile cache (warm, so the type stripper is
     // never loaded) and two malloc arenas.
     env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...options.env },
