@@ -3,7 +3,7 @@
  * config written to a temp dir, for tests that measure the process itself (memory,
  * signals, exit codes).
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,15 +27,14 @@ const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50'];
 /** And the environment they add. */
 export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
-/** As in the image: a compile cache, filled once per test run before the first child starts. */
+/**
+ * As in the image: a compile cache, filled by a throwaway start of the whole service before
+ * the first child with each set of node flags (Node keeps one cache per set of V8 flags,
+ * and `--help` would load only the command line), so no measured child carries Node's
+ * type stripper.
+ */
 const COMPILE_CACHE = join(tmpdir(), 'svc-sidecar-test-compile-cache');
-let warmed = false;
-
-function warmCompileCache(): void {
-  if (warmed) return;
-  spawnSync(process.execPath, [MAIN, '--help'], { env: { PATH: process.env['PATH'] ?? '', NODE_COMPILE_CACHE: COMPILE_CACHE }, stdio: 'ignore' });
-  warmed = true;
-}
+const warmed = new Set<string>();
 
 function procStatus(pid: number | undefined, field: string): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -60,7 +59,15 @@ export async function startChild(t: TestContext, yaml: string, env: Record<strin
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'svc-child-'));
   const configPath = join(dir, 'svc.yaml');
   writeFileSync(configPath, `server: ${options.server ?? '{ listen: 127.0.0.1:0, admin_listen: "off" }'}\nstore: ${options.store ?? `{ path: ${JSON.stringify(join(dir, 'svc.db'))} }`}\nlogging: { level: info }\n${yaml}`);
-  warmCompileCache();
+  const flags = nodeArgs.join(' ');
+  if (!warmed.has(flags)) {
+    warmed.add(flags);
+    const warmUp = await startChild(t, '', {}, nodeArgs);
+    const exited = new Promise((resolve) => warmUp.process.once('exit', resolve));
+    // SIGTERM: the service exits normally, and Node writes the cache at exit.
+    warmUp.process.kill('SIGTERM');
+    await exited;
+  }
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, MAIN, 'serve', '--config', configPath], {
     env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
