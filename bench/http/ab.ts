@@ -7,7 +7,7 @@
  *                         [--base-node-args "..."] [--candidate-node-args "..."]
  *                         [--base-yaml "..."] [--candidate-yaml "..."]
  *                         [--base-server "..."] [--candidate-server "..."]
- *                         [--base-bundle] [--candidate-bundle]
+ *                         [--base-bundle] [--candidate-bundle] [--restart]
  *
  * `--base` and `--candidate` are checkout roots (directories holding `src/main.ts` and
  * their own `node_modules`); the candidate defaults to this checkout. Each runs as `npm
@@ -18,6 +18,12 @@
  * `idle_memory_release: 0`). Both services run for the whole
  * run; one is loaded at a time, in alternating order (base first in even rounds), each
  * sample preceded by a 1 s warm-up, so drift on the shared machine hits both alike.
+ *
+ * With `--restart`, every round starts both services afresh (each warmed up for 3 s, as
+ * at the start) and stops them after its samples. A process can settle in one of several
+ * states for its whole life (V8's allocation-site pretenuring, Footprint in
+ * bench/README.md): a run of one process per side samples one state of each, a run with
+ * restarts samples as many as it has rounds.
  *
  * The verdict is the median of per-round ratios candidate ÷ base, of req/s and of
  * requests per CPU-second of the service (all its threads). Writes
@@ -54,6 +60,7 @@ const { values } = parseArgs({
     'candidate-server': { type: 'string' },
     'base-bundle': { type: 'boolean', default: false },
     'candidate-bundle': { type: 'boolean', default: false },
+    restart: { type: 'boolean', default: false },
   },
   strict: true,
 });
@@ -108,27 +115,42 @@ async function main(): Promise<void> {
       { name: 'base', root: resolve(values.base!), bundle: values['base-bundle'], nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'], server: values['base-server'] },
       { name: 'candidate', root: resolve(values.candidate), bundle: values['candidate-bundle'], nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'], server: values['candidate-server'] },
     ] as const;
-    const services: Running[] = [];
-    for (const side of sides) {
-      const svc = await startService({ destinations: [echo.url], main: serviceMain(side.root, side.bundle), nodeArgs: side.nodeArgs, yaml: side.yaml, ...(side.server === undefined ? {} : { server: side.server }) });
-      started.push(svc);
-      services.push({ ...svc, name: side.name });
-    }
     const body = customerRecord();
-    const targets = services.map((svc): Target => ({
-      url: `${svc.url}/proxy/${BENCH_SLUG}`,
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-svc-authorization': BENCH_KEY, 'x-svc-destination': `${echo.url}/`, 'x-svc-fields': FIELDS.join(',') },
-      body,
-    }));
-    for (const [i, target] of targets.entries()) {
-      const res = await fetch(target.url, { method: 'POST', headers: target.headers, body: new Uint8Array(body) });
-      const text = await res.text();
-      if (res.status !== 200 || !text.includes('"svc:')) throw new Error(`${sides[i]!.name}: ${res.status} ${text.slice(0, 300)}`);
-      await cannon(target, { connections, seconds: 3 });
-    }
+    /** Both sides started, answering, and warmed up: the services and their targets. */
+    const startBoth = async (): Promise<{ services: Running[]; targets: Target[] }> => {
+      const services: Running[] = [];
+      for (const side of sides) {
+        const svc = await startService({ destinations: [echo.url], main: serviceMain(side.root, side.bundle), nodeArgs: side.nodeArgs, yaml: side.yaml, ...(side.server === undefined ? {} : { server: side.server }) });
+        started.push(svc);
+        services.push({ ...svc, name: side.name });
+      }
+      const targets = services.map((svc): Target => ({
+        url: `${svc.url}/proxy/${BENCH_SLUG}`,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-svc-authorization': BENCH_KEY, 'x-svc-destination': `${echo.url}/`, 'x-svc-fields': FIELDS.join(',') },
+        body,
+      }));
+      for (const [i, target] of targets.entries()) {
+        const res = await fetch(target.url, { method: 'POST', headers: target.headers, body: new Uint8Array(body) });
+        const text = await res.text();
+        if (res.status !== 200 || !text.includes('"svc:')) throw new Error(`${sides[i]!.name}: ${res.status} ${text.slice(0, 300)}`);
+        await cannon(target, { connections, seconds: 3 });
+      }
+      return { services, targets };
+    };
+    const stopBoth = async (services: readonly Running[]): Promise<void> => {
+      for (const svc of services) {
+        const i = started.findIndex((r) => r.pids[0] === svc.pids[0]);
+        if (i !== -1) await started.splice(i, 1)[0]!.stop();
+      }
+    };
+    let { services, targets } = await startBoth();
     const samples: Sample[][] = [[], []];
     for (let round = 0; round < rounds; round++) {
+      if (values.restart && round > 0) {
+        await stopBoth(services);
+        ({ services, targets } = await startBoth());
+      }
       const order = round % 2 === 0 ? [0, 1] : [1, 0];
       for (const i of order) samples[i]!.push(await sample(services[i]!, targets[i]!));
       const [b, c] = [samples[0]!.at(-1)!, samples[1]!.at(-1)!];
@@ -141,6 +163,7 @@ async function main(): Promise<void> {
     const result = {
       benchmark: 'http-ab',
       command: `node bench/http/ab.ts ${process.argv.slice(2).join(' ')}`,
+      restart: values.restart,
       machine: { ...machine, loadAverageAtEnd: machineInfo().loadAverageAtStart },
       sides: sides.map((s, i) => ({ ...s, samples: samples[i], medianRps: median(samples[i]!.map((x) => x.rps)), rssAtEndBytes: rss[i]!.rss, hwmBytes: rss[i]!.hwm })),
       ratios: {

@@ -129,14 +129,18 @@ type Service = Running & { dir: string; adminUrl: string | null; output(): strin
  * stripping (Node's stripper stays loaded for the life of a process that used it, 15–17
  * MiB). Node keeps one cache per set of V8 flags, and `--help` loads only the command
  * line: a warm-up without the flags, or with `--help`, leaves the first measured start
- * after any change cold.
+ * after any change cold. Profiling flags (`--cpu-prof…`, `--heap-prof…`) are left off the
+ * warm-up.
  */
 export async function startService(options: ServiceOptions): Promise<Service> {
   const main = options.main ?? serviceMain();
-  const key = [main, ...(options.nodeArgs ?? [])].join(' ');
+  // Profiling flags are Node's, not V8's: they do not change the cache, and the warm-up
+  // must not write a profile beside the measured one.
+  const warmArgs = (options.nodeArgs ?? []).filter((a) => !/^--(cpu|heap)-prof/.test(a));
+  const key = [main, ...warmArgs].join(' ');
   if (!compileCacheWarm.has(key)) {
     compileCacheWarm.add(key);
-    const warmUp = await spawnService({ destinations: options.destinations, main, ...(options.nodeArgs === undefined ? {} : { nodeArgs: options.nodeArgs }) });
+    const warmUp = await spawnService({ destinations: options.destinations, main, nodeArgs: warmArgs });
     await warmUp.stop();
   }
   return spawnService({ ...options, main });
