@@ -68,4 +68,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
 STOPSIGNAL SIGTERM
 # A small young generation and a bounded old-generation growth keep resident memory low
 # under load and while bodies stream (docs/operations.md).
-CMD ["node", "--max-semi-space-size=4", "--heap-growing-percent=50", "src/main.ts", "serve", "--config", "/app/config/svc.yaml"]
+CMD ["node", "--max-semi-space-size=4", "--heap-growing-percent=50", "--no-allocation-site-pretenuring", "src/main.ts", "serve", "--config", "/app/config/svc.yaml"]

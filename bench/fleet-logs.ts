@@ -13,7 +13,7 @@
  *   node bench/fleet-logs.ts [--seconds 20] [--warmup 3] [--replicas 20] [--batch 500] [--rounds 3] [--only sqlite|postgres] [--quick]
  *
  * Every control-plane instance runs as `npm start` runs the service (its own process,
- * `node --max-semi-space-size=4 --heap-growing-percent=50 src/main.ts serve --config ...`, bench/http/processes.ts),
+ * `node --max-semi-space-size=4 --heap-growing-percent=50 --no-allocation-site-pretenuring src/main.ts serve --config ...`, bench/http/processes.ts),
  * all with one master key. PostgreSQL is started by the script (test/support/postgres.ts:
  * Debian's binaries, a throwaway cluster, durability off as in the tests).
  *

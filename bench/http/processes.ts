@@ -49,7 +49,7 @@ const COMPILE_CACHE = new URL('../../node_modules/.cache/node', import.meta.url)
 const compileCacheWarm = new Set<string>();
 
 /** The flags `npm start` and the container image run the service with (package.json). */
-export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50'];
+export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50', '--no-allocation-site-pretenuring'];
 /** The environment `npm start` and the image add (package.json, Dockerfile; docs/operations.md). */
 export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
 /** The seeded API key (`svc_` and 40 letters or digits). */
@@ -120,7 +120,7 @@ export interface ServiceOptions {
 type Service = Running & { dir: string; adminUrl: string | null; output(): string };
 
 /**
- * `node --max-semi-space-size=4 --heap-growing-percent=50 src/main.ts serve --config <temp yaml>` with a temp-dir
+ * `node --max-semi-space-size=4 --heap-growing-percent=50 --no-allocation-site-pretenuring src/main.ts serve --config <temp yaml>` with a temp-dir
  * store (WAL file, logs written by the default writer, as in production), `logging.level:
  * warn` and the master key from SVC_MASTER_KEY.
  *

@@ -18,7 +18,7 @@
  *   E naive         autocannon → a hand-written Node encrypt-and-forward (servers.ts
  *                   `naive-encrypt`: JSON.parse, AES-256-GCM on the same 5 fields,
  *                   JSON.stringify, undici) → echo
- *   D svc /proxy    autocannon → the service (`node --max-semi-space-size=4 --heap-growing-percent=50 src/main.ts
+ *   D svc /proxy    autocannon → the service (`node --max-semi-space-size=4 --heap-growing-percent=50 --no-allocation-site-pretenuring src/main.ts
  *                   serve`) encrypting 5 fields and forwarding to the echo backend
  *   G naive decrypt autocannon → servers.ts `naive-decrypt`: the 5 fields, sealed by the
  *                   bench beforehand with the key that process holds, opened → echo

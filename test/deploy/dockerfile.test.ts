@@ -164,13 +164,13 @@ describe('Dockerfile', () => {
     const exposed = (final?.instructions ?? []).filter((i) => i.keyword === 'EXPOSE').flatMap((i) => i.args.split(/\s+/));
     assert.deepEqual(exposed.sort(), ['8080', '9090']);
     const cmd = execForm((final?.instructions ?? []).findLast((i) => i.keyword === 'CMD')?.args ?? '');
-    assert.deepEqual(cmd, ['node', '--max-semi-space-size=4', '--heap-growing-percent=50', 'src/main.ts', 'serve', '--config', '/app/config/svc.yaml']);
+    assert.deepEqual(cmd, ['node', '--max-semi-space-size=4', '--heap-growing-percent=50', '--no-allocation-site-pretenuring', 'src/main.ts', 'serve', '--config', '/app/config/svc.yaml']);
     // The compile cache is filled at build time, so the service does not strip types at start.
     assert.match(DOCKERFILE, /^ENV NODE_COMPILE_CACHE=\S+$/m);
     assert.match(DOCKERFILE, /^RUN node src\/main\.ts --help/m);
     // The same environment `npm start` gives the service.
     assert.match(DOCKERFILE, /^ENV MALLOC_ARENA_MAX=1$/m);
-    assert.match(PACKAGE.scripts.start, /\bMALLOC_ARENA_MAX=1 node --max-semi-space-size=4 --heap-growing-percent=50 src\/main\.ts serve\b/);
+    assert.match(PACKAGE.scripts.start, /\bMALLOC_ARENA_MAX=1 node --max-semi-space-size=4 --heap-growing-percent=50 --no-allocation-site-pretenuring src\/main\.ts serve\b/);
   });
 
   it('checks health with node itself', () => {

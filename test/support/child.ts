@@ -24,7 +24,7 @@ export interface Child {
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
 /** The flags `npm start` and the container image run the service with (package.json). */
-export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50'];
+export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50', '--no-allocation-site-pretenuring'];
 /** And the environment they add. */
 export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
 /**
