@@ -612,7 +612,7 @@ export const configSchema = z
         /** false stops api and usage logs (activity logs are always kept). */
         enabled: boolean.default(true),
         retention: duration('30d', { positive: true }),
-        flush_interval: duration('1s', { positive: true }),
+        flush_interval: duration('50ms', { positive: true }),
         batch_size: wholeNumber(1).default(500),
         queue_limit: wholeNumber(1).default(100_000),
         /**

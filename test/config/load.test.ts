@@ -87,7 +87,7 @@ describe('defaults', () => {
     assert.deepEqual(config.state, { source: 'local' });
     assert.deepEqual(config.auth, { access_token_ttl: 3_600_000, login_max_attempts: 5, login_window: 900_000 });
     assert.deepEqual(config.forwarding, { connect_timeout: 5_000, headers_timeout: 30_000, body_timeout: 30_000, max_body: 4 * 1024 ** 3 });
-    assert.deepEqual(config.logs, { enabled: true, retention: 30 * 86_400_000, flush_interval: 1_000, batch_size: 500, queue_limit: 100_000, writer: 'inline' });
+    assert.deepEqual(config.logs, { enabled: true, retention: 30 * 86_400_000, flush_interval: 50, batch_size: 500, queue_limit: 100_000, writer: 'inline' });
     assert.deepEqual(config.logging, { level: 'info' });
     assert.deepEqual(config.seed, { users: [], api_keys: [], configurations: [], classifications: [] });
     assert.equal(config.relay, undefined);

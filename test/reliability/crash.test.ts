@@ -14,7 +14,7 @@
  *
  * Logs are not acknowledged writes: they are queued in memory and written in batches
  * (src/telemetry/log-writer.ts), so a kill loses what was still queued — entries recorded
- * since the last batch (at most `logs.flush_interval`, 1 s by default, or a full batch of
+ * since the last batch (at most `logs.flush_interval`, 50 ms by default, or a full batch of
  * `logs.batch_size`, 500 per kind, waiting for the next turn of the event loop) plus the
  * one batch the writer thread had not committed yet; only if the store had been refusing
  * batches could it be more, up to `logs.queue_limit`. The test measures that loss exactly,
