@@ -9,27 +9,33 @@
  *
  * Each write takes at most `batchSize` entries of each kind and commits them in one
  * transaction. Where they are written:
- * - A file store: on a worker thread with its own connection (store/sqlite/sql-thread.ts). A
- *   batch of 1,000 rows costs SQLite 5–50 ms (six index updates per request, and now and
- *   then a WAL checkpoint with its fsync); node:sqlite is synchronous, so on the main
- *   thread every request in flight would wait that long. Measured by bench/logging.ts:
- *   about 5 µs of main-thread CPU per request this way, about 25 µs writing on the main
- *   thread. One batch is in flight at a time, which keeps the rows in order.
- * - An in-memory store (tests), or when the thread cannot run: on the main thread, one batch
- *   per turn of the event loop, so a backlog is drained in slices rather than one stall.
- *   Such a write does not wait for another connection's lock (that wait would block the
- *   event loop too); the batch fails at once and is retried.
+ * - A database server (PostgreSQL): with awaited statements, nothing blocks.
+ * - A file store with `thread: true` (`logs.writer: thread`): on a worker thread with its
+ *   own connection (store/sqlite/sql-thread.ts), so no write or WAL checkpoint holds up the
+ *   event loop. One batch is in flight at a time, which keeps the rows in order.
+ * - Otherwise (`logs.writer: inline`, the default; an in-memory store; a thread that cannot
+ *   run): on the main thread, one batch per turn of the event loop, so a backlog is drained
+ *   in slices rather than one stall. Each batch holds up the requests in flight while it is
+ *   written, which is why the interval is short (docs/configuration.md). Such a write does
+ *   not wait for another connection's lock (that wait would block the event loop too); the
+ *   batch fails at once and is retried.
  *
- * A batch the store refuses (disk full, locked) is rolled back whole and put back at the
- * head of its queues, to be retried after `flushInterval`; because the batch is one
- * transaction, a retry never writes an entry twice. The queue is bounded: past
- * `queueLimit` entries new ones are dropped and counted rather than growing without end.
+ * A batch the store refuses (disk full, locked, a database server down) is rolled back
+ * whole and put back at the head of its queues, to be retried; because the batch is one
+ * transaction, a retry never writes an entry twice. Retries back off from `flushInterval`
+ * to RETRY_CAP_MS (or `flushInterval`, if longer), so a store that keeps refusing is not
+ * asked twenty times a second. The queue is bounded: past `queueLimit` entries new ones
+ * are dropped and counted rather than growing without end.
  */
 import type { Logger } from 'pino';
 import type { Store } from '../store/db.ts';
 import { syncRepositories } from '../store/sqlite/connection.ts';
 import { activityParams, apiParams, LOG_SQL, usageParams, type LogBatch, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../store/logs.ts';
 import { SqlThread, type WriteRequest } from '../store/sqlite/sql-thread.ts';
+import { Backoff } from '../sync/backoff.ts';
+
+/** The longest wait between retries of a refused batch, unless `flushInterval` is longer. */
+export const RETRY_CAP_MS = 1_000;
 
 export interface LogWriterOptions {
   /** Milliseconds an entry may wait for a batch to fill before it is written anyway. */
@@ -58,6 +64,10 @@ export class LogWriter {
   private immediate: NodeJS.Immediate | null = null;
   /** The last batch failed: wait for the timer instead of retrying on every full batch. */
   private failing = false;
+  /** Delays between retries while batches keep failing. */
+  private readonly retry: Backoff;
+  /** The wait before the next retry, while failing. */
+  private retryDelay = 0;
   private closed = false;
   private closing: Promise<void> | null = null;
   private thread: SqlThread | null = null;
@@ -79,6 +89,7 @@ export class LogWriter {
     this.logger = logger;
     this.options = options;
     this.enabled = options.enabled !== false;
+    this.retry = new Backoff(options.flushInterval, { capFactor: Math.max(1, RETRY_CAP_MS / options.flushInterval) });
     // A database server is written to with awaited statements: no thread, nothing blocks.
     this.remote = store.kind === 'postgres';
     if (!this.remote && options.thread !== false && store.path !== ':memory:') this.thread = this.startThread(store.path);
@@ -193,7 +204,7 @@ export class LogWriter {
 
   private writeLater(): void {
     if (this.timer !== null || this.closed) return;
-    this.timer = setTimeout(this.onTimer, this.options.flushInterval);
+    this.timer = setTimeout(this.onTimer, this.failing ? this.retryDelay : this.options.flushInterval);
     this.timer.unref();
   }
 
@@ -266,6 +277,7 @@ export class LogWriter {
     this.written += batch.activity.length + batch.api.length + batch.usage.length;
     if (this.failing) {
       this.failing = false;
+      this.retry.succeeded();
       this.logger.info({ failedBatches: this.failedBatches, queued: this.depth }, 'writing logs works again');
     }
   }
@@ -281,6 +293,10 @@ export class LogWriter {
     this.failedBatches++;
     if (!this.failing) this.logger.error({ err, queued: this.depth }, 'writing logs failed; will retry');
     this.failing = true;
+    this.retryDelay = this.retry.failed();
+    // A timer set for new entries would retry sooner than the backoff allows.
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
     this.writeLater();
   }
 

@@ -156,6 +156,24 @@ test('one batch of all three kinds is one transaction: a row the store refuses s
   assert.ok(logged().some((l) => l.msg === 'writing logs works again'));
 });
 
+test('a store that keeps refusing is retried less and less often, not every flushInterval, and the rows arrive once it takes them', async (t) => {
+  const { store, writer } = setup(t, { batchSize: 10, flushInterval: 20 });
+  const accept = refuseInserts(store, 'api_logs');
+  writer.api(api(0));
+  writer.flush();
+  assert.equal(writer.failedBatches, 1);
+  // New entries while failing do not bring the retry forward.
+  for (let i = 1; i < 40; i++) {
+    writer.api(api(i));
+    await sleep(15);
+  }
+  // About 600 ms: every 20 ms would be some 30 attempts; doubling from 20 ms allows at most 6.
+  assert.ok(writer.failedBatches >= 2 && writer.failedBatches <= 7, `${writer.failedBatches} attempts`);
+  accept();
+  await waitFor(() => writer.depth === 0, 'the retry to succeed');
+  assert.equal(await store.logs.count('api'), 40);
+});
+
 test('a database locked by another connection: the write fails at once instead of stalling the event loop, and is retried', async (t) => {
   const { store, writer, path } = setup(t, { batchSize: 5, flushInterval: 30 });
   const other = new DatabaseSync(path);
