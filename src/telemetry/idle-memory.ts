@@ -15,10 +15,11 @@
  * Work is requests served, health checks and metric scrapes aside: those come every few
  * seconds to a pod at rest, and a release after each would cost a collection each time
  * for nothing. A release also waits for MIN_WORK requests since the last one: a control
- * plane that a replica polls every few seconds, or a service with a request now and
- * then, holds little garbage per request and would otherwise pay a collection per pause. The loop's own activity is not work either: V8's collections, its own
- * included, keep the loop busy for tens of milliseconds, and counting them would have
- * one release follow another.
+ * plane that a replica polls every few seconds, or a service with a request now and then,
+ * holds little garbage per request and would otherwise pay a collection per pause. The
+ * loop's own activity is not work either: V8's collections, its own included, keep the
+ * loop busy for tens of milliseconds, and counting them would have one release follow
+ * another.
  *
  * The collection stops the event loop for tens of milliseconds, which is why it waits
  * for idleness: no request served, and the loop busy less than IDLE_UTILIZATION of each
@@ -157,9 +158,9 @@ export class IdleMemoryRelease {
       const { utilization } = performance.eventLoopUtilization(now, last);
       last = now;
       const served = this.#options.served();
-      const worked = served - lastServed;
+      const servedNow = served - lastServed;
       lastServed = served;
-      if (!watch.sample(utilization, worked)) return;
+      if (!watch.sample(utilization, servedNow)) return;
       const started = performance.now();
       release();
       // The collection's own time must not count as work: sample from after it.
