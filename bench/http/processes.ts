@@ -10,6 +10,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { SERVICE_ENV, SERVICE_NODE_FLAGS } from '../../test/support/service-command.ts';
 import type { Role } from './servers.ts';
 
 export interface Running {
@@ -46,12 +47,11 @@ export function serviceMain(root: string = ROOT, bundle = false): string {
 }
 /** Where `npm start` keeps its compile cache (package.json). */
 const COMPILE_CACHE = new URL('../../node_modules/.cache/node', import.meta.url).pathname;
-const compileCacheWarm = new Set<string>();
+/** The warm-up of each entry point and set of flags, once started: starts meanwhile wait for it. */
+const compileCacheWarm = new Map<string, Promise<void>>();
 
-/** The flags `npm start` and the container image run the service with (package.json). */
-export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50', '--no-allocation-site-pretenuring'];
-/** The environment `npm start` and the image add (package.json, Dockerfile; docs/operations.md). */
-export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
+// The flags and environment of `npm start`, read from package.json.
+export { SERVICE_ENV, SERVICE_NODE_FLAGS };
 /** The seeded API key (`svc_` and 40 letters or digits). */
 export const BENCH_KEY = `svc_${'HttpBench'.padEnd(40, '0')}`;
 export const BENCH_SLUG = 'bench';
@@ -138,11 +138,12 @@ export async function startService(options: ServiceOptions): Promise<Service> {
   // must not write a profile beside the measured one.
   const warmArgs = (options.nodeArgs ?? []).filter((a) => !/^--(cpu|heap)-prof/.test(a));
   const key = [main, ...warmArgs].join(' ');
-  if (!compileCacheWarm.has(key)) {
-    compileCacheWarm.add(key);
-    const warmUp = await spawnService({ destinations: options.destinations, main, nodeArgs: warmArgs });
-    await warmUp.stop();
+  let warmUp = compileCacheWarm.get(key);
+  if (warmUp === undefined) {
+    warmUp = spawnService({ destinations: options.destinations, main, nodeArgs: warmArgs }).then((svc) => svc.stop());
+    compileCacheWarm.set(key, warmUp);
   }
+  await warmUp;
   return spawnService({ ...options, main });
 }
 

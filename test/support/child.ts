@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
+import { SERVICE_ENV, SERVICE_NODE_FLAGS } from './service-command.ts';
 
 export interface Child {
   readonly process: ChildProcess;
@@ -23,10 +24,7 @@ export interface Child {
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
-/** The flags `npm start` and the container image run the service with (package.json). */
-export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=50', '--no-allocation-site-pretenuring'];
-/** And the environment they add. */
-export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
+export { SERVICE_ENV, SERVICE_NODE_FLAGS };
 /**
  * As in the image: a compile cache, filled by a throwaway start of the whole service before
  * the first child with each set of node flags (Node keeps one cache per set of V8 flags,
@@ -34,7 +32,8 @@ export const SERVICE_ENV = { MALLOC_ARENA_MAX: '1' } as const;
  * type stripper.
  */
 const COMPILE_CACHE = join(tmpdir(), 'svc-sidecar-test-compile-cache');
-const warmed = new Set<string>();
+/** The warm-up of each set of node flags, once started: children started meanwhile wait for it. */
+const warmed = new Map<string, Promise<void>>();
 
 function procStatus(pid: number | undefined, field: string): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -56,18 +55,25 @@ export interface ChildOptions {
 }
 
 export async function startChild(t: TestContext, yaml: string, env: Record<string, string> = {}, nodeArgs: string[] = [], options: ChildOptions = {}): Promise<Child> {
+  const flags = nodeArgs.join(' ');
+  let warmUp = warmed.get(flags);
+  if (warmUp === undefined) {
+    warmUp = spawnChild(t, '', {}, nodeArgs, {}).then(async (child) => {
+      const exited = new Promise((resolve) => child.process.once('exit', resolve));
+      // SIGTERM: the service exits normally, and Node writes the cache at exit.
+      child.process.kill('SIGTERM');
+      await exited;
+    });
+    warmed.set(flags, warmUp);
+  }
+  await warmUp;
+  return spawnChild(t, yaml, env, nodeArgs, options);
+}
+
+async function spawnChild(t: TestContext, yaml: string, env: Record<string, string>, nodeArgs: string[], options: ChildOptions): Promise<Child> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'svc-child-'));
   const configPath = join(dir, 'svc.yaml');
   writeFileSync(configPath, `server: ${options.server ?? '{ listen: 127.0.0.1:0, admin_listen: "off" }'}\nstore: ${options.store ?? `{ path: ${JSON.stringify(join(dir, 'svc.db'))} }`}\nlogging: { level: info }\n${yaml}`);
-  const flags = nodeArgs.join(' ');
-  if (!warmed.has(flags)) {
-    warmed.add(flags);
-    const warmUp = await startChild(t, '', {}, nodeArgs);
-    const exited = new Promise((resolve) => warmUp.process.once('exit', resolve));
-    // SIGTERM: the service exits normally, and Node writes the cache at exit.
-    warmUp.process.kill('SIGTERM');
-    await exited;
-  }
   const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, MAIN, 'serve', '--config', configPath], {
     env: { PATH: process.env['PATH'] ?? '', SVC_MASTER_KEY: randomBytes(32).toString('base64'), NODE_COMPILE_CACHE: COMPILE_CACHE, ...SERVICE_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
