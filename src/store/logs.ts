@@ -483,12 +483,15 @@ export class LogsRepository {
    * loop for that long.
    */
   *insertBatch(batch: LogBatch, options: { wait: boolean } = { wait: true }): Step<void> {
-    const self = this;
     const write = () =>
+      // The kinds' rows directly, not through insertActivity & co.: each of those opens a
+      // savepoint inside this transaction, and SQLite then copies every page the inserts
+      // change into its statement journal (a temp file past 64 KiB) for a rollback to that
+      // savepoint that never comes; on PostgreSQL each savepoint is a round trip.
       atomically(function* () {
-        yield* self.insertActivity(batch.activity);
-        yield* self.insertApi(batch.api);
-        yield* self.insertUsage(batch.usage);
+        yield* insertEach(LOG_SQL.insert.activity, batch.activity, activityParams);
+        yield* insertEach(LOG_SQL.insert.api, batch.api, apiParams);
+        yield* insertEach(LOG_SQL.insert.usage, batch.usage, usageParams);
       });
     if (options.wait) yield* write();
     else yield* withoutWaiting(write);
@@ -646,9 +649,13 @@ export class LogsRepository {
 /** Inserts `rows` in one transaction (a savepoint inside a caller's); nothing for none. */
 function* insertRows<T>(sql: string, rows: readonly T[], params: (row: T) => LogParam[]): Step<void> {
   if (rows.length === 0) return;
-  yield* atomically(function* () {
-    yield* runEach(sql, rows.map(params));
-  });
+  yield* atomically(() => insertEach(sql, rows, params));
+}
+
+/** Inserts `rows` in whatever transaction is open; nothing for none. */
+function* insertEach<T>(sql: string, rows: readonly T[], params: (row: T) => LogParam[]): Step<void> {
+  if (rows.length === 0) return;
+  yield* runEach(sql, rows.map(params));
 }
 
 function* pageOf<R extends { id: number; created_at: string }, T>(kind: LogKind, query: LogQuery, convert: (record: R) => T): Step<LogPage<T>> {
