@@ -41,6 +41,33 @@ export function logsContract(target: StoreTarget): void {
     assert.equal(await target.sql.inTransaction(store), false);
   });
 
+  test('a log batch of any size keeps every row of each kind, in order; one bad row stores none of the batch', async (t) => {
+    const store = await setup(t);
+    // Around the sizes of one INSERT (32 rows) and its halves: 77 = 32 + 32 + 8 + 4 + 1.
+    let next = 0;
+    for (const size of [1, 3, 31, 32, 33, 77]) {
+      const first = next;
+      const numbers = Array.from({ length: size }, () => next++);
+      await store.logs.insertBatch({ activity: numbers.map((i) => activity(i)), api: numbers.map(api), usage: numbers.map(usage) });
+      // Newest first: the batch's rows, then the previous batch's last.
+      const ids = (await store.logs.listApi({ limit: size + 1, offset: 0 })).map((row) => row.requestId);
+      const expected = numbers.map((i) => `req-${i}`).reverse();
+      assert.deepEqual(ids, first === 0 ? expected : [...expected, `req-${first - 1}`], `batch of ${size} from ${first}`);
+      assert.equal((await store.logs.listUsage({ limit: 1, offset: size - 1 }))[0]?.requestId, `req-${first}`);
+    }
+    const total = next;
+    for (const kind of ['activity', 'api', 'usage'] as const) assert.equal(await store.logs.count(kind), total);
+
+    // The bad row sits in the second full INSERT of its kind, after whole statements of
+    // every kind have gone in.
+    const numbers = Array.from({ length: 70 }, (_, i) => total + i);
+    const usages = numbers.map(usage);
+    usages[40] = { ...usages[40]!, mode: 'explode' } as unknown as NewUsageLog;
+    await assert.rejects(async () => store.logs.insertBatch({ activity: numbers.map((i) => activity(i)), api: numbers.map(api), usage: usages }), (e) => constraintViolated(e) === 'check');
+    for (const kind of ['activity', 'api', 'usage'] as const) assert.equal(await store.logs.count(kind), total);
+    assert.equal(await target.sql.inTransaction(store), false);
+  });
+
   test('rows read back with every field, newest first, filtered by user', async (t) => {
     const store = await setup(t);
     await store.logs.insertActivity([
