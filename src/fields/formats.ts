@@ -149,6 +149,12 @@ export interface ContentType {
   readonly charset: 'absent' | 'utf-8' | 'other';
 }
 
+/** Content types already parsed, by their exact text: a request's is read up to three times. */
+const parsedTypes = new Map<string, ContentType>();
+const MAX_PARSED_TYPES = 64;
+/** Longer texts are parsed every time rather than kept. */
+const MAX_REMEMBERED_TYPE = 200;
+
 /**
  * A `content-type`'s media type (lower case) and what its `charset` says: absent, UTF-8,
  * or `other` — another charset, or more than one `charset` parameter, since readers
@@ -157,6 +163,18 @@ export interface ContentType {
 export function parseContentType(type: string | string[] | undefined): ContentType | null {
   const value = Array.isArray(type) ? type[0] : type;
   if (value === undefined) return null;
+  if (value.length > MAX_REMEMBERED_TYPE) return parseValue(value);
+  let parsed = parsedTypes.get(value);
+  if (parsed === undefined) {
+    parsed = Object.freeze(parseValue(value));
+    // A service sees a handful of spellings; whoever sends thousands only empties the memory.
+    if (parsedTypes.size >= MAX_PARSED_TYPES) parsedTypes.clear();
+    parsedTypes.set(value, parsed);
+  }
+  return parsed;
+}
+
+function parseValue(value: string): ContentType {
   const parts = splitParameters(value);
   const media = parts[0]!.trim().toLowerCase();
   let charset: 'absent' | 'utf-8' | 'other' = 'absent';
