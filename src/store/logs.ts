@@ -283,6 +283,52 @@ export const LOG_SQL = Object.freeze({
 /** A parameter of the write statements. */
 export type LogParam = string | number | null;
 
+/**
+ * Rows per INSERT statement. One statement of many VALUES tuples binds and steps once
+ * where a statement per row crosses into SQLite once a row (on PostgreSQL, a round trip a
+ * row). Rows past the last full statement go in halving sizes (16, 8, … 1).
+ */
+const ROWS_PER_INSERT = 32;
+const INSERT_SIZES: readonly number[] = Object.freeze(Array.from({ length: Math.log2(ROWS_PER_INSERT) + 1 }, (_, i) => ROWS_PER_INSERT >> i));
+
+/** `sql`, one row's `INSERT … VALUES (…)`, with `n` tuples. */
+function multiRow(sql: string, n: number): string {
+  const at = sql.lastIndexOf('VALUES') + 'VALUES'.length;
+  return `${sql.slice(0, at)} ${Array<string>(n).fill(sql.slice(at).trim()).join(', ')}`;
+}
+
+/**
+ * Every log INSERT, by name `<kind>*<rows>`: the statements of the repository and of the
+ * thread that writes logs on its own connection (sql-thread.ts), which prepares them all.
+ */
+export const LOG_INSERTS: Readonly<Record<string, string>> = Object.freeze(
+  Object.fromEntries(LOG_KINDS.flatMap((kind) => INSERT_SIZES.map((n) => [`${kind}*${n}`, multiRow(LOG_SQL.insert[kind], n)]))),
+);
+
+/** INSERTs of one statement name: the parameters of each statement, its rows' in order. */
+export type LogInsertRun = [name: string, statements: LogParam[][]];
+
+/** `rows` of `kind`, in order, as runs of LOG_INSERTS: full statements first, then the rest. */
+export function insertRuns<T>(kind: LogKind, rows: readonly T[], params: (row: T) => LogParam[]): LogInsertRun[] {
+  const runs: LogInsertRun[] = [];
+  let at = 0;
+  for (const n of INSERT_SIZES) {
+    const statements: LogParam[][] = [];
+    while (rows.length - at >= n) {
+      const flat: LogParam[] = [];
+      for (const end = at + n; at < end; at++) flat.push(...params(rows[at]!));
+      statements.push(flat);
+    }
+    if (statements.length > 0) runs.push([`${kind}*${n}`, statements]);
+  }
+  return runs;
+}
+
+/** A batch's rows as runs of LOG_INSERTS: activity, then api, then usage. */
+export function batchRuns(batch: LogBatch): LogInsertRun[] {
+  return [...insertRuns('activity', batch.activity, activityParams), ...insertRuns('api', batch.api, apiParams), ...insertRuns('usage', batch.usage, usageParams)];
+}
+
 export function activityParams(r: NewActivityLog): LogParam[] {
   return [r.action, r.description, r.ip, r.userId ?? null, r.causerEmail ?? null, r.requestId ?? null, r.createdAt];
 }
@@ -464,15 +510,15 @@ export class LogsRepository {
 
   /** Writes the batch in one transaction: all rows or none. */
   *insertActivity(rows: readonly NewActivityLog[]): Step<void> {
-    yield* insertRows(LOG_SQL.insert.activity, rows, activityParams);
+    yield* insertRows('activity', rows, activityParams);
   }
 
   *insertApi(rows: readonly NewApiLog[]): Step<void> {
-    yield* insertRows(LOG_SQL.insert.api, rows, apiParams);
+    yield* insertRows('api', rows, apiParams);
   }
 
   *insertUsage(rows: readonly NewUsageLog[]): Step<void> {
-    yield* insertRows(LOG_SQL.insert.usage, rows, usageParams);
+    yield* insertRows('usage', rows, usageParams);
   }
 
   /**
@@ -488,11 +534,7 @@ export class LogsRepository {
       // savepoint inside this transaction, and SQLite then copies every page the inserts
       // change into its statement journal (a temp file past 64 KiB) for a rollback to that
       // savepoint that never comes; on PostgreSQL each savepoint is a round trip.
-      atomically(function* () {
-        yield* insertEach(LOG_SQL.insert.activity, batch.activity, activityParams);
-        yield* insertEach(LOG_SQL.insert.api, batch.api, apiParams);
-        yield* insertEach(LOG_SQL.insert.usage, batch.usage, usageParams);
-      });
+      atomically(() => runInserts(batchRuns(batch)));
     if (options.wait) yield* write();
     else yield* withoutWaiting(write);
   }
@@ -646,51 +688,15 @@ export class LogsRepository {
   }
 }
 
-/** Inserts `rows` in one transaction (a savepoint inside a caller's); nothing for none. */
-function* insertRows<T>(sql: string, rows: readonly T[], params: (row: T) => LogParam[]): Step<void> {
+/** Inserts `rows` of one kind in one transaction (a savepoint inside a caller's); nothing for none. */
+function* insertRows<T>(kind: LogKind, rows: readonly T[], params: (row: T) => LogParam[]): Step<void> {
   if (rows.length === 0) return;
-  yield* atomically(() => insertEach(sql, rows, params));
+  yield* atomically(() => runInserts(insertRuns(kind, rows, params)));
 }
 
-/**
- * Rows per INSERT statement of a batch. One statement of many VALUES tuples binds and
- * steps once where a statement per row crosses into SQLite once a row (on PostgreSQL, a
- * round trip a row): 500 rows of a log batch cost about a fifth less on SQLite this way.
- */
-const ROWS_PER_INSERT = 32;
-
-/** `sql`, one row's `INSERT … VALUES (…)`, with `n` tuples: texts per statement and n. */
-const multiRowTexts = new Map<string, string[]>();
-
-function multiRowSql(sql: string, n: number): string {
-  let texts = multiRowTexts.get(sql);
-  if (texts === undefined) {
-    const at = sql.lastIndexOf('VALUES');
-    const head = sql.slice(0, at + 'VALUES'.length);
-    const tuple = sql.slice(at + 'VALUES'.length).trim();
-    texts = [];
-    for (let k = 1; k <= ROWS_PER_INSERT; k *= 2) texts[k] = `${head} ${Array(k).fill(tuple).join(', ')}`;
-    multiRowTexts.set(sql, texts);
-  }
-  return texts[n]!;
-}
-
-/**
- * Inserts `rows`, in order, in whatever transaction is open; nothing for none. Full
- * statements of ROWS_PER_INSERT rows, then the rest in halving sizes (16, 8, … 1), so
- * each kind has at most six statement texts to prepare.
- */
-function* insertEach<T>(sql: string, rows: readonly T[], params: (row: T) => LogParam[]): Step<void> {
-  let at = 0;
-  for (let n = ROWS_PER_INSERT; n >= 1 && at < rows.length; n /= 2) {
-    const statements: LogParam[][] = [];
-    while (rows.length - at >= n) {
-      const flat: LogParam[] = [];
-      for (const end = at + n; at < end; at++) flat.push(...params(rows[at]!));
-      statements.push(flat);
-    }
-    if (statements.length > 0) yield* runEach(multiRowSql(sql, n), statements);
-  }
+/** Runs `runs` (insertRuns, batchRuns) in whatever transaction is open. */
+function* runInserts(runs: readonly LogInsertRun[]): Step<void> {
+  for (const [name, statements] of runs) yield* runEach(LOG_INSERTS[name]!, statements);
 }
 
 function* pageOf<R extends { id: number; created_at: string }, T>(kind: LogKind, query: LogQuery, convert: (record: R) => T): Step<LogPage<T>> {

@@ -30,7 +30,7 @@
 import type { Logger } from 'pino';
 import type { Store } from '../store/db.ts';
 import { syncRepositories } from '../store/sqlite/connection.ts';
-import { activityParams, apiParams, LOG_SQL, usageParams, type LogBatch, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../store/logs.ts';
+import { batchRuns, LOG_INSERTS, type LogBatch, type NewActivityLog, type NewApiLog, type NewUsageLog } from '../store/logs.ts';
 import { SqlThread, type WriteRequest } from '../store/sqlite/sql-thread.ts';
 import { Backoff } from '../sync/backoff.ts';
 
@@ -305,7 +305,7 @@ export class LogWriter {
 
   private startThread(path: string): SqlThread | null {
     try {
-      const thread = new SqlThread(path, LOG_SQL.insert);
+      const thread = new SqlThread(path, LOG_INSERTS);
       thread.onLost = (err) => this.lostThread(thread, err);
       return thread;
     } catch (err) {
@@ -354,9 +354,5 @@ export class LogWriter {
 
 /** Kinds with no entries are left out. */
 function writeRequest(batch: LogBatch): WriteRequest {
-  const runs: Array<[string, ReturnType<typeof apiParams>[]]> = [];
-  if (batch.activity.length > 0) runs.push(['activity', batch.activity.map(activityParams)]);
-  if (batch.api.length > 0) runs.push(['api', batch.api.map(apiParams)]);
-  if (batch.usage.length > 0) runs.push(['usage', batch.usage.map(usageParams)]);
-  return { op: 'write', runs };
+  return { op: 'write', runs: batchRuns(batch) };
 }
