@@ -7,6 +7,7 @@
  *                            [--nginx-workers N] [--install-nginx]
  *                            [--profile] [--profile-case encrypt|decrypt]
  *                            [--svc-node-args "--flag ..."] [--reference-node-args "--flag ..."]
+ *                            [--svc-yaml "..."]
  *
  * Cases, each POSTing the same ~1 KB JSON customer record (body.ts), or that record with
  * its five fields already encrypted for the decrypt cases:
@@ -33,11 +34,13 @@
  * from /proc for every run.
  *
  * Writes bench/results/http-proxy.json (--quick: http-proxy-quick.json; with
- * --svc-node-args or --reference-node-args: http-proxy-experiment.json; the latter gives
+ * --svc-node-args, --reference-node-args or --svc-yaml: http-proxy-experiment.json; the second gives
  * the hand-written references E and G node flags, e.g. the service's heap sizes, where
  * they otherwise run on Node's defaults). `--profile` instead runs D (or, with
  * `--profile-case decrypt`, D-decrypt) alone with `--cpu-prof` and prints the top
- * self-time functions.
+ * self-time functions, and the busy time per request served. `--svc-yaml` adds top-level
+ * YAML to the service's configuration (e.g. `logs: { enabled: false }`, to see what a
+ * part of the product costs).
  */
 import { createSecretKey, randomBytes, type KeyObject } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
@@ -95,6 +98,8 @@ interface Options {
   profileCase: 'encrypt' | 'decrypt';
   /** Extra node flags for the service, after the `npm start` ones (experiments only). */
   svcNodeArgs: string[];
+  /** Top-level YAML added to the service's configuration (experiments only). */
+  svcYaml: string;
   /** Node flags for the references E and G (experiments only; none by default). */
   referenceNodeArgs: string[];
 }
@@ -115,6 +120,7 @@ function parse(): Options {
       'profile-case': { type: 'string', default: 'encrypt' },
       'svc-node-args': { type: 'string', default: '' },
       'reference-node-args': { type: 'string', default: '' },
+      'svc-yaml': { type: 'string', default: '' },
     },
     strict: true,
   });
@@ -142,6 +148,7 @@ function parse(): Options {
     profileCase,
     svcNodeArgs: values['svc-node-args'].split(' ').filter((a) => a !== ''),
     referenceNodeArgs: values['reference-node-args'].split(' ').filter((a) => a !== ''),
+    svcYaml: values['svc-yaml'],
   };
 }
 
@@ -358,7 +365,7 @@ async function main(): Promise<void> {
     started.push(naive);
     const naiveDecrypt = await startHelper('naive-decrypt', `${echo.url}/`, naiveEnv, options.referenceNodeArgs);
     started.push(naiveDecrypt);
-    const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs, admin: true });
+    const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs, yaml: options.svcYaml, admin: true });
     started.push(svc);
 
     // Footprint before any traffic: every server 2 s after the service listens. The
@@ -454,7 +461,7 @@ async function main(): Promise<void> {
     const dir = new URL('../results/', import.meta.url);
     mkdirSync(dir, { recursive: true });
     // Smoke runs and flag experiments never replace the real results.
-    const name = options.quick ? 'http-proxy-quick.json' : options.svcNodeArgs.length > 0 || options.referenceNodeArgs.length > 0 ? 'http-proxy-experiment.json' : 'http-proxy.json';
+    const name = options.quick ? 'http-proxy-quick.json' : options.svcNodeArgs.length > 0 || options.referenceNodeArgs.length > 0 || options.svcYaml !== '' ? 'http-proxy-experiment.json' : 'http-proxy.json';
     const path = new URL(name, dir);
     const file = {
       command: `node bench/http/proxy.ts ${process.argv.slice(2).join(' ')}`.trim(),
@@ -693,7 +700,9 @@ function formatTable(s: Summary, options: Options): string {
 /** D (or D-decrypt) alone under full load with `--cpu-prof`; prints where the service spends its CPU. */
 async function profile(options: Options, echo: Running): Promise<void> {
   const profDir = mkdtempSync(join(tmpdir(), 'svc-bench-prof-'));
-  const svc = await startService({ destinations: [echo.url], nodeArgs: [...options.svcNodeArgs, '--cpu-prof', `--cpu-prof-dir=${profDir}`] });
+  const svc = await startService({ destinations: [echo.url], nodeArgs: [...options.svcNodeArgs, '--cpu-prof', `--cpu-prof-dir=${profDir}`], yaml: options.svcYaml });
+  /** Requests the profiled process served: the check, the warm-up and the measured run. */
+  let served = 1;
   try {
     const decrypt = options.profileCase === 'decrypt';
     const target: Target = {
@@ -703,8 +712,9 @@ async function profile(options: Options, echo: Running): Promise<void> {
       body: decrypt ? await svcTokenRecord(svc.url) : customerRecord(),
     };
     await check(decrypt ? 'svc-decrypt' : 'svc-proxy', target);
-    await cannon(target, { connections: options.connections, seconds: options.warmupSeconds });
+    served += (await cannon(target, { connections: options.connections, seconds: options.warmupSeconds })).responses;
     const r = await cannon(target, { connections: options.connections, seconds: options.seconds * 2 });
+    served += r.responses;
     log(`profiled run (${options.profileCase}): ${r.rps} rps, p50 ${r.latencyMs.p50} ms, p99 ${r.latencyMs.p99} ms`);
   } finally {
     await svc.stop();
@@ -713,7 +723,10 @@ async function profile(options: Options, echo: Running): Promise<void> {
   const files = readdirSync(profDir).filter((f) => f.endsWith('.cpuprofile'));
   const main = files.find((f) => f.split('.')[4] === '0');
   if (main === undefined) throw new Error(`no main-thread .cpuprofile was written to ${profDir}`);
-  console.log(formatProfile(summarizeProfile(join(profDir, main)), 30));
+  const summary = summarizeProfile(join(profDir, main));
+  console.log(formatProfile(summary, 30));
+  // Start-up is in the profile too: a few hundred ms against tens of seconds of load.
+  console.log(`\nmain thread busy per request served: ${(((summary.totalMs - summary.idleMs) * 1000) / served).toFixed(1)} µs (${served} requests)`);
   for (const other of files.filter((f) => f !== main)) {
     const s = summarizeProfile(join(profDir, other));
     console.log(`\nworker thread ${other.split('.')[4]}: ${s.totalMs - s.idleMs} ms busy of ${s.totalMs} ms; top: ${s.self.slice(0, 3).map((e) => `${e.name} ${e.ms} ms`).join(', ')}`);
