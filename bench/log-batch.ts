@@ -22,7 +22,7 @@ import type { Store } from '../src/store/db.ts';
 import type { LogBatch } from '../src/store/logs.ts';
 import { postgresUnavailable, startPostgres, type Postgres } from '../test/support/postgres.ts';
 import { median } from './lib/measure.ts';
-import { machineInfo, resultLabel } from './lib/report.ts';
+import { machineInfo, positiveOption, resultLabel } from './lib/report.ts';
 
 const { values } = parseArgs({
   options: {
@@ -33,13 +33,8 @@ const { values } = parseArgs({
   },
   strict: true,
 });
-const positive = (name: string, value: string): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);
-  return n;
-};
-const batches = positive('batches', values.batches);
-const rounds = positive('rounds', values.rounds);
+const batches = positiveOption('batches', values.batches);
+const rounds = positiveOption('rounds', values.rounds);
 if (values.label !== undefined) resultLabel(values.label);
 
 const HERE = new URL('..', import.meta.url).pathname;

@@ -38,7 +38,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { median } from '../lib/measure.ts';
-import { machineInfo, resultLabel } from '../lib/report.ts';
+import { machineInfo, positiveOption, resultLabel } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
 import { cannon, paced, round3, type Target } from './load.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, serviceMain, startHelper, startService, type Running } from './processes.ts';
@@ -66,15 +66,10 @@ const { values } = parseArgs({
 });
 if (values.base === undefined) throw new Error('--base <checkout> is required');
 resultLabel(values.label);
-const positive = (name: string, value: string): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);
-  return n;
-};
-const rounds = positive('rounds', values.rounds);
-const seconds = positive('seconds', values.seconds);
-const connections = positive('connections', values.connections);
-const rate = values.rate === undefined ? null : positive('rate', values.rate);
+const rounds = positiveOption('rounds', values.rounds);
+const seconds = positiveOption('seconds', values.seconds);
+const connections = positiveOption('connections', values.connections);
+const rate = values.rate === undefined ? null : positiveOption('rate', values.rate);
 const split = (args: string) => args.split(' ').filter((a) => a !== '');
 
 const log = (m: string) => process.stderr.write(`${m}\n`);

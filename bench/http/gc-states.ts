@@ -20,7 +20,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { median } from '../lib/measure.ts';
-import { machineInfo, resultLabel } from '../lib/report.ts';
+import { machineInfo, positiveOption, resultLabel } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
 import { cannon, type Target } from './load.ts';
 import { BENCH_KEY, BENCH_SLUG, SERVICE_NODE_FLAGS, startHelper, startService } from './processes.ts';
@@ -35,14 +35,9 @@ const { values } = parseArgs({
   },
   strict: true,
 });
-const positive = (name: string, value: string): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);
-  return n;
-};
-const starts = positive('starts', values.starts);
-const samples = positive('samples', values.samples);
-const seconds = positive('seconds', values.seconds);
+const starts = positiveOption('starts', values.starts);
+const samples = positiveOption('samples', values.samples);
+const seconds = positiveOption('seconds', values.seconds);
 const extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
 const label = values.label === undefined ? null : resultLabel(values.label);
 const log = (m: string) => process.stderr.write(`${m}\n`);

@@ -36,6 +36,13 @@ export function resultLabel(label: string): string {
   return label;
 }
 
+/** The value of `--<name>` as a positive integer; throws for anything else. */
+export function positiveOption(name: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer`);
+  return n;
+}
+
 export function loadAverage(): number[] {
   return os.loadavg().map((l) => Math.round(l * 100) / 100);
 }
