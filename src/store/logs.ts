@@ -263,8 +263,9 @@ function deleteChunkSql(table: string): string {
 }
 
 /**
- * The write statements, with `activityParams` & co. giving their parameters: shared by the
- * repository and by the threads that write logs on their own connection (sql-thread.ts).
+ * The write statements: each kind's INSERT of one row (`activityParams` & co. give its
+ * parameters), from which LOG_INSERTS builds the statements that run, and retention's
+ * DELETE, run by the repository and by the thread that sweeps on its own connection.
  */
 export const LOG_SQL = Object.freeze({
   insert: Object.freeze({
@@ -329,11 +330,11 @@ export function batchRuns(batch: LogBatch): LogInsertRun[] {
   return [...insertRuns('activity', batch.activity, activityParams), ...insertRuns('api', batch.api, apiParams), ...insertRuns('usage', batch.usage, usageParams)];
 }
 
-export function activityParams(r: NewActivityLog): LogParam[] {
+function activityParams(r: NewActivityLog): LogParam[] {
   return [r.action, r.description, r.ip, r.userId ?? null, r.causerEmail ?? null, r.requestId ?? null, r.createdAt];
 }
 
-export function apiParams(r: NewApiLog): LogParam[] {
+function apiParams(r: NewApiLog): LogParam[] {
   return [
     r.requestId,
     r.method,
@@ -350,7 +351,7 @@ export function apiParams(r: NewApiLog): LogParam[] {
   ];
 }
 
-export function usageParams(r: NewUsageLog): LogParam[] {
+function usageParams(r: NewUsageLog): LogParam[] {
   return [r.requestId, r.configurationId, r.apiKeyId ?? null, r.userId ?? null, r.mode, r.fieldCount, r.bytes, revealCountsText(r.reveal), r.createdAt];
 }
 
