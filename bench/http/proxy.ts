@@ -25,6 +25,8 @@
  *                   bench beforehand with the key that process holds, opened → echo
  *   D-decrypt       autocannon → the same service, `x-svc-mode: decrypt`, opening 5 tokens
  *                   it made itself (its encrypt endpoint, before timing) → echo
+ *   D-nolog         autocannon → a second service, as D but with `logs: { enabled: false }`
+ *                   (no api or usage entries: what the audit log costs D; E writes none)
  *
  * Each round measures every case at full load (fixed connections, 1 s warm-up each),
  * then the tail run: A and then D at a fixed paced rate (load.ts `paced`, default
@@ -55,8 +57,8 @@ import { NAIVE_KEY_ENV, replaceAt, seal } from './naive-fields.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, installNginx, memoryOf, nginxAvailable, SERVICE_NODE_FLAGS, startHelper, startNginx, startService, type Running } from './processes.ts';
 import { formatProfile, summarizeProfile } from './profile.ts';
 
-type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'undici' | 'naive' | 'svc-proxy' | 'naive-decrypt' | 'svc-decrypt';
-const ORDER: readonly CaseId[] = ['direct', 'http-proxy-3', 'nginx', 'undici', 'naive', 'svc-proxy', 'naive-decrypt', 'svc-decrypt'];
+type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'undici' | 'naive' | 'svc-proxy' | 'svc-nolog' | 'naive-decrypt' | 'svc-decrypt';
+const ORDER: readonly CaseId[] = ['direct', 'http-proxy-3', 'nginx', 'undici', 'naive', 'svc-proxy', 'svc-nolog', 'naive-decrypt', 'svc-decrypt'];
 const LABELS: Record<CaseId, string> = {
   direct: 'A direct (echo)',
   'http-proxy-3': 'B http-proxy-3 pass-through',
@@ -64,6 +66,7 @@ const LABELS: Record<CaseId, string> = {
   undici: 'F undici pass-through',
   naive: 'E naive Node encrypt 5 fields + forward',
   'svc-proxy': 'D svc /proxy encrypt 5 fields + forward',
+  'svc-nolog': 'D-nolog the same, api and usage logs off',
   'naive-decrypt': 'G naive Node decrypt 5 fields + forward',
   'svc-decrypt': 'D-decrypt svc /proxy decrypt 5 fields + forward',
 };
@@ -214,7 +217,7 @@ async function check(id: CaseId, target: Target): Promise<void> {
     return;
   }
   const sent = JSON.parse(target.body.toString()) as Doc;
-  const isToken = id === 'svc-proxy' ? (v: unknown) => typeof v === 'string' && v.startsWith('svc:') && v.endsWith(':$') : (v: unknown) => typeof v === 'string' && v.startsWith('enc:');
+  const isToken = id === 'svc-proxy' || id === 'svc-nolog' ? (v: unknown) => typeof v === 'string' && v.startsWith('svc:') && v.endsWith(':$') : (v: unknown) => typeof v === 'string' && v.startsWith('enc:');
   if (!fieldValues(doc).every(isToken)) throw new Error(`${id}: the 5 fields were not encrypted: ${text.slice(0, 400)}`);
   if (doc['notes'] !== sent['notes'] || doc['id'] !== sent['id']) throw new Error(`${id}: other fields changed`);
 }
@@ -323,6 +326,8 @@ interface Round {
     readonly encryptVsUndici: Ratio;
     readonly encryptVsNginx: Ratio | null;
     readonly decryptVsNaive: Ratio;
+    /** D-nolog ÷ E: null when the case was left out. */
+    readonly encryptNoLogsVsNaive: Ratio | null;
   };
   readonly tail: Tail | null;
 }
@@ -367,6 +372,14 @@ async function main(): Promise<void> {
     started.push(naiveDecrypt);
     const svc = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs, yaml: options.svcYaml, admin: true });
     started.push(svc);
+    // D-nolog: the same service without api and usage logs. An experiment's YAML that sets
+    // `logs:` itself would clash with it, so the case is left out then.
+    let svcNoLog: Running | null = null;
+    if (/^logs:/m.test(options.svcYaml)) log('--svc-yaml sets logs: case D-nolog skipped');
+    else {
+      svcNoLog = await startService({ destinations: [echo.url], nodeArgs: options.svcNodeArgs, yaml: `${options.svcYaml}\nlogs: { enabled: false }` });
+      started.push(svcNoLog);
+    }
 
     // Footprint before any traffic: every server 2 s after the service listens. The
     // service's delay monitor is read over the same idle 2 s (the first scrape closes the
@@ -382,6 +395,7 @@ async function main(): Promise<void> {
       naive: memoryOf(naive.pids),
       'naive-decrypt': memoryOf(naiveDecrypt.pids),
       svc: memoryOf(svc.pids),
+      ...(svcNoLog === null ? {} : { 'svc-nolog': memoryOf(svcNoLog.pids) }),
     };
     const idleRssMiB = Object.fromEntries(Object.entries(idle).map(([k, m]) => [k, round3(m.rss / MIB)]));
     log(`idle RSS (MiB, before any traffic): ${Object.entries(idleRssMiB).map(([k, v]) => `${k} ${v}`).join(', ')}`);
@@ -399,6 +413,7 @@ async function main(): Promise<void> {
       'naive-decrypt': { target: { url: `${naiveDecrypt.url}/`, method: 'POST', headers: plainHeaders, body: naiveSealed }, pids: naiveDecrypt.pids },
       'svc-decrypt': { target: { url: `${svc.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'decrypt'), body: svcTokens }, pids: svc.pids },
     };
+    if (svcNoLog !== null) targets['svc-nolog'] = { target: { url: `${svcNoLog.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'encrypt'), body }, pids: svcNoLog.pids };
     if (nginx !== null) targets.nginx = { target: { url: `${nginx.url}/`, method: 'POST', headers: plainHeaders, body }, pids: nginx.pids };
     const order = ORDER.filter((id) => targets[id] !== undefined);
     for (const id of order) await check(id, targets[id]!.target);
@@ -450,6 +465,7 @@ async function main(): Promise<void> {
           encryptVsUndici: ratio(d, max.undici)!,
           encryptVsNginx: ratio(d, max.nginx),
           decryptVsNaive: ratio(max['svc-decrypt'], max['naive-decrypt'])!,
+          encryptNoLogsVsNaive: ratio(max['svc-nolog'], max.naive),
         },
         tail,
       });
@@ -539,6 +555,7 @@ export interface Summary {
     readonly encryptVsUndici: RatioSummary;
     readonly encryptVsNginx: RatioSummary | null;
     readonly decryptVsNaive: RatioSummary;
+    readonly encryptNoLogsVsNaive: RatioSummary | null;
   };
   readonly tail: {
     readonly rate: number;
@@ -602,6 +619,7 @@ function summarize(rounds: readonly Round[], order: readonly CaseId[], idleRssMi
     encryptVsUndici: ratio((r) => r.ratios.encryptVsUndici)!,
     encryptVsNginx: ratio((r) => r.ratios.encryptVsNginx),
     decryptVsNaive: ratio((r) => r.ratios.decryptVsNaive)!,
+    encryptNoLogsVsNaive: ratio((r) => r.ratios.encryptNoLogsVsNaive),
   };
   const tails = rounds.map((r) => r.tail).filter((t) => t !== null);
   const tail: Summary['tail'] =
@@ -680,6 +698,7 @@ function formatTable(s: Summary, options: Options): string {
   lines.push(`  ${record('D ÷ F', r.encryptVsUndici)}`);
   if (r.encryptVsNginx !== null) lines.push(`  ${record('D ÷ C', r.encryptVsNginx)}`);
   lines.push(`  ${record('D-decrypt ÷ G', r.decryptVsNaive)}`);
+  if (r.encryptNoLogsVsNaive !== null) lines.push(`  ${record('D-nolog ÷ E', r.encryptNoLogsVsNaive)}`);
 
   if (s.tail !== null) {
     const t = s.tail;
