@@ -342,7 +342,9 @@ async function main(): Promise<void> {
   const stopAll = async () => {
     for (const r of started.reverse()) await r.stop().catch((err: unknown) => log(`stopping ${r.name}: ${String(err)}`));
   };
+  // Interrupted or killed: nginx and the services are not children that die with us.
   process.once('SIGINT', () => void stopAll().then(() => process.exit(130)));
+  process.once('SIGTERM', () => void stopAll().then(() => process.exit(143)));
   try {
     const echo = await startHelper('echo');
     started.push(echo);
