@@ -48,6 +48,9 @@ RUN node src/main.ts --help > /dev/null
 # spreads freed buffers over many arenas and the resident size grows by tens of MB
 # (docs/operations.md, "Memory and throughput settings").
 ENV MALLOC_ARENA_MAX=1
+# Blocks of 32 KiB and more from their own mappings, returned when freed: the compiler's
+# working memory of the first requests otherwise stays resident for life (same section).
+ENV MALLOC_MMAP_THRESHOLD_=32768
 
 # The store (SQLite + WAL files) and, without SVC_MASTER_KEY, the generated master key
 # file live here: the only directory the service writes to.

@@ -11,8 +11,8 @@
  * changed. What runs is `src/main.ts`, or with `--bundle` the experiment of
  * bench/lib/bundle.ts (the program bundled, into a temp dir first). It is started with the node flags and
  * environment of `npm start` (bench/http/processes.ts: --max-semi-space-size=4
- * --heap-growing-percent=50 --no-allocation-site-pretenuring, MALLOC_ARENA_MAX=1, the
- * compile cache, warm). One start
+ * --heap-growing-percent=50 --no-allocation-site-pretenuring, MALLOC_ARENA_MAX=1,
+ * MALLOC_MMAP_THRESHOLD_=32768, the compile cache, warm). One start
  * creates the store and is not measured; then `--starts` starts each give
  * - the time from spawn to the first 200 from GET /readyz (polled every 5 ms once the
  *   service logs its port),

@@ -7,6 +7,7 @@
  *                         [--base-node-args "..."] [--candidate-node-args "..."]
  *                         [--base-yaml "..."] [--candidate-yaml "..."]
  *                         [--base-server "..."] [--candidate-server "..."]
+ *                         [--base-env K=V,...] [--candidate-env K=V,...]
  *                         [--base-bundle] [--candidate-bundle] [--restart]
  *
  * `--base` and `--candidate` are checkout roots (directories holding `src/main.ts` and
@@ -15,7 +16,8 @@
  * instead (the experiment of bench/lib/bundle.ts). Flag experiments pass
  * the same checkout twice with different node arguments, configuration experiments with
  * different top-level YAML (e.g. `logs: { writer: inline }`) or `server:` settings (e.g.
- * `idle_memory_release: 0`). Both services run for the whole
+ * `idle_memory_release: 0`), environment experiments with variables over `npm start`'s
+ * (e.g. `MALLOC_MMAP_THRESHOLD_=32768`). Both services run for the whole
  * run; one is loaded at a time, in alternating order (base first in even rounds), each
  * sample preceded by a 1 s warm-up, so drift on the shared machine hits both alike.
  *
@@ -58,6 +60,8 @@ const { values } = parseArgs({
     'candidate-yaml': { type: 'string', default: '' },
     'base-server': { type: 'string' },
     'candidate-server': { type: 'string' },
+    'base-env': { type: 'string', default: '' },
+    'candidate-env': { type: 'string', default: '' },
     'base-bundle': { type: 'boolean', default: false },
     'candidate-bundle': { type: 'boolean', default: false },
     restart: { type: 'boolean', default: false },
@@ -71,6 +75,18 @@ const seconds = positiveOption('seconds', values.seconds);
 const connections = positiveOption('connections', values.connections);
 const rate = values.rate === undefined ? null : positiveOption('rate', values.rate);
 const split = (args: string) => args.split(' ').filter((a) => a !== '');
+/** `K=V,K=V` as an environment. */
+const environment = (list: string): Record<string, string> =>
+  Object.fromEntries(
+    list
+      .split(',')
+      .filter((kv) => kv !== '')
+      .map((kv) => {
+        const eq = kv.indexOf('=');
+        if (eq < 1) throw new Error(`an environment entry is K=V: ${kv}`);
+        return [kv.slice(0, eq), kv.slice(eq + 1)];
+      }),
+  );
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
 
@@ -107,15 +123,15 @@ async function main(): Promise<void> {
     const echo = await startHelper('echo');
     started.push(echo);
     const sides = [
-      { name: 'base', root: resolve(values.base!), bundle: values['base-bundle'], nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'], server: values['base-server'] },
-      { name: 'candidate', root: resolve(values.candidate), bundle: values['candidate-bundle'], nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'], server: values['candidate-server'] },
+      { name: 'base', root: resolve(values.base!), bundle: values['base-bundle'], nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'], server: values['base-server'], env: environment(values['base-env']) },
+      { name: 'candidate', root: resolve(values.candidate), bundle: values['candidate-bundle'], nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'], server: values['candidate-server'], env: environment(values['candidate-env']) },
     ] as const;
     const body = customerRecord();
     /** Both sides started, answering, and warmed up: the services and their targets. */
     const startBoth = async (): Promise<{ services: Running[]; targets: Target[] }> => {
       const services: Running[] = [];
       for (const side of sides) {
-        const svc = await startService({ destinations: [echo.url], main: serviceMain(side.root, side.bundle), nodeArgs: side.nodeArgs, yaml: side.yaml, ...(side.server === undefined ? {} : { server: side.server }) });
+        const svc = await startService({ destinations: [echo.url], main: serviceMain(side.root, side.bundle), nodeArgs: side.nodeArgs, yaml: side.yaml, env: side.env, ...(side.server === undefined ? {} : { server: side.server }) });
         started.push(svc);
         services.push({ ...svc, name: side.name });
       }

@@ -170,7 +170,8 @@ describe('Dockerfile', () => {
     assert.match(DOCKERFILE, /^RUN node src\/main\.ts --help/m);
     // The same environment `npm start` gives the service.
     assert.match(DOCKERFILE, /^ENV MALLOC_ARENA_MAX=1$/m);
-    assert.match(PACKAGE.scripts.start, /\bMALLOC_ARENA_MAX=1 node --max-semi-space-size=4 --heap-growing-percent=50 --no-allocation-site-pretenuring src\/main\.ts serve\b/);
+    assert.match(DOCKERFILE, /^ENV MALLOC_MMAP_THRESHOLD_=32768$/m);
+    assert.match(PACKAGE.scripts.start, /\bMALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=32768 node --max-semi-space-size=4 --heap-growing-percent=50 --no-allocation-site-pretenuring src\/main\.ts serve\b/);
   });
 
   it('checks health with node itself', () => {
