@@ -262,23 +262,17 @@ function deleteChunkSql(table: string): string {
   return `DELETE FROM ${table} WHERE created_at < ? AND id IN (SELECT id FROM ${table} WHERE created_at < ? LIMIT ${DELETE_CHUNK})`;
 }
 
-/**
- * The write statements: each kind's INSERT of one row (`activityParams` & co. give its
- * parameters), from which LOG_INSERTS builds the statements that run, and retention's
- * DELETE, run by the repository and by the thread that sweeps on its own connection.
- */
+/** Retention's DELETE, run by the repository and by the thread that sweeps on its own connection. */
 export const LOG_SQL = Object.freeze({
-  insert: Object.freeze({
-    activity: `INSERT INTO activity_logs (action, description, ip, user_id, causer_email, request_id, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?)`,
-    api: `INSERT INTO api_logs (request_id, method, path, status_code, api_key_id, user_id, configuration_id, destination,
-        duration_ms, ip, created_at, end_user)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    usage: `INSERT INTO usage_logs (request_id, configuration_id, api_key_id, user_id, mode, field_count, bytes, reveal, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  }),
   /** One chunk of retention; both parameters are the cutoff, as `toISOString()` writes it. */
   deleteChunk: Object.freeze({ activity: deleteChunkSql(TABLES.activity), api: deleteChunkSql(TABLES.api), usage: deleteChunkSql(TABLES.usage) }),
+});
+
+/** The columns each kind's INSERT writes, in the order `activityParams` & co. give them. */
+const INSERT_COLUMNS: Readonly<Record<LogKind, readonly string[]>> = Object.freeze({
+  activity: ['action', 'description', 'ip', 'user_id', 'causer_email', 'request_id', 'created_at'],
+  api: ['request_id', 'method', 'path', 'status_code', 'api_key_id', 'user_id', 'configuration_id', 'destination', 'duration_ms', 'ip', 'created_at', 'end_user'],
+  usage: ['request_id', 'configuration_id', 'api_key_id', 'user_id', 'mode', 'field_count', 'bytes', 'reveal', 'created_at'],
 });
 
 /** A parameter of the write statements. */
@@ -292,10 +286,11 @@ export type LogParam = string | number | null;
 const ROWS_PER_INSERT = 32;
 const INSERT_SIZES: readonly number[] = Object.freeze(Array.from({ length: Math.log2(ROWS_PER_INSERT) + 1 }, (_, i) => ROWS_PER_INSERT >> i));
 
-/** `sql`, one row's `INSERT … VALUES (…)`, with `n` tuples. */
-function multiRow(sql: string, n: number): string {
-  const at = sql.lastIndexOf('VALUES') + 'VALUES'.length;
-  return `${sql.slice(0, at)} ${Array<string>(n).fill(sql.slice(at).trim()).join(', ')}`;
+/** The INSERT of `n` rows of `kind`: one `(?, …)` tuple per row, as many marks as columns. */
+function insertSql(kind: LogKind, n: number): string {
+  const columns = INSERT_COLUMNS[kind];
+  const tuple = `(${columns.map(() => '?').join(', ')})`;
+  return `INSERT INTO ${TABLES[kind]} (${columns.join(', ')}) VALUES ${Array<string>(n).fill(tuple).join(', ')}`;
 }
 
 /**
@@ -303,14 +298,14 @@ function multiRow(sql: string, n: number): string {
  * thread that writes logs on its own connection (sql-thread.ts), which prepares them all.
  */
 export const LOG_INSERTS: Readonly<Record<string, string>> = Object.freeze(
-  Object.fromEntries(LOG_KINDS.flatMap((kind) => INSERT_SIZES.map((n) => [`${kind}*${n}`, multiRow(LOG_SQL.insert[kind], n)]))),
+  Object.fromEntries(LOG_KINDS.flatMap((kind) => INSERT_SIZES.map((n) => [`${kind}*${n}`, insertSql(kind, n)]))),
 );
 
 /** INSERTs of one statement name: the parameters of each statement, its rows' in order. */
 export type LogInsertRun = [name: string, statements: LogParam[][]];
 
 /** `rows` of `kind`, in order, as runs of LOG_INSERTS: full statements first, then the rest. */
-export function insertRuns<T>(kind: LogKind, rows: readonly T[], params: (row: T) => LogParam[]): LogInsertRun[] {
+function insertRuns<T>(kind: LogKind, rows: readonly T[], params: (row: T) => LogParam[]): LogInsertRun[] {
   const runs: LogInsertRun[] = [];
   let at = 0;
   for (const n of INSERT_SIZES) {
