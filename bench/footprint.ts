@@ -48,7 +48,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { median } from './lib/measure.ts';
-import { loadAverage, machineInfo, resultLabel } from './lib/report.ts';
+import { envOption, loadAverage, machineInfo, resultLabel } from './lib/report.ts';
 import { customerRecord, FIELDS } from './http/body.ts';
 import { memory, SERVICE_ENV, SERVICE_NODE_FLAGS, serviceMain, startHelper } from './http/processes.ts';
 
@@ -403,7 +403,7 @@ async function main(): Promise<void> {
   // Checked before the run, not after minutes of it.
   const label = values.label === undefined ? undefined : resultLabel(values.label);
   extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
-  extraEnv = Object.fromEntries(values['svc-env'].split(',').filter((kv) => kv !== '').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  extraEnv = envOption('svc-env', values['svc-env']);
   const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0 || values.bundle;
   if (values.modules) return modules(quick);
   const int = (v: string | undefined, fallback: number, name: string) => {

@@ -40,7 +40,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { median } from '../lib/measure.ts';
-import { machineInfo, positiveOption, resultLabel } from '../lib/report.ts';
+import { envOption, machineInfo, positiveOption, resultLabel } from '../lib/report.ts';
 import { customerRecord, FIELDS } from './body.ts';
 import { cannon, paced, round3, type Target } from './load.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, memory, serviceMain, startHelper, startService, type Running } from './processes.ts';
@@ -75,18 +75,6 @@ const seconds = positiveOption('seconds', values.seconds);
 const connections = positiveOption('connections', values.connections);
 const rate = values.rate === undefined ? null : positiveOption('rate', values.rate);
 const split = (args: string) => args.split(' ').filter((a) => a !== '');
-/** `K=V,K=V` as an environment. */
-const environment = (list: string): Record<string, string> =>
-  Object.fromEntries(
-    list
-      .split(',')
-      .filter((kv) => kv !== '')
-      .map((kv) => {
-        const eq = kv.indexOf('=');
-        if (eq < 1) throw new Error(`an environment entry is K=V: ${kv}`);
-        return [kv.slice(0, eq), kv.slice(eq + 1)];
-      }),
-  );
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
 
@@ -123,8 +111,8 @@ async function main(): Promise<void> {
     const echo = await startHelper('echo');
     started.push(echo);
     const sides = [
-      { name: 'base', root: resolve(values.base!), bundle: values['base-bundle'], nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'], server: values['base-server'], env: environment(values['base-env']) },
-      { name: 'candidate', root: resolve(values.candidate), bundle: values['candidate-bundle'], nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'], server: values['candidate-server'], env: environment(values['candidate-env']) },
+      { name: 'base', root: resolve(values.base!), bundle: values['base-bundle'], nodeArgs: split(values['base-node-args']), yaml: values['base-yaml'], server: values['base-server'], env: envOption('base-env', values['base-env']) },
+      { name: 'candidate', root: resolve(values.candidate), bundle: values['candidate-bundle'], nodeArgs: split(values['candidate-node-args']), yaml: values['candidate-yaml'], server: values['candidate-server'], env: envOption('candidate-env', values['candidate-env']) },
     ] as const;
     const body = customerRecord();
     /** Both sides started, answering, and warmed up: the services and their targets. */

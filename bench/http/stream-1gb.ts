@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import { loadAverage, machineInfo } from '../lib/report.ts';
+import { envOption, loadAverage, machineInfo } from '../lib/report.ts';
 import { FIELDS, streamRecord } from './body.ts';
 import { round3 } from './load.ts';
 import { formatProfile, summarizeProfile } from './profile.ts';
@@ -72,9 +72,7 @@ async function main(): Promise<void> {
     strict: true,
   });
   const extraNodeArgs = values['svc-node-args'].split(' ').filter((a) => a !== '');
-  const extraEnv = Object.fromEntries(
-    values['svc-env'].split(',').filter((kv) => kv !== '').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
-  );
+  const extraEnv = envOption('svc-env', values['svc-env']);
   const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0;
   const mb = Number(values.mb);
   if (!Number.isInteger(mb) || mb < 1) throw new Error('--mb must be a positive integer');

@@ -43,6 +43,18 @@ export function positiveOption(name: string, value: string): number {
   return n;
 }
 
+/** The value of `--<name>`, `K=V,K=V`, as environment variables; throws for an entry without a name. */
+export function envOption(name: string, value: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const entry of value.split(',')) {
+    if (entry === '') continue;
+    const eq = entry.indexOf('=');
+    if (eq < 1) throw new Error(`--${name} takes K=V entries separated by commas: ${entry}`);
+    env[entry.slice(0, eq)] = entry.slice(eq + 1);
+  }
+  return env;
+}
+
 export function loadAverage(): number[] {
   return os.loadavg().map((l) => Math.round(l * 100) / 100);
 }
