@@ -11,16 +11,17 @@
  * out, so the others are registered one by one from prom-client's files (each takes the
  * registry and the options `collectDefaultMetrics` passes it; their types:
  * prom-client-files.d.ts), imported statically as src/http/undici.ts imports undici's.
+ * The CPU counters are written here too: prom-client's file for them loads all of
+ * `@opentelemetry/api` (51 modules) at every start, for exemplars the service never records.
  * test/telemetry/default-metrics.test.ts checks that the names are prom-client's own set,
  * so a release that moves or adds a file fails it.
  */
 import { PerformanceObserver, constants } from 'node:perf_hooks';
-import { Histogram, type Registry } from 'prom-client';
+import type * as PromClient from 'prom-client';
 import eventLoopLag from 'prom-client/lib/metrics/eventLoopLag.js';
 import heapSizeAndUsed from 'prom-client/lib/metrics/heapSizeAndUsed.js';
 import heapSpacesSizeAndUsed from 'prom-client/lib/metrics/heapSpacesSizeAndUsed.js';
 import osMemoryHeap from 'prom-client/lib/metrics/osMemoryHeap.js';
-import processCpuTotal from 'prom-client/lib/metrics/processCpuTotal.js';
 import processHandles from 'prom-client/lib/metrics/processHandles.js';
 import processMaxFileDescriptors from 'prom-client/lib/metrics/processMaxFileDescriptors.js';
 import processOpenFileDescriptors from 'prom-client/lib/metrics/processOpenFileDescriptors.js';
@@ -28,10 +29,10 @@ import processRequests from 'prom-client/lib/metrics/processRequests.js';
 import processResources from 'prom-client/lib/metrics/processResources.js';
 import processStartTime from 'prom-client/lib/metrics/processStartTime.js';
 import version from 'prom-client/lib/metrics/version.js';
+import { Counter, Histogram, type Registry } from './prom-client.ts';
 
-/** prom-client's default metrics (lib/defaultMetrics.js, in its order), all but `gc`. */
+/** prom-client's default metrics (lib/defaultMetrics.js, in its order), all but `processCpuTotal` and `gc`. */
 const PROM_CLIENT_METRICS = [
-  processCpuTotal,
   processStartTime,
   osMemoryHeap,
   processOpenFileDescriptors,
@@ -57,6 +58,7 @@ const GC_BUCKETS = [0.001, 0.01, 0.1, 1, 2, 5];
 /** Registers the process metrics on `registry`; the returned function stops the collection observer. */
 export function registerProcessMetrics(registry: Registry, prefix: string): () => void {
   const options = { prefix, eventLoopMonitoringPrecision: 10 };
+  registerCpuCounters(registry, prefix);
   for (const register of PROM_CLIENT_METRICS) register(registry, options);
   const gc = new Histogram({
     name: `${prefix}nodejs_gc_duration_seconds`,
@@ -65,7 +67,7 @@ export function registerProcessMetrics(registry: Registry, prefix: string): () =
     buckets: GC_BUCKETS,
     registers: [registry],
   });
-  const children = new Map<number, Histogram.Internal<'kind'>>();
+  const children = new Map<number, PromClient.Histogram.Internal<'kind'>>();
   const observer = new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
       const kind = (entry as { detail?: { kind?: number } | null }).detail?.kind ?? -1;
@@ -79,4 +81,32 @@ export function registerProcessMetrics(registry: Registry, prefix: string): () =
   });
   observer.observe({ entryTypes: ['gc'] });
   return () => observer.disconnect();
+}
+
+/**
+ * `process_cpu_user_seconds_total`, `process_cpu_system_seconds_total` and
+ * `process_cpu_seconds_total`, as prom-client's processCpuTotal.js counts them: the CPU
+ * time since registration, all threads, brought up to date at each scrape.
+ */
+function registerCpuCounters(registry: Registry, prefix: string): void {
+  const registers = [registry];
+  let last = process.cpuUsage();
+  // Registered first, as prom-client registers it: a scrape reads the metrics in order, and
+  // this one's collect brings all three up to date before the other two are read.
+  const user = new Counter({
+    name: `${prefix}process_cpu_user_seconds_total`,
+    help: 'Total user CPU time spent in seconds.',
+    registers,
+    collect() {
+      const now = process.cpuUsage();
+      const userSeconds = (now.user - last.user) / 1e6;
+      const systemSeconds = (now.system - last.system) / 1e6;
+      last = now;
+      user.inc(userSeconds);
+      system.inc(systemSeconds);
+      total.inc(userSeconds + systemSeconds);
+    },
+  });
+  const system = new Counter({ name: `${prefix}process_cpu_system_seconds_total`, help: 'Total system CPU time spent in seconds.', registers });
+  const total = new Counter({ name: `${prefix}process_cpu_seconds_total`, help: 'Total user and system CPU time spent in seconds.', registers });
 }

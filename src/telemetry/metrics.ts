@@ -4,9 +4,10 @@
  * key versions, allowlist entries (never requested hosts), fixed error kinds.
  */
 import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type * as PromClient from 'prom-client';
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
 import { registerProcessMetrics } from './default-metrics.ts';
+import { Counter, Gauge, Histogram, Registry } from './prom-client.ts';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 /** Quantiles of the event-loop delay exported at each scrape; 1 is the largest delay seen. */
@@ -43,7 +44,7 @@ export class Metrics {
   /** Disconnects the process metrics' collection observer. */
   private readonly stopProcessMetrics: () => void;
   /** Children by label key, so a request does not re-hash its labels. */
-  private readonly requestChildren = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<'route' | 'method' | 'status'> }>();
+  private readonly requestChildren = new Map<string, { count: PromClient.Counter.Internal; latency: PromClient.Histogram.Internal<'route' | 'method' | 'status'> }>();
 
   constructor(queue: () => QueueSource | null) {
     const registers = [this.registry];

@@ -7,21 +7,23 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LOADED_BASE, loadedModules } from '../support/loaded-modules.ts';
 
-test('a service that has proxied a request has loaded neither Node\'s bundled undici nor undici\'s index', async () => {
+test('a service that has proxied a request has loaded neither Node\'s bundled undici nor the indexes of undici and prom-client', async () => {
   const loaded = await loadedModules(LOADED_BASE);
   assert.equal(loaded.nodeUndici, false, 'an ES import of node:http loads Node\'s undici (src/http/node-http.ts)');
   assert.equal(loaded.undiciIndex, false, 'undici\'s index loads fetch, WebSocket, mocks (src/http/undici.ts)');
+  assert.equal(loaded.promClientIndex, false, 'prom-client\'s index loads the summary, the push gateway, the cluster aggregator (src/telemetry/prom-client.ts)');
+  assert.equal(loaded.openTelemetry, false, 'prom-client\'s CPU counters load @opentelemetry/api (src/telemetry/default-metrics.ts)');
 });
 
-test('no module of the program takes a value from node:http or undici (imported, or undici required whole) except through src/http/node-http.ts and src/http/undici.ts', async () => {
+test('no module of the program takes a value from node:http, undici or prom-client (imported, or undici required whole) except through src/http/node-http.ts, src/http/undici.ts and src/telemetry/prom-client.ts', async () => {
   // The runtime test above sees only what starting and one request load; a module loaded
   // later (a management route on first use, the relay) would slip past it. This reads every
   // source file: an import of either that is not type-only loads what those two avoid.
   const { readdirSync, readFileSync } = await import('node:fs');
   const { join, relative } = await import('node:path');
   const root = new URL('../../src/', import.meta.url).pathname;
-  const allowed = new Set(['http/node-http.ts', 'http/undici.ts']);
-  const valueImport = /^\s*(?:import\s+(?!type\b)[^;]*?from\s*|export\s+(?!type\b)[^;]*?from\s*|[^\n]*\bimport\s*\()\s*['"](?:node:)?(?:http|undici)['"]/gm;
+  const allowed = new Set(['http/node-http.ts', 'http/undici.ts', 'telemetry/prom-client.ts']);
+  const valueImport = /^\s*(?:import\s+(?!type\b)[^;]*?from\s*|export\s+(?!type\b)[^;]*?from\s*|[^\n]*\bimport\s*\()\s*['"](?:(?:node:)?http|undici|prom-client)['"]/gm;
   // `require` reads only what it is asked for from node:http, but undici's index loads
   // everything however it is called for (`require`, a `createRequire` of its own).
   const indexRequire = /^[^\n]*\(\s*['"]undici['"]\s*\)/gm;

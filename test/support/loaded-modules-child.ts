@@ -65,6 +65,10 @@ const report = {
   // Node's own copy of undici, which an ES import of node:http loads (src/http/node-http.ts).
   // `process.moduleLoadList` is Node's list of its own modules loaded so far (not in @types/node).
   nodeUndici: (process as unknown as { moduleLoadList: string[] }).moduleLoadList.includes('NativeModule internal/deps/undici/undici'),
+  // prom-client's index (summary, push gateway, cluster aggregator) rather than its classes.
+  promClientIndex: required.some((file) => file.endsWith('/node_modules/prom-client/index.js')),
+  // What prom-client's CPU counters would load, for exemplars (src/telemetry/default-metrics.ts).
+  openTelemetry: loaded.some((url) => url.includes('/node_modules/@opentelemetry/')),
 };
 await app.close();
 destination.close();

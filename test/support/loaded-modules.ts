@@ -25,6 +25,8 @@ export interface LoadedModules {
   readonly x509: boolean;
   readonly undiciIndex: boolean;
   readonly nodeUndici: boolean;
+  readonly promClientIndex: boolean;
+  readonly openTelemetry: boolean;
 }
 
 export async function loadedModules(yaml: string): Promise<LoadedModules> {

@@ -63,3 +63,29 @@ test('the observer stops with the metrics', async () => {
   await sleep(50);
   assert.equal(await collections(registry), before);
 });
+
+test('the CPU counters count the process\'s CPU time since registration, all three brought up to date by one scrape', async () => {
+  const registry = new Registry();
+  const stop = registerProcessMetrics(registry, 'svc_');
+  try {
+    const read = async () => {
+      const values = new Map<string, number>();
+      for (const metric of await registry.getMetricsAsJSON()) {
+        if (metric.name.startsWith('svc_process_cpu_')) values.set(metric.name, (metric.values[0] as { value: number }).value);
+      }
+      return values;
+    };
+    const before = await read();
+    const spent = process.cpuUsage();
+    const until = performance.now() + 60;
+    while (performance.now() < until); // CPU time to count
+    const used = process.cpuUsage(spent);
+    const after = await read();
+    const grew = (name: string) => after.get(name)! - before.get(name)!;
+    assert.deepEqual([...after.keys()].sort(), ['svc_process_cpu_seconds_total', 'svc_process_cpu_system_seconds_total', 'svc_process_cpu_user_seconds_total']);
+    assert.ok(grew('svc_process_cpu_user_seconds_total') >= used.user / 1e6 - 0.005, `user grew ${grew('svc_process_cpu_user_seconds_total')} s over a loop that used ${used.user / 1e6} s`);
+    assert.ok(Math.abs(after.get('svc_process_cpu_seconds_total')! - after.get('svc_process_cpu_user_seconds_total')! - after.get('svc_process_cpu_system_seconds_total')!) < 1e-9);
+  } finally {
+    stop();
+  }
+});
