@@ -4,9 +4,9 @@
  * separate signing key has to be distributed or rotated on its own.
  */
 import { createSecretKey, randomBytes, type webcrypto } from 'node:crypto';
-import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import { isCanonicalBase64url } from '../crypto/base64url.ts';
 import { UnauthorizedError } from '../errors.ts';
+import { jose } from './jose.ts';
 
 /** HKDF info for the signing secret; changing it invalidates every token issued. */
 export const ACCESS_TOKEN_SECRET_LABEL = 'svc-sidecar access token v1';
@@ -56,6 +56,7 @@ export class AccessTokens {
   async issue(userId: number, credentialsStamp: string): Promise<IssuedToken> {
     const now = Math.floor(Date.now() / 1000);
     const claims: AccessTokenClaims = { userId, credentialsStamp, jti: randomBytes(16).toString('base64url'), expiresAt: now + this.ttlSeconds };
+    const { SignJWT } = await jose();
     const token = await new SignJWT({ [STAMP_CLAIM]: credentialsStamp })
       .setProtectedHeader({ alg: ALGORITHM, typ: 'JWT' })
       .setSubject(String(userId))
@@ -75,6 +76,7 @@ export class AccessTokens {
     // jose decodes with atob, which takes padding, whitespace and non-zero unused bits: one
     // signature would have many accepted spellings. Only the text we issued is accepted.
     if (!isCompactJws(token)) throw new UnauthorizedError();
+    const { errors, jwtVerify } = await jose();
     let payload;
     try {
       ({ payload } = await jwtVerify(token, this.#key, {
@@ -83,7 +85,7 @@ export class AccessTokens {
         requiredClaims: ['sub', 'jti', 'exp', 'iat', STAMP_CLAIM],
       }));
     } catch (err) {
-      if (err instanceof joseErrors.JOSEError) throw new UnauthorizedError({ cause: err });
+      if (err instanceof errors.JOSEError) throw new UnauthorizedError({ cause: err });
       throw err;
     }
     const userId = payload.sub !== undefined && /^[1-9]\d{0,15}$/.test(payload.sub) ? Number(payload.sub) : NaN;

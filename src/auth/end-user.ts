@@ -15,16 +15,7 @@
  */
 import { createHash, createSecretKey, type webcrypto } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import {
-  createLocalJWKSet,
-  createRemoteJWKSet,
-  customFetch,
-  errors as joseErrors,
-  jwtVerify,
-  type JWTPayload,
-  type JWTVerifyGetKey,
-  type JWTVerifyOptions,
-} from 'jose';
+import type { JWTPayload, JWTVerifyGetKey, JWTVerifyOptions } from 'jose';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { Agent, target } from '../http/undici.ts';
@@ -36,6 +27,7 @@ import { hasUnsafeText, normalizeEmail } from '../store/identity-text.ts';
 import { Memo, stateOf } from '../store/state-view.ts';
 import { isCompactJws } from './access-tokens.ts';
 import type { Identity } from './classification-access.ts';
+import { jose, type Jose } from './jose.ts';
 
 /**
  * An identified end user: an `Identity` (DESIGN §9 admission: a svc user, roles, and an
@@ -153,7 +145,13 @@ export class EndUserIdentity {
     const algorithms = [...JWKS_ALGORITHMS];
     if (config.jwks_file !== undefined) {
       const jwks = orConfigError(readJwksFile(config.jwks_file), 'jwks_file');
-      return new EndUserIdentity({ ...base, verify: verify(algorithms) }, createLocalJWKSet(jwks as Parameters<typeof createLocalJWKSet>[0]), null, logger);
+      // Made on the first token (jose is loaded then); readJwksFile has checked the set.
+      let keySet: JWTVerifyGetKey | undefined;
+      const key: JWTVerifyGetKey = async (header, token) => {
+        keySet ??= (await jose()).createLocalJWKSet(jwks as Parameters<Jose['createLocalJWKSet']>[0]);
+        return keySet(header, token);
+      };
+      return new EndUserIdentity({ ...base, verify: verify(algorithms) }, key, null, logger);
     }
     if (config.jwks_url === undefined) throw new ConfigError(['relay.identity.jwt: give one key source: secret_file (HS256), jwks_file or jwks_url (RS256, ES256)']);
     const ca = config.jwks_ca_file === undefined ? undefined : orConfigError(readCaFile(config.jwks_ca_file), 'jwks_ca_file');
@@ -189,7 +187,7 @@ export class EndUserIdentity {
     } catch (err) {
       // Which check failed, never the token. Whatever failed, the reader is anonymous: the
       // relay never fails an application's answer because of its reader (DESIGN §14).
-      if (err instanceof joseErrors.JOSEError || err instanceof KeysUnavailable) {
+      if (err instanceof (await jose()).errors.JOSEError || err instanceof KeysUnavailable) {
         if (this.#logger.isLevelEnabled('debug')) this.#logger.debug({ reason: (err as { code?: string }).code ?? err.name }, 'relay identity: the end user is anonymous');
       } else {
         this.#logger.warn({ reason: err instanceof Error ? `${err.name}: ${err.message}` : 'unknown' }, 'relay identity: verifying a token failed unexpectedly; the end user is anonymous');
@@ -225,6 +223,7 @@ function presentedToken(headers: IncomingHttpHeaders, header: string): string | 
  * one shared by several keys), each of them in turn.
  */
 async function verifyJwt(token: string, key: webcrypto.CryptoKey | JWTVerifyGetKey, options: JWTVerifyOptions): Promise<JWTPayload> {
+  const { errors: joseErrors, jwtVerify } = await jose();
   try {
     return (await jwtVerify(token, key as JWTVerifyGetKey, options)).payload;
   } catch (err) {
@@ -340,7 +339,8 @@ class KeysUnavailable extends Error {
 class RemoteKeys {
   readonly #url: URL;
   readonly #agent: Agent;
-  readonly #jwks: ReturnType<typeof createRemoteJWKSet>;
+  /** Made on the first token, when jose is loaded. */
+  #jwks: ReturnType<Jose['createRemoteJWKSet']> | null = null;
   readonly #logger: Logger;
   /** performance.now() before which a stale key set is not fetched again. */
   #retryAt = Number.NEGATIVE_INFINITY;
@@ -349,20 +349,21 @@ class RemoteKeys {
     this.#url = url;
     this.#logger = logger;
     this.#agent = new Agent({ connect: { timeout: JWKS_TIMEOUT_MS, ...(ca === undefined ? {} : { ca }) } });
-    this.#jwks = createRemoteJWKSet(url, {
-      timeoutDuration: JWKS_TIMEOUT_MS,
-      cooldownDuration: JWKS_COOLDOWN_MS,
-      cacheMaxAge: JWKS_MAX_AGE_MS,
-      [customFetch]: (resource, init) => this.#fetch(resource, init),
-    });
   }
 
   readonly getKey: JWTVerifyGetKey = async (header, token) => {
-    if (!this.#jwks.fresh && performance.now() < this.#retryAt) throw new KeysUnavailable('the JWKS could not be fetched recently');
+    const loaded = await jose();
+    const jwks = (this.#jwks ??= loaded.createRemoteJWKSet(this.#url, {
+      timeoutDuration: JWKS_TIMEOUT_MS,
+      cooldownDuration: JWKS_COOLDOWN_MS,
+      cacheMaxAge: JWKS_MAX_AGE_MS,
+      [loaded.customFetch]: (resource, init) => this.#fetch(resource, init),
+    }));
+    if (!jwks.fresh && performance.now() < this.#retryAt) throw new KeysUnavailable('the JWKS could not be fetched recently');
     try {
-      return await this.#jwks(header, token);
+      return await jwks(header, token);
     } catch (err) {
-      if (!isFetchFailure(err)) throw err;
+      if (!isFetchFailure(err, loaded.errors)) throw err;
       this.#retryAt = performance.now() + JWKS_RETRY_AFTER_MS;
       // The URL without its query (it may carry a provider's parameters), never a token.
       this.#logger.warn(
@@ -402,7 +403,7 @@ class RemoteKeys {
 }
 
 /** Errors of the token or of key selection are the token's; everything else is the fetch's. */
-function isFetchFailure(err: unknown): boolean {
+function isFetchFailure(err: unknown, joseErrors: Jose['errors']): boolean {
   return !(
     err instanceof joseErrors.JWKSNoMatchingKey ||
     err instanceof joseErrors.JWKSMultipleMatchingKeys ||

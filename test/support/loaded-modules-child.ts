@@ -69,6 +69,8 @@ const report = {
   promClientIndex: required.some((file) => file.endsWith('/node_modules/prom-client/index.js')),
   // What prom-client's CPU counters would load, for exemplars (src/telemetry/default-metrics.ts).
   openTelemetry: loaded.some((url) => url.includes('/node_modules/@opentelemetry/')),
+  // Loaded on the first login, access token or relay end-user token (src/auth/jose.ts).
+  jose: loaded.some((url) => url.includes('/node_modules/jose/')),
 };
 await app.close();
 destination.close();

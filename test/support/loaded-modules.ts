@@ -27,6 +27,7 @@ export interface LoadedModules {
   readonly nodeUndici: boolean;
   readonly promClientIndex: boolean;
   readonly openTelemetry: boolean;
+  readonly jose: boolean;
 }
 
 export async function loadedModules(yaml: string): Promise<LoadedModules> {
