@@ -5,7 +5,7 @@
  * host-level rules; a host with no rules at all passes its requests unchanged.
  */
 import type { EgressProxyHost } from '../config/schema.ts';
-import { compileGlob, findRoute, type RelayRoute } from './relay.ts';
+import { compileGlob, findRoute, type RoutePattern } from './route-match.ts';
 import { compileTransformRoute, type TransformRoute } from './transform-routes.ts';
 import { parseHostMatch } from '../util/canonical-host.ts';
 import { guardsAnswers } from './echo-guard.ts';
@@ -20,7 +20,7 @@ export interface ProxyRules extends TransformRoute {
   readonly echoes: boolean;
 }
 
-type ProxyRoute = ProxyRules & Pick<RelayRoute, 'method' | 'path'>;
+type ProxyRoute = ProxyRules & RoutePattern;
 
 export interface HostRule {
   /** The `match` with its host in canonical form: the metrics label and the api log's name. */
@@ -84,8 +84,8 @@ function exactKey(host: string, port: number | null): string {
 
 /** The rules for a request to a host: its first matching route's, else the host's. */
 export function rulesFor(rule: HostRule, method: string, paths: readonly string[]): { rules: ProxyRules; path: string } {
-  const found = rule.routes.length === 0 ? null : findRoute(rule.routes as readonly RelayRoute[], method, paths);
-  if (found !== null) return { rules: found.route as unknown as ProxyRoute, path: found.path };
+  const found = rule.routes.length === 0 ? null : findRoute(rule.routes, method, paths);
+  if (found !== null) return { rules: found.route, path: found.path };
   return { rules: rule.rules, path: paths[0] ?? '' };
 }
 

@@ -26,7 +26,7 @@ import { agentPair, closeAgents, type AgentPair } from './forwarder.ts';
 import { LeafCertificates, loadOrCreateCa, type LoadedCa } from './egress-ca.ts';
 import { EgressHosts, rulesFor, type HostRule, type ProxyRules, type Scheme } from './egress-hosts.ts';
 import { isAmbiguousPath } from './egress.ts';
-import { routingPaths } from './relay.ts';
+import { routingPaths } from './route-match.ts';
 import { transformRouteQuery } from './route-query.ts';
 import { requestBody } from './route-request.ts';
 import { joinDecrypted } from './echo-guard.ts';

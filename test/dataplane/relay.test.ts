@@ -9,7 +9,7 @@ import type { TestContext } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { createApp } from '../../src/app.ts';
 import { ConfigError, loadConfig } from '../../src/config/load.ts';
-import { compileGlob, normalizePath } from '../../src/dataplane/relay.ts';
+import { compileGlob, normalizePath } from '../../src/dataplane/route-match.ts';
 import { openStore } from '../../src/store/db.ts';
 import { createLogger } from '../../src/telemetry/logger.ts';
 import { call, SEED, startApp, type Running } from '../support/app.ts';

@@ -25,7 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { call, KEYS, startApp, type Running } from '../support/app.ts';
 import { plaintextsIn } from '../support/plaintext.ts';
 import { gzipSync } from 'node:zlib';
-import { routingPaths } from '../../src/dataplane/relay.ts';
+import { routingPaths } from '../../src/dataplane/route-match.ts';
 import { exchange, type RawAnswer } from '../support/raw-http.ts';
 import { startUpstream, type Seen } from '../support/upstream.ts';
 import { egressRows, encryptRows, passModeRows, proxyRows, relayRows, type Fixtures, type Row, type VendorAnswer } from './bypass-rows.ts';
