@@ -9,6 +9,7 @@ import { Authenticator } from './auth/caller.ts';
 import { generateApiKey, hashApiKey } from './auth/api-keys.ts';
 import { hashPassword, verifyPassword } from './auth/passwords.ts';
 import type { Config } from './config/load.ts';
+import type { RelayConfig } from './config/schema.ts';
 import { isLoopback, parseListen } from './config/listen.ts';
 import { checkRouteReferences } from './config/route-references.ts';
 import { timingSafeEqual } from 'node:crypto';
@@ -20,7 +21,7 @@ import { decryptRoute, encryptRoute, proxyRoute } from './dataplane/encryption-r
 import { rewrapRoute } from './dataplane/rewrap.ts';
 import { Forwarder } from './dataplane/forwarder.ts';
 import { EgressRoutes, egressRoute } from './dataplane/egress.ts';
-import { compileRelayRoutes, RelayServer } from './dataplane/relay.ts';
+import type { RelayRoute, RelayServer } from './dataplane/relay.ts';
 import { EgressProxy } from './dataplane/egress-proxy.ts';
 import type { Resolver } from './dataplane/address-policy.ts';
 import { FieldPathCache } from './dataplane/field-path-cache.ts';
@@ -189,11 +190,20 @@ async function readyz(ctx: RequestContext, services: Services): Promise<void> {
   sendJson(ctx, 200, { status: 'ready' });
 }
 
+/**
+ * The relay's routes, compiled, and its server class. Its modules (http-proxy-3 and what
+ * it requires) are loaded only where `relay:` is configured.
+ */
+async function compileRelay(config: RelayConfig): Promise<{ config: RelayConfig; routes: RelayRoute[]; RelayServer: typeof RelayServer }> {
+  const { compileRelayRoutes, RelayServer } = await import('./dataplane/relay.ts');
+  return { config, routes: compileRelayRoutes(config), RelayServer };
+}
+
 export async function createApp(config: Config, options: AppOptions = {}): Promise<App> {
   const logger = options.logger ?? createLogger(config.logging.level);
   // Routes are compiled before the store opens: a bad one stops the start with nothing to undo.
   const egress = new EgressRoutes(config.egress);
-  const relayRoutes = config.relay === undefined ? null : compileRelayRoutes(config.relay);
+  const relaySetup = config.relay === undefined ? null : await compileRelay(config.relay);
   const store = await openConfiguredStore(config.store);
   let createdApiKeys: Array<{ name: string; key: string }> = [];
   let master: MasterKey;
@@ -269,7 +279,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
   const sampler = new LogSampler(logger, 'requests refused before authentication or routing (not stored; counted in svc_http_requests_total)');
   const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths, sampler, served) });
   const main = new Listener('main', config.server.listen, withCurrentState(store, mainHandler(routerHandler(buildRouter(), services))), listenerOptions(true));
-  const relay = config.relay === undefined || relayRoutes === null ? null : new RelayServer(config.relay, relayRoutes, services, listenerOptions(false));
+  const relay = relaySetup === null ? null : new relaySetup.RelayServer(relaySetup.config, relaySetup.routes, services, listenerOptions(false));
   const admin =
     config.server.admin_listen === 'off'
       ? null
@@ -302,7 +312,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
       if (relay !== null && config.relay?.protect === undefined) {
         logger.warn('relay.protect is not set: request bodies that match no route, or a route in another spelling, reach the application untransformed (docs/relay.md)');
       }
-      if (relay !== null) logger.info({ relay: `${address(relay.listener)!.address}:${address(relay.listener)!.port}`, upstream: config.relay!.upstream, routes: relayRoutes!.length }, 'relay listening');
+      if (relay !== null) logger.info({ relay: `${address(relay.listener)!.address}:${address(relay.listener)!.port}`, upstream: config.relay!.upstream, routes: relaySetup!.routes.length }, 'relay listening');
       retention.start();
       if (fileSource !== null) fileSource.start();
       else if (config.state.source === 'file') logger.warn('state.source is file but no configuration file path was given: the seed will not be reloaded');

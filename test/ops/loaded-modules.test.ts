@@ -7,13 +7,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LOADED_BASE, loadedModules } from '../support/loaded-modules.ts';
 
-test('a service that has proxied a request has loaded neither Node\'s bundled undici, nor the indexes of undici and prom-client, nor jose', async () => {
+test('a service that has proxied a request has loaded neither Node\'s bundled undici, nor the indexes of undici and prom-client, nor jose, nor the relay\'s modules without a relay', async () => {
   const loaded = await loadedModules(LOADED_BASE);
   assert.equal(loaded.nodeUndici, false, 'an ES import of node:http loads Node\'s undici (src/http/node-http.ts)');
   assert.equal(loaded.undiciIndex, false, 'undici\'s index loads fetch, WebSocket, mocks (src/http/undici.ts)');
   assert.equal(loaded.promClientIndex, false, 'prom-client\'s index loads the summary, the push gateway, the cluster aggregator (src/telemetry/prom-client.ts)');
   assert.equal(loaded.openTelemetry, false, 'prom-client\'s CPU counters load @opentelemetry/api (src/telemetry/default-metrics.ts)');
   assert.equal(loaded.jose, false, 'jose waits for the first login or token (src/auth/jose.ts)');
+  assert.equal(loaded.relay, false, 'the relay\'s modules (http-proxy-3) are loaded only where relay: is configured (src/app.ts)');
 });
 
 test('no module of the program takes a value from node:http, undici or prom-client (imported, or undici required whole) except through src/http/node-http.ts, src/http/undici.ts and src/telemetry/prom-client.ts', async () => {
@@ -38,4 +39,16 @@ test('no module of the program takes a value from node:http, undici or prom-clie
     for (const match of [...text.matchAll(valueImport), ...text.matchAll(indexRequire)]) offenders.push(`${name}: ${match[0].trim()}`);
   }
   assert.deepEqual(offenders, []);
+});
+
+test('a service with a relay loads the relay\'s modules', async () => {
+  const loaded = await loadedModules(`${LOADED_BASE}relay:
+  listen: 127.0.0.1:0
+  upstream: http://127.0.0.1:9/
+  routes:
+    - match: { method: POST, path: /patients/* }
+      configuration: payments
+      request: { encrypt: [ssn] }
+`);
+  assert.equal(loaded.relay, true);
 });

@@ -71,6 +71,8 @@ const report = {
   openTelemetry: loaded.some((url) => url.includes('/node_modules/@opentelemetry/')),
   // Loaded on the first login, access token or relay end-user token (src/auth/jose.ts).
   jose: loaded.some((url) => url.includes('/node_modules/jose/')),
+  // The relay's modules, loaded where `relay:` is configured (src/app.ts).
+  relay: loaded.some((url) => url.includes('/node_modules/http-proxy-3/') || url.endsWith('/src/dataplane/relay.ts')),
 };
 await app.close();
 destination.close();

@@ -28,6 +28,7 @@ export interface LoadedModules {
   readonly promClientIndex: boolean;
   readonly openTelemetry: boolean;
   readonly jose: boolean;
+  readonly relay: boolean;
 }
 
 export async function loadedModules(yaml: string): Promise<LoadedModules> {
