@@ -34,7 +34,8 @@ import { Listener, listenAll, routerHandler, type Handler, type ListenerOptions,
 import { refuseUnknownSvcHeaders } from './http/svc-headers.ts';
 import { openConfiguredStore, type Store } from './store/db.ts';
 import { prepareState } from './store/state-view.ts';
-import { applySeed, type SeedDeps } from './store/seed.ts';
+import { applySeed, type PasswordPlan, type SeedDeps } from './store/seed.ts';
+import { seedsAtStart } from './store/seed-plan.ts';
 import { LogSampler } from './telemetry/log-sampler.ts';
 import { recordApiLog } from './telemetry/usage.ts';
 import { FileSource, logSeedResult } from './sync/file-source.ts';
@@ -78,6 +79,13 @@ export interface AppOptions {
    * Default `always`, as `serve` does at every start.
    */
   readonly seed?: 'always' | 'new-store';
+  /**
+   * The store, opened by the caller before it loaded this module (`serve`: src/cli/run.ts),
+   * and the seed's password decisions begun on it (`planPasswordsAsync`), or null when
+   * `seedsAtStart` said no. The app owns the store from here: it closes it whether it
+   * starts or fails. Without it the app opens the store itself, after compiling the routes.
+   */
+  readonly opened?: { readonly store: Store; readonly passwords: Promise<PasswordPlan> | null };
 }
 
 /**
@@ -201,10 +209,18 @@ async function compileRelay(config: RelayConfig): Promise<{ config: RelayConfig;
 
 export async function createApp(config: Config, options: AppOptions = {}): Promise<App> {
   const logger = options.logger ?? createLogger(config.logging.level);
-  // Routes are compiled before the store opens: a bad one stops the start with nothing to undo.
-  const egress = new EgressRoutes(config.egress);
-  const relaySetup = config.relay === undefined ? null : await compileRelay(config.relay);
-  const store = await openConfiguredStore(config.store);
+  // Routes are compiled before the store opens, where the app opens it: a bad one stops
+  // the start with nothing to undo.
+  let egress: EgressRoutes;
+  let relaySetup: Awaited<ReturnType<typeof compileRelay>> | null;
+  try {
+    egress = new EgressRoutes(config.egress);
+    relaySetup = config.relay === undefined ? null : await compileRelay(config.relay);
+  } catch (err) {
+    await options.opened?.store.close();
+    throw err;
+  }
+  const store = options.opened?.store ?? (await openConfiguredStore(config.store));
   let createdApiKeys: Array<{ name: string; key: string }> = [];
   let master: MasterKey;
   try {
@@ -214,11 +230,10 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
     throw err;
   }
   try {
-    // A replica's state is the control plane's snapshot: its seed only bootstraps one that
-    // has never received a snapshot, and the first snapshot replaces it.
-    const seedIt = options.seed !== 'new-store' || store.created;
-    if (seedIt && (config.state.source !== 'control-plane' || (await store.replication.getSync('applied')) === undefined)) {
-      const seeded = await seedStore(store, master, config);
+    // The first snapshot a replica receives replaces what its seed bootstrapped.
+    const passwords = options.opened === undefined ? undefined : ((await options.opened.passwords) ?? undefined);
+    if (await seedsAtStart(config, store, options.seed ?? 'always')) {
+      const seeded = await seedStore(store, master, config, passwords);
       logSeedResult(logger, seeded);
       createdApiKeys = seeded.createdApiKeys;
     }
@@ -378,9 +393,12 @@ async function openMasterKey(config: Config, logger: Logger, env: NodeJS.Process
 
 const MASTER_KEY_CHECK = 'master_key_check';
 
-/** With `state.source: file` the file is followed: what it no longer declares is removed. */
-function seedStore(store: Store, master: MasterKey, config: Config) {
-  return applySeed(store, config.seed, seedDeps(master), { prune: config.state.source === 'file' });
+/**
+ * With `state.source: file` the file is followed: what it no longer declares is removed.
+ * `passwords`: decisions made beforehand; without them the scrypt work is done here.
+ */
+function seedStore(store: Store, master: MasterKey, config: Config, passwords?: PasswordPlan) {
+  return applySeed(store, config.seed, seedDeps(master), { prune: config.state.source === 'file', ...(passwords === undefined ? {} : { passwords }) });
 }
 
 /** What applying a seed needs from outside the store (also used by tests that seed a running service). */

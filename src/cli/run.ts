@@ -8,17 +8,21 @@
  * command line was wrong (one line on stderr, pointing at the command's --help).
  */
 import { randomBytes } from 'node:crypto';
-import { createApp, type App } from '../app.ts';
+import type { App } from '../app.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import { hashPassword } from '../auth/passwords.ts';
 import { optionsHelp, parseOptions, UsageError, type OptionSpec, type OptionTable, type OptionValues } from './args.ts';
-import { keys, KEYS_COMMANDS } from './keys.ts';
+import { KEYS_COMMANDS } from './keys-commands.ts';
 import { egressCa } from './egress-ca.ts';
 import { STORE_COMMANDS } from './store.ts';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, type Config } from '../config/load.ts';
 import { nearestName } from '../util/nearest.ts';
 import { isUniqueViolation } from '../store/sql.ts';
+import { openConfiguredStore } from '../store/db.ts';
+import { passwordChecks, type PasswordPlan } from '../store/seed.ts';
+import { decidePasswords, seedsAtStart } from '../store/seed-plan.ts';
 import { createLogger } from '../telemetry/logger.ts';
+import type { Logger } from 'pino';
 
 const DEFAULT_OWNER_NAME = 'Owner';
 const DEFAULT_OWNER_EMAIL = 'owner@svc-sidecar.local';
@@ -96,8 +100,9 @@ const COMMANDS: readonly Command[] = [
       summary: spec.summary,
       about: `${spec.about} Works on the store and master key the configuration names; a running service on the same store follows at its next request.`,
       options: { config: CONFIG_OPTION, ...spec.options, help: HELP_OPTION },
-      run: (config, _path, values, positionals) =>
-        keys(config, [sub, ...positionals], {
+      // The implementation loads the application: only when a keys command runs.
+      run: async (config, _path, values, positionals) =>
+        (await import('./keys.ts')).keys(config, [sub, ...positionals], {
           configuration: stringOf(values['configuration']),
           fields: stringOf(values['fields']),
           version: stringOf(values['version']),
@@ -252,7 +257,7 @@ function wrap(text: string, width = 88): string {
 
 async function serve(config: Config, configPath: string): Promise<number> {
   const logger = createLogger(config.logging.level);
-  const app = await createApp(config, { logger, configPath });
+  const app = await startApp(config, configPath, logger);
   for (const created of app.createdApiKeys) {
     // Shown once: only the hash is stored.
     process.stderr.write(`created API key "${created.name}": ${created.key}\n(store it now; it will not be shown again)\n`);
@@ -282,6 +287,28 @@ async function serve(config: Config, configPath: string): Promise<number> {
 }
 
 /**
+ * Opens the store and begins the seed's scrypt work on libuv's thread pool before loading
+ * the rest of the program (src/app.ts and what it imports, about 150 modules), so that the
+ * two run side by side; then creates the app, which takes the store over.
+ */
+async function startApp(config: Config, configPath: string, logger: Logger): Promise<App> {
+  const store = await openConfiguredStore(config.store);
+  let passwords: Promise<PasswordPlan> | null;
+  let createApp: typeof import('../app.ts').createApp;
+  try {
+    passwords = (await seedsAtStart(config, store, 'always')) ? decidePasswords(await passwordChecks(store, config.seed)) : null;
+    // createApp awaits it; a failure before then (a bad route, the master key) must not
+    // leave the plan's own failure unhandled.
+    passwords?.catch(() => {});
+    ({ createApp } = await import('../app.ts'));
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  return createApp(config, { logger, configPath, opened: { store, passwords } });
+}
+
+/**
  * Creates the first owner and an API key for them in the configured store (seeded only
  * when this creates the store) and prints both to stdout, once: only hashes are stored. Logs go to stderr so
  * stdout holds nothing but the secrets. Never listens.
@@ -296,6 +323,7 @@ async function init(config: Config, name: string, email: string): Promise<number
     return 1;
   }
   // A live store is not seeded again: that would undo what the API changed (operations.md).
+  const { createApp } = await import('../app.ts');
   const app = await createApp(config, { logger: createLogger(config.logging.level, process.stderr), seed: 'new-store' });
   try {
     for (const created of app.createdApiKeys) process.stdout.write(`seed api key "${created.name}": ${created.key}\n`);

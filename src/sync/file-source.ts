@@ -12,10 +12,10 @@ import { statSync, watch, readFileSync, type FSWatcher } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { parseDocument } from 'yaml';
-import { hashPasswordAsync, verifyPasswordAsync } from '../auth/passwords.ts';
 import { ConfigError, loadConfig, type Config } from '../config/load.ts';
 import type { Store } from '../store/db.ts';
-import { applySeed, passwordChecks, SeedError, type PasswordPlan, type SeedDeps, type SeedInput, type SeedResult } from '../store/seed.ts';
+import { applySeed, SeedError, type PasswordPlan, type SeedDeps, type SeedInput, type SeedResult } from '../store/seed.ts';
+import { planPasswordsAsync } from '../store/seed-plan.ts';
 import { stateOf } from '../store/state-view.ts';
 import type { LogWriter } from '../telemetry/log-writer.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
@@ -172,19 +172,11 @@ export class FileSource {
   }
 
   /** The scrypt work of the reload, on libuv's thread pool and before the transaction. */
-  async #planPasswords(seed: SeedInput): Promise<PasswordPlan> {
-    const checks = await passwordChecks(this.#services.store, seed);
-    const decisions = await Promise.all(
-      checks.map(async (check) => {
-        const known = this.#verified.get(check.email);
-        const unchanged =
-          check.storedHash !== null &&
-          ((known?.password === check.password && known.hash === check.storedHash) || (await verifyPasswordAsync(check.password, check.storedHash)));
-        const newHash = unchanged ? null : await hashPasswordAsync(check.password);
-        return [check.email, { storedHash: check.storedHash, newHash }] as const;
-      }),
-    );
-    return new Map(decisions);
+  #planPasswords(seed: SeedInput): Promise<PasswordPlan> {
+    return planPasswordsAsync(this.#services.store, seed, (check) => {
+      const known = this.#verified.get(check.email);
+      return known?.password === check.password && known.hash === check.storedHash;
+    });
   }
 
   #applied(seed: SeedInput, seedJson: string, result: SeedResult, applyMs: number): void {
