@@ -3,6 +3,7 @@
  *
  *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--bundle] [--svc-env K=V,...] [--svc-node-args="--flag ..."] [--label name]
  *   node bench/footprint.ts --modules [--quick]
+ *   node bench/footprint.ts --against <checkout> [--rounds 12] [--label name]
  *
  * Service mode. For each log writer (`logs.writer: thread` and `inline`) the service runs
  * on a temporary copy of config/svc.yaml (the default configuration: SQLite and the master
@@ -30,6 +31,13 @@
  * make it an experiment, written to footprint-experiment.json; `--label x` writes
  * footprint-x.json instead.
  *
+ * Side-by-side mode (`--against`). Starts of this checkout's `src/main.ts` and another's,
+ * alternated (the order reversed every other round), each on its own copy of
+ * config/svc.yaml (inline writer) and its own store, created by an unmeasured start that
+ * also fills the compile cache: per start the time to the first 200 from /readyz and VmRSS
+ * 2 s after it; medians, and the median of the per-round ratios. The service is stopped
+ * with SIGTERM, as a platform stops it. Writes bench/results/footprint-starts[-<label>].json.
+ *
  * Module mode. What importing each dependency and each of our top-level modules costs:
  * VmRSS of `node -e "await import(X)"` (same flags, warm compile cache) after the import
  * and two full collections 500 ms apart, less that of a Node that imports nothing ("over bare"), and what X adds on top of
@@ -48,7 +56,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { median } from './lib/measure.ts';
-import { envOption, loadAverage, machineInfo, resultLabel } from './lib/report.ts';
+import { envOption, loadAverage, machineInfo, positiveOption, resultLabel } from './lib/report.ts';
 import { customerRecord, FIELDS } from './http/body.ts';
 import { memory, SERVICE_ENV, SERVICE_NODE_FLAGS, serviceMain, startHelper } from './http/processes.ts';
 
@@ -128,9 +136,9 @@ async function stop(child: ChildProcess): Promise<void> {
 }
 
 /** Spawns `node <flags> src/main.ts serve --config <config>` (or the bundle) in `dir`; resolves at the first 200 from /readyz. */
-async function startOnce(dir: string, config: string): Promise<Started> {
+async function startOnce(dir: string, config: string, main: string = MAIN): Promise<Started> {
   const t0 = performance.now();
-  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...extraNodeArgs, MAIN, 'serve', '--config', config], { cwd: dir, env: serviceEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...extraNodeArgs, main, 'serve', '--config', config], { cwd: dir, env: serviceEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   let port: number | null = null;
   let admin: number | null = null;
@@ -383,10 +391,64 @@ function write(name: string, result: unknown): void {
   log(`wrote ${fileURLToPath(path)}`);
 }
 
+interface SideStarts {
+  readonly checkout: string;
+  readonly readyMs: number[];
+  readonly rssMiB: number[];
+}
+
+/** `--against`: this checkout's starts and `other`'s, alternated (module comment). */
+async function startsAgainst(other: string, rounds: number, label: string | undefined): Promise<void> {
+  const machine = machineInfo();
+  const sides: SideStarts[] = [ROOT, other].map((checkout) => ({ checkout, readyMs: [], rssMiB: [] }));
+  const dirs = sides.map(() => mkdtempSync(join(tmpdir(), 'svc-footprint-starts-')));
+  try {
+    const configs = dirs.map((dir) => {
+      const path = join(dir, 'svc.yaml');
+      // No request is proxied: the destination only has to be a valid one.
+      writeFileSync(path, benchConfig('http://127.0.0.1:9', 'inline'));
+      return path;
+    });
+    const mains = sides.map((side) => serviceMain(side.checkout));
+    // The store of each, and its modules in the compile cache.
+    for (let i = 0; i < sides.length; i++) await stop((await startOnce(dirs[i]!, configs[i]!, mains[i])).child);
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const i of order) {
+        const started = await startOnce(dirs[i]!, configs[i]!, mains[i]);
+        await sleep(2000);
+        sides[i]!.readyMs.push(started.readyMs);
+        sides[i]!.rssMiB.push(mib(memory(started.child.pid!).rss));
+        await stop(started.child);
+      }
+      log(`round ${round + 1}/${rounds}: ready ${sides[0]!.readyMs.at(-1)} against ${sides[1]!.readyMs.at(-1)} ms`);
+    }
+  } finally {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  }
+  machine.loadAverageAtEnd = loadAverage();
+  const ratios = sides[0]!.readyMs.map((ms, i) => Math.round((ms / sides[1]!.readyMs[i]!) * 1000) / 1000);
+  const summary = sides.map((side) => ({ checkout: side.checkout, readyMsMedian: median(side.readyMs), rssMiBMedian: median(side.rssMiB) }));
+  for (const side of summary) console.log(`${side.checkout}: ready ${side.readyMsMedian} ms (median of ${rounds}), VmRSS 2 s after ${side.rssMiBMedian} MiB`);
+  console.log(`ready, this checkout ÷ the other: ${median(ratios)} (median of the rounds' ratios; ${Math.min(...ratios)}–${Math.max(...ratios)})`);
+  write(`footprint-starts${label === undefined ? '' : `-${label}`}.json`, {
+    suite: 'footprint-starts',
+    description: 'starts of two checkouts alternated: time from spawn to the first 200 from /readyz, VmRSS 2 s after; config/svc.yaml, inline writer, as npm start runs it',
+    command: `node bench/footprint.ts ${process.argv.slice(2).join(' ')}`,
+    machine,
+    inputs: { rounds, nodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs], env: { ...SERVICE_ENV, ...extraEnv } },
+    sides,
+    summary,
+    readyRatio: { median: median(ratios), perRound: ratios },
+  });
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       quick: { type: 'boolean', default: false },
+      against: { type: 'string' },
+      rounds: { type: 'string', default: '12' },
       modules: { type: 'boolean', default: false },
       starts: { type: 'string' },
       requests: { type: 'string' },
@@ -406,6 +468,7 @@ async function main(): Promise<void> {
   extraEnv = envOption('svc-env', values['svc-env']);
   const experiment = extraNodeArgs.length > 0 || Object.keys(extraEnv).length > 0 || values.bundle;
   if (values.modules) return modules(quick);
+  if (values.against !== undefined) return startsAgainst(values.against, positiveOption('rounds', values.rounds), label);
   const int = (v: string | undefined, fallback: number, name: string) => {
     const n = v === undefined ? fallback : Number(v);
     if (!Number.isInteger(n) || n < 0) throw new Error(`--${name} must be a non-negative integer`);
