@@ -42,7 +42,7 @@ import { FileSource, logSeedResult } from './sync/file-source.ts';
 import { createReplication, type Replication } from './sync/replica.ts';
 import { createLogger } from './telemetry/logger.ts';
 import { ControlPlaneOnlyError, MasterKeyMismatchError, NotReadyError } from './errors.ts';
-import { apiRoutes } from './api/index.ts';
+import { apiRoutes } from './api/route-table.ts';
 import { mount } from './api/routes.ts';
 import { IdleMemoryRelease } from './telemetry/idle-memory.ts';
 import { LogWriter } from './telemetry/log-writer.ts';

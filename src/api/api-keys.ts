@@ -18,7 +18,7 @@ import { stateOf } from '../store/state-view.ts';
 import { isUniqueViolation } from '../store/sql.ts';
 import type { User } from '../store/users.ts';
 import { apiKeyView } from './presenters.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { attributeName, Validator } from './validation.ts';
 
 const NAME_MAX = 64;
@@ -26,13 +26,8 @@ const NAME_MAX = 64;
 const CONFIGURATIONS_MAX = 256;
 const CATALOGUE: ReadonlySet<string> = new Set(PERMISSIONS);
 
-export const routes: ApiRoute[] = [
-  { method: 'GET', path: '/api/v3/api-keys', permission: 'api-keys.view', write: false, handler: list },
-  { method: 'POST', path: '/api/v3/api-keys', permission: 'api-keys.create', write: true, handler: create },
-  { method: 'GET', path: '/api/v3/api-keys/:id', permission: 'api-keys.view', write: false, handler: show },
-  { method: 'POST', path: '/api/v3/api-keys/:id/revoke', permission: 'api-keys.revoke', write: true, handler: revoke },
-  { method: 'POST', path: '/api/v3/api-keys/:id/rotate', permission: 'api-keys.rotate', write: true, handler: rotate },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { list, create, show, revoke, rotate } satisfies Handlers;
 
 /** A plain array, not a page envelope (spec 4.10). */
 async function list(ctx: RequestContext, services: Services): Promise<void> {

@@ -12,7 +12,7 @@ import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { User } from '../store/users.ts';
 import { userView } from './presenters.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { Validator } from './validation.ts';
 
 async function login(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
@@ -52,9 +52,5 @@ function describe(user: User): string {
 }
 
 
-export const routes: ApiRoute[] = [
-  { method: 'POST', path: '/api/v2/auth/login', permission: null, write: false, handler: login },
-  // Not a write: a token must be revocable on a replica too.
-  { method: 'POST', path: '/api/v2/auth/logout', permission: null, write: false, handler: logout },
-  { method: 'GET', path: '/api/v2/auth/userdetails', permission: null, write: false, handler: userDetails },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { login, logout, userDetails } satisfies Handlers;

@@ -35,7 +35,7 @@ import { grantsText, maskText } from '../store/reveal-rules.ts';
 import { envelope, pageRequest } from './pagination.ts';
 import { classificationView, MemberViews } from './presenters.ts';
 import { revealDefault, revealGrants } from './reveal-input.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { attributeName, EMAIL_PATTERN, queryIntegerList, Validator } from './validation.ts';
 
 const COLOR = /^#[0-9A-Fa-f]{6}$/;
@@ -49,16 +49,8 @@ const MEMBERS_MAX = 1000;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const ID = /^[0-9]{1,15}$/;
 
-const COLLECTION = '/api/v3/classifications';
-const ITEM = '/api/v3/classifications/:id';
-
-export const routes: ApiRoute[] = [
-  { method: 'GET', path: COLLECTION, permission: 'classifications.view', write: false, handler: list },
-  { method: 'POST', path: COLLECTION, permission: 'classifications.create', write: true, handler: create },
-  { method: 'GET', path: ITEM, permission: 'classifications.view', write: false, handler: show },
-  { method: 'PATCH', path: ITEM, permission: 'classifications.update', write: true, handler: update },
-  { method: 'DELETE', path: ITEM, permission: 'classifications.delete', write: true, handler: remove },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { list, create, show, update, remove } satisfies Handlers;
 
 async function list(ctx: RequestContext, services: Services): Promise<void> {
   const query = ctx.query();

@@ -21,7 +21,7 @@ import { stateOf } from '../store/state-view.ts';
 import { isUniqueViolation } from '../store/sql.ts';
 import { envelope, pageRequest, pastTheEnd } from './pagination.ts';
 import { configurationView } from './presenters.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { attributeName, Validator } from './validation.ts';
 
 const TYPES: readonly ConfigurationType[] = ['encryption', 'provider'];
@@ -46,14 +46,8 @@ interface ValueChanges {
   proxySlug?: string;
 }
 
-export const routes: ApiRoute[] = [
-  { method: 'GET', path: '/api/v3/configurations', permission: 'configurations.view', write: false, handler: list },
-  { method: 'POST', path: '/api/v3/configurations', permission: 'configurations.create', write: true, handler: create },
-  { method: 'GET', path: '/api/v3/configurations/:id', permission: 'configurations.view', write: false, handler: show },
-  { method: 'PUT', path: '/api/v3/configurations/:id', permission: 'configurations.update', write: true, handler: update },
-  { method: 'DELETE', path: '/api/v3/configurations/:id', permission: 'configurations.delete', write: true, handler: destroy },
-  { method: 'POST', path: '/api/v3/configurations/:id/rotate', permission: 'configurations.rotate', write: true, handler: rotate },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { list, create, show, update, destroy, rotate } satisfies Handlers;
 
 /** A key limited to some configurations lists only those. */
 async function list(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {

@@ -17,13 +17,11 @@ import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendJson } from '../http/respond.ts';
 import type { Configuration, DataKey } from '../store/configurations.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { Validator } from './validation.ts';
 
-export const routes: ApiRoute[] = [
-  { method: 'GET', path: '/api/v3/configurations/:id/keys', permission: 'configurations.view', write: false, handler: list },
-  { method: 'POST', path: '/api/v3/configurations/:id/keys/:version/destroy', permission: 'configurations.rotate', write: true, handler: destroy },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { list, destroy } satisfies Handlers;
 
 /** `current` writes new tokens; `active` still decrypts; `retired` is below min_decryption_version; `destroyed` is gone. */
 export type KeyStatus = 'current' | 'active' | 'retired' | 'destroyed';

@@ -23,15 +23,11 @@ import { LOG_KINDS, type ActivityLog, type ApiLog, type LogFilter, type LogKind,
 import { logCursors, MAX_CURSOR_LENGTH, type CursorScope } from './log-cursor.ts';
 import { cursorEnvelope, pageRequest, pastTheEnd, type PageRequest } from './pagination.ts';
 import { configurationView, userView, type ConfigurationView, type UserView } from './presenters.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { Validator } from './validation.ts';
 
-export const routes: ApiRoute[] = [
-  { method: 'GET', path: '/api/v3/logs/unified', permission: 'logs.view', write: false, handler: listUnified },
-  { method: 'GET', path: '/api/v3/logs/activity', permission: 'logs.view', write: false, handler: listActivity },
-  { method: 'GET', path: '/api/v3/logs/api', permission: 'logs.view', write: false, handler: listApi },
-  { method: 'GET', path: '/api/v3/logs/usage', permission: 'logs.view', write: false, handler: listUsage },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { listUnified, listActivity, listApi, listUsage } satisfies Handlers;
 
 /** Request ids are at most this long (src/telemetry/request-id.ts). */
 const REQUEST_ID_MAX = 128;

@@ -1,33 +1,47 @@
 /**
- * The management API's routes. Each resource module lists its routes with the permission
- * each needs; this table is the single source for authorization, the permission docs and
- * the permission-matrix test.
+ * Mounts the management API (route-table.ts) on a router: every route behind
+ * authentication, its permission and the write guard. A route's module is imported on the
+ * first request that passes those checks, so the management API's code and validation
+ * schemas cost a service nothing until it is used.
  */
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { isReplicationKey, requirePermission, type Caller } from '../auth/caller.ts';
-import type { Permission } from '../config/schema.ts';
 import type { Services } from '../services.ts';
 import { ActionUnauthorizedError, ManagedByControlPlaneError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Router } from '../http/router.ts';
 import type { Handler } from '../http/listener.ts';
+import type { ApiModule, ApiRoute, ModuleHandlers } from './route-table.ts';
 
-export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+export type { ApiRoute, Method } from './route-table.ts';
 
-export interface ApiRoute {
-  readonly method: Method;
-  /** Router pattern under the listener root, e.g. `/api/v3/classifications/:id`. */
-  readonly path: string;
-  /** The permission the acting user needs; null for any valid API key. */
-  readonly permission: Permission | null;
-  /** A management write: refused with 409 where state comes from a control plane. */
-  readonly write: boolean;
-  readonly handler: (ctx: RequestContext, services: Services, caller: Caller) => Promise<void> | void;
+export type RouteHandler = (ctx: RequestContext, services: Services, caller: Caller) => Promise<void> | void;
+/** What each module of the table exports as `handlers`. */
+export type Handlers = Readonly<Record<string, RouteHandler>>;
+
+const MODULES: { readonly [M in ApiModule]: () => Promise<{ readonly handlers: ModuleHandlers[M] }> } = {
+  'api-keys': () => import('./api-keys.ts'),
+  auth: () => import('./auth.ts'),
+  classifications: () => import('./classifications.ts'),
+  configurations: () => import('./configurations.ts'),
+  keys: () => import('./keys.ts'),
+  logs: () => import('./logs.ts'),
+  sync: () => import('./sync.ts'),
+  users: () => import('./users.ts'),
+};
+
+/** The handler a route names, its module imported if it is not yet. */
+export async function routeHandler(route: ApiRoute): Promise<RouteHandler> {
+  const { handlers } = await MODULES[route.module]();
+  const handler = (handlers as Handlers)[route.handler];
+  if (typeof handler !== 'function') throw new TypeError(`src/api/${route.module}.ts exports no handler "${route.handler}"`);
+  return handler;
 }
 
 /** Registers `routes`, each behind authentication, its permission and the write guard. */
 export function mount(router: Router<Handler<Services>>, routes: readonly ApiRoute[]): void {
   for (const route of routes) {
+    let handler: RouteHandler | null = null;
     router.add(route.method, route.path, async (ctx, services) => {
       const caller = await authenticateRequest(ctx, services.auth);
       // A replicas' key (sync.* only) reaches the sync routes and nothing else, not even
@@ -35,7 +49,8 @@ export function mount(router: Router<Handler<Services>>, routes: readonly ApiRou
       if (isReplicationKey(caller) && route.permission?.startsWith('sync.') !== true) throw new ActionUnauthorizedError();
       if (route.permission !== null) requirePermission(caller, route.permission);
       if (route.write && services.config.state.source === 'control-plane') throw new ManagedByControlPlaneError();
-      await route.handler(ctx, services, caller);
+      handler ??= await routeHandler(route);
+      await handler(ctx, services, caller);
     });
   }
 }

@@ -2,8 +2,6 @@
  * Replication endpoints a control plane serves to its replicas (docs/replication.md):
  * the state snapshot, and the logs replicas ship back (sync-logs.ts).
  */
-import { LOGS_PATH } from '../sync/log-shipper.ts';
-import { SNAPSHOT_PATH } from '../sync/replica.ts';
 import type { Caller } from '../auth/caller.ts';
 import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
@@ -11,14 +9,11 @@ import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { Store } from '../store/db.ts';
 import { SnapshotMac } from '../sync/snapshot-mac.ts';
 import { SnapshotPublisher } from '../sync/snapshot-publisher.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { receiveLogs } from './sync-logs.ts';
 
-export const routes: ApiRoute[] = [
-  { method: 'GET', path: SNAPSHOT_PATH, permission: 'sync.read', write: false, handler: snapshot },
-  // A write: a replica has no fleet logs to collect, so it answers 409 like other writes.
-  { method: 'POST', path: LOGS_PATH, permission: 'sync.write', write: true, handler: receiveLogs },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { snapshot, receiveLogs } satisfies Handlers;
 
 /** One publisher per store, so its cache serves every request of that service. */
 const publishers = new WeakMap<Store, SnapshotPublisher>();

@@ -19,7 +19,7 @@ import { isUniqueViolation } from '../store/sql.ts';
 import type { User } from '../store/users.ts';
 import { envelope, pageRequest, pastTheEnd } from './pagination.ts';
 import { roleView, userView } from './presenters.ts';
-import type { ApiRoute } from './routes.ts';
+import type { Handlers } from './routes.ts';
 import { attributeName, Validator } from './validation.ts';
 
 
@@ -30,11 +30,8 @@ const NAME_MAX = 255;
 const PASSWORD_MIN = 12;
 /** scrypt's cost grows with the input; nobody types more than this. */
 
-export const routes: ApiRoute[] = [
-  { method: 'GET', path: '/api/v3/users', permission: 'users.view', write: false, handler: list },
-  { method: 'POST', path: '/api/v3/users', permission: 'users.manage', write: true, handler: create },
-  { method: 'GET', path: '/api/v3/roles', permission: 'roles.view', write: false, handler: listRoles },
-];
+/** The handlers of this module's routes (route-table.ts), by name. */
+export const handlers = { list, create, listRoles } satisfies Handlers;
 
 async function list(ctx: RequestContext, services: Services): Promise<void> {
   const v = Validator.forQuery(ctx.query());

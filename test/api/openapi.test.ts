@@ -225,7 +225,7 @@ test('every route of the main and admin listeners is in the document, and every 
 });
 
 test('the management routes carry the same permission in apiRoutes and in the document', async () => {
-  const { apiRoutes } = await import('../../src/api/index.ts');
+  const { apiRoutes } = await import('../../src/api/route-table.ts');
   for (const route of apiRoutes) {
     const op = paths[toTemplate(route.path)]?.[route.method.toLowerCase()];
     assert.ok(isObject(op), `${route.method} ${route.path} is documented`);

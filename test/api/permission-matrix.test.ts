@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
-import { apiRoutes } from '../../src/api/index.ts';
+import { apiRoutes } from '../../src/api/route-table.ts';
 import { openApiDocument } from '../../src/api/openapi.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
 import type { App } from '../../src/app.ts';

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LOADED_BASE, loadedModules } from '../support/loaded-modules.ts';
 
-test('a service that has proxied a request has loaded neither Node\'s bundled undici, nor the indexes of undici and prom-client, nor jose, nor the relay\'s modules without a relay', async () => {
+test('a service that has proxied a request has loaded neither Node\'s bundled undici, nor the indexes of undici and prom-client, nor jose, nor the relay\'s modules without a relay, nor the management API\'s handlers', async () => {
   const loaded = await loadedModules(LOADED_BASE);
   assert.equal(loaded.nodeUndici, false, 'an ES import of node:http loads Node\'s undici (src/http/node-http.ts)');
   assert.equal(loaded.undiciIndex, false, 'undici\'s index loads fetch, WebSocket, mocks (src/http/undici.ts)');
@@ -15,6 +15,7 @@ test('a service that has proxied a request has loaded neither Node\'s bundled un
   assert.equal(loaded.openTelemetry, false, 'prom-client\'s CPU counters load @opentelemetry/api (src/telemetry/default-metrics.ts)');
   assert.equal(loaded.jose, false, 'jose waits for the first login or token (src/auth/jose.ts)');
   assert.equal(loaded.relay, false, 'the relay\'s modules (http-proxy-3) are loaded only where relay: is configured (src/app.ts)');
+  assert.equal(loaded.managementApi, false, 'the management API\'s handlers wait for the first request to one of their routes (src/api/routes.ts)');
 });
 
 test('no module of the program takes a value from node:http, undici or prom-client (imported, or undici required whole) except through src/http/node-http.ts, src/http/undici.ts and src/telemetry/prom-client.ts', async () => {

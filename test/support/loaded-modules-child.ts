@@ -73,6 +73,8 @@ const report = {
   jose: loaded.some((url) => url.includes('/node_modules/jose/')),
   // The relay's modules, loaded where `relay:` is configured (src/app.ts).
   relay: loaded.some((url) => url.includes('/node_modules/http-proxy-3/') || url.endsWith('/src/dataplane/relay.ts')),
+  // The management API's handlers, loaded on the first request to one of their routes (src/api/routes.ts).
+  managementApi: loaded.some((url) => /\/src\/api\/(?:api-keys|auth|classifications|configurations|keys|logs|sync|users)\.ts$/.test(url)),
 };
 await app.close();
 destination.close();

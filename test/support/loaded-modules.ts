@@ -29,6 +29,7 @@ export interface LoadedModules {
   readonly openTelemetry: boolean;
   readonly jose: boolean;
   readonly relay: boolean;
+  readonly managementApi: boolean;
 }
 
 export async function loadedModules(yaml: string): Promise<LoadedModules> {

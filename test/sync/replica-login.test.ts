@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { apiRoutes } from '../../src/api/index.ts';
+import { apiRoutes } from '../../src/api/route-table.ts';
 import { call, KEYS } from '../support/app.ts';
 import { FLEET_KEY, get, json, LOGS, SNAPSHOT, startControlPlane, startReplica, tempDir, waitFor, waitReady, type Node } from './nodes.ts';
 
