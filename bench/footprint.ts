@@ -429,7 +429,8 @@ async function startsAgainst(other: string, rounds: number, label: string | unde
   }
   machine.loadAverageAtEnd = loadAverage();
   const ratios = sides[0]!.readyMs.map((ms, i) => Math.round((ms / sides[1]!.readyMs[i]!) * 1000) / 1000);
-  const summary = sides.map((side) => ({ checkout: side.checkout, readyMsMedian: median(side.readyMs), rssMiBMedian: median(side.rssMiB) }));
+  const tenth = (n: number) => Math.round(n * 10) / 10;
+  const summary = sides.map((side) => ({ checkout: side.checkout, readyMsMedian: tenth(median(side.readyMs)), rssMiBMedian: tenth(median(side.rssMiB)) }));
   for (const side of summary) console.log(`${side.checkout}: ready ${side.readyMsMedian} ms (median of ${rounds}), VmRSS 2 s after ${side.rssMiBMedian} MiB`);
   console.log(`ready, this checkout ÷ the other: ${median(ratios)} (median of the rounds' ratios; ${Math.min(...ratios)}–${Math.max(...ratios)})`);
   write(`footprint-starts${label === undefined ? '' : `-${label}`}.json`, {
