@@ -81,7 +81,7 @@ export interface AppOptions {
   readonly seed?: 'always' | 'new-store';
   /**
    * The store, opened by the caller before it loaded this module (`serve`: src/cli/run.ts),
-   * and the seed's password decisions begun on it (`planPasswordsAsync`), or null when
+   * and the seed's password decisions begun on it (`decidePasswords`), or null when
    * `seedsAtStart` said no. The app owns the store from here: it closes it whether it
    * starts or fails. Without it the app opens the store itself, after compiling the routes.
    */
