@@ -83,6 +83,10 @@ export class LogWriter {
   written = 0;
   /** Batches the store refused (each was retried). */
   failedBatches = 0;
+  /** Batches written on the event loop (`logs.writer: inline`, or at close), since start. */
+  inlineBatches = 0;
+  /** Seconds the event loop spent writing them, since start: requests in flight waited that long. */
+  inlineWriteSeconds = 0;
 
   constructor(store: Store, logger: Logger, options: LogWriterOptions) {
     this.store = store;
@@ -256,6 +260,7 @@ export class LogWriter {
 
   /** Writes a batch on this thread; false (and the batch back in the queue) if the store refused it. */
   private writeHere(batch: LogBatch, wait: boolean): boolean {
+    const started = performance.now();
     try {
       // Synchronous on SQLite, where a refused batch must go back in the queue before the
       // next one is taken.
@@ -263,6 +268,9 @@ export class LogWriter {
     } catch (err) {
       this.refused(batch, err);
       return false;
+    } finally {
+      this.inlineBatches++;
+      this.inlineWriteSeconds += (performance.now() - started) / 1000;
     }
     this.succeeded(batch);
     return true;

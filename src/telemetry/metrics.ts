@@ -21,6 +21,8 @@ export interface QueueSource {
   readonly depth: number;
   readonly dropped: number;
   readonly written: number;
+  readonly inlineBatches: number;
+  readonly inlineWriteSeconds: number;
 }
 
 export class Metrics {
@@ -129,6 +131,22 @@ export class Metrics {
       registers,
       collect() {
         this.set(queue()?.written ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'svc_log_inline_batches',
+      help: 'Log batches written on the event loop (logs.writer: inline), since start.',
+      registers,
+      collect() {
+        this.set(queue()?.inlineBatches ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'svc_log_inline_write_seconds',
+      help: 'Seconds the event loop spent writing log batches (logs.writer: inline), since start; requests in flight wait for each batch.',
+      registers,
+      collect() {
+        this.set(queue()?.inlineWriteSeconds ?? 0);
       },
     });
   }

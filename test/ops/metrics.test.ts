@@ -97,3 +97,21 @@ test('a not-ready /readyz answers 503 without logging an error or a stack: the p
     assert.equal(entry.err, undefined, 'no error object, so no stack');
   }
 });
+
+test('svc_log_inline_batches and svc_log_inline_write_seconds count what the event loop spent writing log batches', async (t) => {
+  const running = await startApp(t, '', SEED, { admin: true });
+  const scrape = async (): Promise<string> => (await fetch(`${running.adminUrl}/metrics`)).text();
+  const before = await scrape();
+  for (let i = 0; i < 3; i++) {
+    await call(running.url, '/api/v3/encryption/payments/encrypt', { body: '{"card":{"number":"4242"}}' });
+    await running.app.services.logs.flush();
+  }
+  const after = await scrape();
+  const grew = (name: string) => sample(after, name, {})! - sample(before, name, {})!;
+  const logs = running.app.services.logs;
+  // An in-memory store is always written on the event loop.
+  assert.ok(grew('svc_log_inline_batches') >= 3, `batches grew by ${grew('svc_log_inline_batches')}`);
+  assert.ok(grew('svc_log_inline_write_seconds') > 0);
+  assert.equal(sample(after, 'svc_log_inline_batches', {}), logs.inlineBatches);
+  assert.ok(Math.abs(sample(after, 'svc_log_inline_write_seconds', {})! - logs.inlineWriteSeconds) < 1e-9);
+});
