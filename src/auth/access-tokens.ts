@@ -6,7 +6,7 @@
 import { createSecretKey, randomBytes, type webcrypto } from 'node:crypto';
 import { isCanonicalBase64url } from '../crypto/base64url.ts';
 import { UnauthorizedError } from '../errors.ts';
-import { jose } from './jose.ts';
+import { isJoseError, jose } from './jose.ts';
 
 /** HKDF info for the signing secret; changing it invalidates every token issued. */
 export const ACCESS_TOKEN_SECRET_LABEL = 'svc-sidecar access token v1';
@@ -76,7 +76,7 @@ export class AccessTokens {
     // jose decodes with atob, which takes padding, whitespace and non-zero unused bits: one
     // signature would have many accepted spellings. Only the text we issued is accepted.
     if (!isCompactJws(token)) throw new UnauthorizedError();
-    const { errors, jwtVerify } = await jose();
+    const { jwtVerify } = await jose();
     let payload;
     try {
       ({ payload } = await jwtVerify(token, this.#key, {
@@ -85,7 +85,7 @@ export class AccessTokens {
         requiredClaims: ['sub', 'jti', 'exp', 'iat', STAMP_CLAIM],
       }));
     } catch (err) {
-      if (err instanceof errors.JOSEError) throw new UnauthorizedError({ cause: err });
+      if (isJoseError(err)) throw new UnauthorizedError({ cause: err });
       throw err;
     }
     const userId = payload.sub !== undefined && /^[1-9]\d{0,15}$/.test(payload.sub) ? Number(payload.sub) : NaN;

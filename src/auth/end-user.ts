@@ -27,7 +27,7 @@ import { hasUnsafeText, normalizeEmail } from '../store/identity-text.ts';
 import { Memo, stateOf } from '../store/state-view.ts';
 import { isCompactJws } from './access-tokens.ts';
 import type { Identity } from './classification-access.ts';
-import { jose, type Jose } from './jose.ts';
+import { isJoseError, jose, type Jose } from './jose.ts';
 
 /**
  * An identified end user: an `Identity` (DESIGN §9 admission: a svc user, roles, and an
@@ -187,7 +187,7 @@ export class EndUserIdentity {
     } catch (err) {
       // Which check failed, never the token. Whatever failed, the reader is anonymous: the
       // relay never fails an application's answer because of its reader (DESIGN §14).
-      if (err instanceof (await jose()).errors.JOSEError || err instanceof KeysUnavailable) {
+      if (isJoseError(err) || err instanceof KeysUnavailable) {
         if (this.#logger.isLevelEnabled('debug')) this.#logger.debug({ reason: (err as { code?: string }).code ?? err.name }, 'relay identity: the end user is anonymous');
       } else {
         this.#logger.warn({ reason: err instanceof Error ? `${err.name}: ${err.message}` : 'unknown' }, 'relay identity: verifying a token failed unexpectedly; the end user is anonymous');
