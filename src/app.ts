@@ -82,8 +82,9 @@ export interface AppOptions {
   /**
    * The store, opened by the caller before it loaded this module (`serve`: src/cli/run.ts),
    * and the seed's password decisions begun on it (`decidePasswords`), or null when
-   * `seedsAtStart` said no. The app owns the store from here: it closes it whether it
-   * starts or fails. Without it the app opens the store itself, after compiling the routes.
+   * `seedsAtStart` said this start applies no seed: the app takes that answer as it is. The
+   * app owns the store from here: it closes it whether it starts or fails. Without it the
+   * app opens the store itself, after compiling the routes, and asks `seedsAtStart` itself.
    */
   readonly opened?: { readonly store: Store; readonly passwords: Promise<PasswordPlan> | null };
 }
@@ -230,10 +231,11 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
     throw err;
   }
   try {
-    // The first snapshot a replica receives replaces what its seed bootstrapped.
-    const passwords = options.opened === undefined ? undefined : ((await options.opened.passwords) ?? undefined);
-    if (await seedsAtStart(config, store, options.seed ?? 'always')) {
-      const seeded = await seedStore(store, master, config, passwords);
+    // `serve` decided before it loaded this module (its plan is null when it does not seed);
+    // the first snapshot a replica receives replaces what its seed bootstrapped.
+    const seeds = options.opened === undefined ? await seedsAtStart(config, store, options.seed ?? 'always') : options.opened.passwords !== null;
+    if (seeds) {
+      const seeded = await seedStore(store, master, config, (await options.opened?.passwords) ?? undefined);
       logSeedResult(logger, seeded);
       createdApiKeys = seeded.createdApiKeys;
     }
