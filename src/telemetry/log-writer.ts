@@ -83,7 +83,7 @@ export class LogWriter {
   written = 0;
   /** Batches the store refused (each was retried). */
   failedBatches = 0;
-  /** Batches written on the event loop (`logs.writer: inline`, or at close), since start. */
+  /** Batch writes made on the event loop (`logs.writer: inline`, or at close), refused ones included, since start. */
   inlineBatches = 0;
   /** Seconds the event loop spent writing them, since start: requests in flight waited that long. */
   inlineWriteSeconds = 0;

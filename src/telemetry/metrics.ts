@@ -135,7 +135,7 @@ export class Metrics {
     });
     new Gauge({
       name: 'svc_log_inline_batches',
-      help: 'Log batches written on the event loop (logs.writer: inline), since start.',
+      help: 'Log batch writes made on the event loop (logs.writer: inline), refused ones included, since start.',
       registers,
       collect() {
         this.set(queue()?.inlineBatches ?? 0);
