@@ -15,7 +15,7 @@ import { passwordChecks, type PasswordCheck, type PasswordPlan, type SeedInput }
  * else a new hash. `known` answers without scrypt for a password already verified against
  * the same stored hash.
  */
-export async function planPasswordsAsync(store: Store, seed: SeedInput, known: (check: PasswordCheck) => boolean = () => false): Promise<PasswordPlan> {
+export async function planPasswordsAsync(store: Store, seed: SeedInput, known?: (check: PasswordCheck) => boolean): Promise<PasswordPlan> {
   return decidePasswords(await passwordChecks(store, seed), known);
 }
 
