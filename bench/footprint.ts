@@ -1,7 +1,7 @@
 /**
  * The service's memory footprint and start time, as `npm start` runs it:
  *
- *   node bench/footprint.ts [--starts N] [--requests N] [--connections C] [--quick] [--bundle] [--svc-env K=V,...] [--svc-node-args="--flag ..."] [--label name]
+ *   node bench/footprint.ts [--starts N] [--requests N] [--loads N] [--connections C] [--quick] [--bundle] [--svc-env K=V,...] [--svc-node-args="--flag ..."] [--label name]
  *   node bench/footprint.ts --modules [--quick]
  *   node bench/footprint.ts --against <checkout> [--rounds 12] [--label name]
  *
@@ -22,10 +22,13 @@
  * - VmRSS at rest: once the service has released memory after its start
  *   (`server.idle_memory_release`, 5 s idle by default; /metrics is read every 500 ms
  *   until `svc_idle_memory_releases_total` counts it);
- * and the last of them serves `--requests` POST /proxy/payments (a 1 KB record, five
- * fields encrypted, forwarded to the echo server; autocannon, `--connections`), after
- * which the same figures are read again 2 s later, and once more at rest, after the
- * release that follows the load. A bare Node http server started the same way is the
+ * and the last `--loads` of them (1 by default) each serve `--requests` POST
+ * /proxy/payments (a 1 KB record, five fields encrypted, forwarded to the echo server;
+ * autocannon, `--connections`), after which the same figures are read again 2 s later,
+ * and once more at rest, after the release that follows the load: medians over the loads,
+ * and each load's figures. The figures after load spread by several MiB between identical
+ * runs, so a verdict wants more than one (`--loads 5`). Each load adds its log rows to the
+ * one store of the writer's starts. A bare Node http server started the same way is the
  * floor. Writes bench/results/footprint.json (footprint-quick.json with --quick);
  * `--svc-env` (environment over npm start's) or `--svc-node-args` (flags after npm start's)
  * make it an experiment, written to footprint-experiment.json; `--label x` writes
@@ -216,11 +219,14 @@ interface WriterResult {
   readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[]; last: RssParts };
   /** Once the service has released memory after its start (`server.idle_memory_release`). */
   readonly atRest: { rssMiB: number; rssAllMiB: number[]; waitedMs: Array<number | null>; last: RssParts };
-  /** 2 s after the last answer, and once released after the load. */
-  readonly afterLoad: { requests: number; rssMiB: number; hwmMiB: number; atRest: AtRest & RssParts } & RssParts;
+  /**
+   * 2 s after the last answer, and once released after the load: medians over the loads
+   * (the parts are the last load's), and each load's figures in order.
+   */
+  readonly afterLoad: { requests: number; loads: number; rssMiB: number; hwmMiB: number; rssAllMiB: number[]; atRest: AtRest & RssParts & { rssAllMiB: number[] } } & RssParts;
 }
 
-async function measureWriter(writer: Writer, echo: string, starts: number, requests: number, connections: number): Promise<WriterResult> {
+async function measureWriter(writer: Writer, echo: string, starts: number, requests: number, connections: number, loads: number): Promise<WriterResult> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-footprint-'));
   try {
     const config = join(dir, 'svc.yaml');
@@ -233,7 +239,12 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
     const restRss: number[] = [];
     const restWaited: Array<number | null> = [];
     const none: RssParts = { anonMiB: 0, fileMiB: 0, mallocHeapMiB: 0 };
-    let afterLoad: WriterResult['afterLoad'] = { requests: 0, rssMiB: 0, hwmMiB: 0, ...none, atRest: { waitedMs: null, rssMiB: 0, ...none } };
+    const loadRss: number[] = [];
+    const loadHwm: number[] = [];
+    const loadRestRss: number[] = [];
+    let loadParts: RssParts = none;
+    let loadRest: AtRest & RssParts = { waitedMs: null, rssMiB: 0, ...none };
+    let served = 0;
     let idleParts: RssParts = none;
     let restParts: RssParts = none;
     for (let i = 0; i < starts; i++) {
@@ -251,16 +262,18 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
         restRss.push(mib(memory(started.child.pid!).rss));
         restParts = rssParts(started.child.pid!);
         log(`  ${writer} at rest (${waited === null ? 'no release' : `released ${waited} ms later`}): RSS ${restRss.at(-1)} MiB (anonymous ${restParts.anonMiB}, of it malloc heap ${restParts.mallocHeapMiB}; files ${restParts.fileMiB})`);
-        if (i === starts - 1 && requests > 0) {
-          const ok = await proxyLoad(started.url, echo, requests, connections);
+        if (i >= starts - loads && requests > 0) {
+          served = await proxyLoad(started.url, echo, requests, connections);
           await sleep(2000);
           const after = memory(started.child.pid!);
-          const parts = rssParts(started.child.pid!);
+          loadParts = rssParts(started.child.pid!);
+          loadRss.push(mib(after.rss));
+          loadHwm.push(mib(after.hwm));
           const loadWaited = await settled(started.adminUrl, 2);
-          const rest = { waitedMs: loadWaited, rssMiB: mib(memory(started.child.pid!).rss), ...rssParts(started.child.pid!) };
-          afterLoad = { requests: ok, rssMiB: mib(after.rss), hwmMiB: mib(after.hwm), ...parts, atRest: rest };
-          log(`  ${writer} after ${ok} requests: RSS ${afterLoad.rssMiB} MiB (HWM ${afterLoad.hwmMiB}; anonymous ${afterLoad.anonMiB}, of it malloc heap ${afterLoad.mallocHeapMiB}; files ${afterLoad.fileMiB})`);
-          log(`  ${writer} at rest after the load (${loadWaited === null ? 'no release' : `released ${loadWaited} ms later`}): RSS ${rest.rssMiB} MiB (anonymous ${rest.anonMiB}, of it malloc heap ${rest.mallocHeapMiB}; files ${rest.fileMiB})`);
+          loadRest = { waitedMs: loadWaited, rssMiB: mib(memory(started.child.pid!).rss), ...rssParts(started.child.pid!) };
+          loadRestRss.push(loadRest.rssMiB);
+          log(`  ${writer} after ${served} requests: RSS ${loadRss.at(-1)} MiB (HWM ${loadHwm.at(-1)}; anonymous ${loadParts.anonMiB}, of it malloc heap ${loadParts.mallocHeapMiB}; files ${loadParts.fileMiB})`);
+          log(`  ${writer} at rest after the load (${loadWaited === null ? 'no release' : `released ${loadWaited} ms later`}): RSS ${loadRest.rssMiB} MiB (anonymous ${loadRest.anonMiB}, of it malloc heap ${loadRest.mallocHeapMiB}; files ${loadRest.fileMiB})`);
         }
       } finally {
         await stop(started.child);
@@ -271,11 +284,24 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
       readyMs: { median: Math.round(median(ready) * 10) / 10, min: Math.min(...ready), max: Math.max(...ready), all: ready },
       idle: { rssMiB: Math.round(median(idleRss) * 10) / 10, hwmMiB: Math.round(median(idleHwm) * 10) / 10, rssAllMiB: idleRss, last: idleParts },
       atRest: { rssMiB: Math.round(median(restRss) * 10) / 10, rssAllMiB: restRss, waitedMs: restWaited, last: restParts },
-      afterLoad,
+      afterLoad: {
+        requests: served,
+        loads: loadRss.length,
+        rssMiB: medianOrZero(loadRss),
+        hwmMiB: medianOrZero(loadHwm),
+        rssAllMiB: loadRss,
+        ...loadParts,
+        atRest: { ...loadRest, rssMiB: medianOrZero(loadRestRss), rssAllMiB: loadRestRss },
+      },
     };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** The median to a tenth, or 0 for no figures (no load was run). */
+function medianOrZero(values: readonly number[]): number {
+  return values.length === 0 ? 0 : Math.round(median(values) * 10) / 10;
 }
 
 /** A Node http server that does nothing, started with the same flags and environment: the floor. */
@@ -455,6 +481,7 @@ async function main(): Promise<void> {
       starts: { type: 'string' },
       requests: { type: 'string' },
       connections: { type: 'string', default: '16' },
+      loads: { type: 'string', default: '1' },
       'svc-env': { type: 'string', default: '' },
       'svc-node-args': { type: 'string', default: '' },
       label: { type: 'string' },
@@ -479,6 +506,8 @@ async function main(): Promise<void> {
   const starts = Math.max(1, int(values.starts, quick ? 3 : 7, 'starts'));
   const requests = int(values.requests, quick ? 10_000 : 100_000, 'requests');
   const connections = Math.max(1, int(values.connections, 16, 'connections'));
+  const loads = int(values.loads, 1, 'loads');
+  if (loads > starts) throw new Error(`--loads (${loads}) cannot exceed --starts (${starts})`);
   const machine = machineInfo();
   const echo = await startHelper('echo');
   const results: WriterResult[] = [];
@@ -486,12 +515,12 @@ async function main(): Promise<void> {
   try {
     bare = await bareServer();
     log(`bare node http server: idle RSS ${bare.rssMiB} MiB`);
-    for (const writer of WRITERS) results.push(await measureWriter(writer, echo.url, starts, requests, connections));
+    for (const writer of WRITERS) results.push(await measureWriter(writer, echo.url, starts, requests, connections, loads));
   } finally {
     await echo.stop();
   }
   machine.loadAverageAtEnd = loadAverage();
-  console.log(`\nfootprint: config/svc.yaml as npm start runs it; ${starts} starts per writer, ${requests} proxied requests on the last`);
+  console.log(`\nfootprint: config/svc.yaml as npm start runs it; ${starts} starts per writer, ${requests} proxied requests on the last ${loads === 1 ? '' : `${loads} (medians)`}`.trimEnd());
   console.log('writer   ready ms (median, min–max)   idle RSS MiB (HWM)   at rest   after load RSS MiB (HWM)   at rest after load');
   for (const r of results) {
     console.log(
@@ -504,7 +533,7 @@ async function main(): Promise<void> {
     description: 'start to /readyz 200 and VmRSS of the service on config/svc.yaml as npm start runs it, idle and after proxied requests, per log writer',
     command: `node bench/footprint.ts${process.argv.slice(2).length > 0 ? ` ${process.argv.slice(2).join(' ')}` : ''}`,
     machine,
-    inputs: { main: values.bundle ? 'a bundle (bench/lib/bundle.ts)' : 'src/main.ts', starts, requests, connections, nodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs], env: { ...SERVICE_ENV, ...extraEnv }, body: 'bench/http/body.ts customerRecord, x-svc-fields name,email,phone,card.number,ssn' },
+    inputs: { main: values.bundle ? 'a bundle (bench/lib/bundle.ts)' : 'src/main.ts', starts, requests, loads, connections, nodeFlags: [...SERVICE_NODE_FLAGS, ...extraNodeArgs], env: { ...SERVICE_ENV, ...extraEnv }, body: 'bench/http/body.ts customerRecord, x-svc-fields name,email,phone,card.number,ssn' },
     bareNodeHttpServer: bare,
     writers: results,
   });
