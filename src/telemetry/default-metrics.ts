@@ -13,12 +13,13 @@
  * prom-client-files.d.ts), imported statically as src/http/undici.ts imports undici's.
  * The CPU counters are written here too: prom-client's file for them loads all of
  * `@opentelemetry/api` (51 modules) at every start, for exemplars the service never records.
+ * So is the event-loop lag set: prom-client's runs a delay monitor of its own beside the
+ * service's (loop-delay.ts), where one monitor serves both.
  * test/telemetry/default-metrics.test.ts checks that the names are prom-client's own set,
  * so a release that moves or adds a file fails it.
  */
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import type * as PromClient from 'prom-client';
-import eventLoopLag from 'prom-client/lib/metrics/eventLoopLag.js';
 import heapSizeAndUsed from 'prom-client/lib/metrics/heapSizeAndUsed.js';
 import heapSpacesSizeAndUsed from 'prom-client/lib/metrics/heapSpacesSizeAndUsed.js';
 import osMemoryHeap from 'prom-client/lib/metrics/osMemoryHeap.js';
@@ -29,15 +30,15 @@ import processRequests from 'prom-client/lib/metrics/processRequests.js';
 import processResources from 'prom-client/lib/metrics/processResources.js';
 import processStartTime from 'prom-client/lib/metrics/processStartTime.js';
 import version from 'prom-client/lib/metrics/version.js';
-import { Counter, Histogram, type Registry } from './prom-client.ts';
+import type { LoopDelayMonitor } from './loop-delay.ts';
+import { Counter, Gauge, Histogram, type Registry } from './prom-client.ts';
 
-/** prom-client's default metrics (lib/defaultMetrics.js, in its order), all but `processCpuTotal` and `gc`. */
+/** prom-client's default metrics (lib/defaultMetrics.js, in its order), all but `processCpuTotal`, `eventLoopLag` and `gc`. */
 const PROM_CLIENT_METRICS = [
   processStartTime,
   osMemoryHeap,
   processOpenFileDescriptors,
   processMaxFileDescriptors,
-  eventLoopLag,
   processResources,
   processHandles,
   processRequests,
@@ -55,11 +56,15 @@ const GC_KINDS: Readonly<Record<number, string>> = {
 /** prom-client's buckets for the same histogram, so dashboards built on it read the same. */
 const GC_BUCKETS = [0.001, 0.01, 0.1, 1, 2, 5];
 
-/** Registers the process metrics on `registry`; the returned function stops the collection observer. */
-export function registerProcessMetrics(registry: Registry, prefix: string): () => void {
+/**
+ * Registers the process metrics on `registry`, the event-loop lag set read from `loop`;
+ * the returned function stops the collection observer.
+ */
+export function registerProcessMetrics(registry: Registry, prefix: string, loop: LoopDelayMonitor): () => void {
   const options = { prefix, eventLoopMonitoringPrecision: 10 };
   registerCpuCounters(registry, prefix);
   for (const register of PROM_CLIENT_METRICS) register(registry, options);
+  registerEventLoopLag(registry, prefix, loop);
   const gc = new Histogram({
     name: `${prefix}nodejs_gc_duration_seconds`,
     help: 'Garbage collection duration by kind, one of major, minor, incremental or weakcb.',
@@ -81,6 +86,44 @@ export function registerProcessMetrics(registry: Registry, prefix: string): () =
   });
   observer.observe({ entryTypes: ['gc'] });
   return () => observer.disconnect();
+}
+
+/**
+ * prom-client's `nodejs_eventloop_lag_*` set, under its names, help and values: the lag
+ * of one `setImmediate` started at a scrape (reported at the next), and the minimum,
+ * maximum, mean, standard deviation and 50th, 90th and 99th percentiles of the monitor's
+ * samples since the previous scrape, as Node's histogram gives them (each sample is the
+ * time between two runs of its timer).
+ */
+function registerEventLoopLag(registry: Registry, prefix: string, loop: LoopDelayMonitor): void {
+  const registers = [registry];
+  const gauge = (name: string, help: string, aggregator: PromClient.Aggregator) => new Gauge({ name: `${prefix}${name}`, help, registers, aggregator });
+  const lag = new Gauge({
+    name: `${prefix}nodejs_eventloop_lag_seconds`,
+    help: 'Lag of event loop in seconds.',
+    registers,
+    aggregator: 'average',
+    // This one metric's collect sets the whole set, as prom-client's does.
+    collect() {
+      const start = process.hrtime.bigint();
+      setImmediate(() => lag.set(Number(process.hrtime.bigint() - start) / 1e9));
+      const window = loop.window();
+      min.set(window.min / 1e9);
+      max.set(window.max / 1e9);
+      mean.set(window.mean / 1e9);
+      stddev.set(window.stddev / 1e9);
+      p50.set(window.percentile(50) / 1e9);
+      p90.set(window.percentile(90) / 1e9);
+      p99.set(window.percentile(99) / 1e9);
+    },
+  });
+  const min = gauge('nodejs_eventloop_lag_min_seconds', 'The minimum recorded event loop delay.', 'min');
+  const max = gauge('nodejs_eventloop_lag_max_seconds', 'The maximum recorded event loop delay.', 'max');
+  const mean = gauge('nodejs_eventloop_lag_mean_seconds', 'The mean of the recorded event loop delays.', 'average');
+  const stddev = gauge('nodejs_eventloop_lag_stddev_seconds', 'The standard deviation of the recorded event loop delays.', 'average');
+  const p50 = gauge('nodejs_eventloop_lag_p50_seconds', 'The 50th percentile of the recorded event loop delays.', 'average');
+  const p90 = gauge('nodejs_eventloop_lag_p90_seconds', 'The 90th percentile of the recorded event loop delays.', 'average');
+  const p99 = gauge('nodejs_eventloop_lag_p99_seconds', 'The 99th percentile of the recorded event loop delays.', 'average');
 }
 
 /**

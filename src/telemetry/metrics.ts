@@ -3,17 +3,17 @@
  * is bounded: route templates (never raw paths), status codes, configuration names,
  * key versions, allowlist entries (never requested hosts), fixed error kinds.
  */
-import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
 import type * as PromClient from 'prom-client';
 import { ANSWER_LEVELS, type RevealCounts } from '../fields/reveal.ts';
 import { registerProcessMetrics } from './default-metrics.ts';
+import { LOOP_RESOLUTION_MS, LoopDelayMonitor } from './loop-delay.ts';
 import { Counter, Gauge, Histogram, Registry } from './prom-client.ts';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 /** Quantiles of the event-loop delay exported at each scrape; 1 is the largest delay seen. */
 const LOOP_QUANTILES = [0.5, 0.9, 0.99, 0.999, 1] as const;
-/** How often the delay monitor's timer fires (milliseconds): a stall is measured whatever its length. */
-const LOOP_RESOLUTION_MS = 10;
+/** Each quantile but the largest as the window's percentile. */
+const QUANTILE_PERCENTILES = { 0.5: 50, 0.9: 90, 0.99: 99, 0.999: 99.9 } as const;
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
@@ -42,7 +42,7 @@ export class Metrics {
   private readonly egressProxy: Counter<'host_rule' | 'status'>;
   private readonly snapshotsRefused: Counter<'reason'>;
   /** Event-loop delay since the previous scrape (perf_hooks, recorded in nanoseconds). */
-  private readonly loopDelay: ELDHistogram;
+  private readonly loopDelay = new LoopDelayMonitor();
   /** Disconnects the process metrics' collection observer. */
   private readonly stopProcessMetrics: () => void;
   /** Children by label key, so a request does not re-hash its labels. */
@@ -50,7 +50,7 @@ export class Metrics {
 
   constructor(queue: () => QueueSource | null) {
     const registers = [this.registry];
-    this.stopProcessMetrics = registerProcessMetrics(this.registry, 'svc_');
+    this.stopProcessMetrics = registerProcessMetrics(this.registry, 'svc_', this.loopDelay);
     this.requests = new Counter({ name: 'svc_http_requests_total', help: 'HTTP requests by route template, method and status.', labelNames: ['route', 'method', 'status'], registers });
     this.latency = new Histogram({ name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route template, method and status.', labelNames: ['route', 'method', 'status'], buckets: LATENCY_BUCKETS, registers });
     this.fields = new Counter({
@@ -90,8 +90,6 @@ export class Metrics {
       labelNames: ['reason'],
       registers,
     });
-    this.loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
-    this.loopDelay.enable();
     const loopDelay = this.loopDelay;
     new Gauge({
       name: 'svc_event_loop_delay_seconds',
@@ -99,14 +97,14 @@ export class Metrics {
       labelNames: ['quantile'],
       registers,
       collect() {
-        const empty = loopDelay.count === 0;
+        const window = loopDelay.window();
+        const empty = window.count === 0;
         // The monitor records the time between two runs of its timer, which is the
         // resolution itself when the loop is never late: the delay is what exceeds it.
         for (const q of LOOP_QUANTILES) {
-          const interval = empty ? 0 : q === 1 ? loopDelay.max : loopDelay.percentile(q * 100);
+          const interval = empty ? 0 : q === 1 ? window.max : window.percentile(QUANTILE_PERCENTILES[q]);
           this.set({ quantile: String(q) }, Math.max(0, interval / 1e6 - LOOP_RESOLUTION_MS) / 1e3);
         }
-        loopDelay.reset();
       },
     });
     new Gauge({
@@ -211,7 +209,7 @@ export class Metrics {
 
   /** Stops the event-loop delay monitor's timer. */
   close(): void {
-    this.loopDelay.disable();
+    this.loopDelay.close();
     this.stopProcessMetrics();
   }
 

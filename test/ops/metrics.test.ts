@@ -48,7 +48,7 @@ test('metrics after traffic: requests by route template, fields, key versions, f
   assert.ok(!text.includes('zqx4711zqx') && !text.includes('/x/123') && !text.includes('svc_Owner'));
 });
 
-test('svc_event_loop_delay_seconds shows a stall of the event loop at the next scrape', async (t) => {
+test('a stall of the event loop shows at the next scrape, in svc_event_loop_delay_seconds and the nodejs_eventloop_lag set alike, and not at the one after', async (t) => {
   const running = await startApp(t, '', SEED, { admin: true });
   const scrape = async (): Promise<string> => (await fetch(`${running.adminUrl}/metrics`)).text();
   await scrape();
@@ -61,6 +61,13 @@ test('svc_event_loop_delay_seconds shows a stall of the event loop at the next s
   for (const q of ['0.5', '0.9', '0.99', '0.999', '1']) assert.ok(Number.isFinite(sample(text, 'svc_event_loop_delay_seconds', { quantile: q })), `quantile ${q} is exported`);
   assert.ok(sample(text, 'svc_event_loop_delay_seconds', { quantile: '1' })! >= 0.05, 'the largest delay since the previous scrape includes the stall');
   assert.ok(sample(text, 'svc_event_loop_delay_seconds', { quantile: '0.5' })! <= sample(text, 'svc_event_loop_delay_seconds', { quantile: '1' })!);
+  // One monitor serves both families: the scrape's first read of it must not empty the
+  // window for the second.
+  assert.ok(sample(text, 'svc_nodejs_eventloop_lag_max_seconds', {})! >= 0.05, 'the lag set shows the same stall');
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const next = await scrape();
+  assert.ok(sample(next, 'svc_event_loop_delay_seconds', { quantile: '1' })! < 0.04, 'a new window starts with each scrape');
+  assert.ok(sample(next, 'svc_nodejs_eventloop_lag_max_seconds', {})! < 0.05, 'for the lag set too');
 });
 
 test("regression: svc_event_loop_delay_seconds is how late the loop ran, not the monitor's own 10 ms interval", async (t) => {

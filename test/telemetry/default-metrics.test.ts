@@ -9,15 +9,32 @@ import { PerformanceObserver } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { registerProcessMetrics } from '../../src/telemetry/default-metrics.ts';
+import { LoopDelayMonitor } from '../../src/telemetry/loop-delay.ts';
+
+/** The process metrics on `registry` with a delay monitor of their own; both stop when `stop` is called. */
+function processMetrics(registry: Registry): () => void {
+  const loop = new LoopDelayMonitor();
+  const stop = registerProcessMetrics(registry, 'svc_', loop);
+  return () => {
+    stop();
+    loop.close();
+  };
+}
 
 test('the process metrics are prom-client\'s default set, name for name', async (t) => {
   const ours = new Registry();
-  t.after(registerProcessMetrics(ours, 'svc_'));
+  t.after(processMetrics(ours));
   const theirs = new Registry();
   collectDefaultMetrics({ register: theirs, prefix: 'svc_' });
   const names = async (registry: Registry) => (await registry.getMetricsAsJSON()).map((m) => `${m.name} ${m.type}`).sort();
   assert.deepEqual(await names(ours), await names(theirs));
   assert.ok((await names(ours)).includes('svc_nodejs_gc_duration_seconds histogram'));
+  // The event-loop lag set is written here, read from the service's one delay monitor:
+  // prom-client's help and aggregation, word for word.
+  const lagSet = async (registry: Registry) =>
+    (await registry.getMetricsAsJSON()).filter((m) => m.name.startsWith('svc_nodejs_eventloop_lag')).map((m) => `${m.name} ${m.type} ${m.aggregator} ${m.help}`).sort();
+  assert.equal((await lagSet(ours)).length, 8);
+  assert.deepEqual(await lagSet(ours), await lagSet(theirs));
 });
 
 async function collections(registry: Registry): Promise<number> {
@@ -28,7 +45,7 @@ async function collections(registry: Registry): Promise<number> {
 
 test('every collection is counted, also many that arrive in one observer callback', async (t) => {
   const registry = new Registry();
-  t.after(registerProcessMetrics(registry, 'svc_'));
+  t.after(processMetrics(registry));
   let seen = 0;
   let largestBatch = 0;
   const observer = new PerformanceObserver((list) => {
@@ -54,7 +71,7 @@ test('every collection is counted, also many that arrive in one observer callbac
 
 test('the observer stops with the metrics', async () => {
   const registry = new Registry();
-  const stop = registerProcessMetrics(registry, 'svc_');
+  const stop = processMetrics(registry);
   stop();
   const before = await collections(registry);
   let keep = 0;
@@ -66,7 +83,7 @@ test('the observer stops with the metrics', async () => {
 
 test('the CPU counters count the process\'s CPU time since registration, all three brought up to date by one scrape', async () => {
   const registry = new Registry();
-  const stop = registerProcessMetrics(registry, 'svc_');
+  const stop = processMetrics(registry);
   try {
     const read = async () => {
       const values = new Map<string, number>();
