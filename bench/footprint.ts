@@ -22,6 +22,10 @@
  * - VmRSS at rest: once the service has released memory after its start
  *   (`server.idle_memory_release`, 5 s idle by default; /metrics is read every 500 ms
  *   until `svc_idle_memory_releases_total` counts it);
+ * and, on the last start, the CPU the service uses at rest over IDLE_CPU_SECONDS (all its
+ * threads), from IDLE_CPU_SETTLE_SECONDS after that reading (V8 runs a collection of its
+ * own some seconds after the release), and how often its main thread wakes (voluntary
+ * context switches);
  * and the last `--loads` of them (1 by default) each serve `--requests` POST
  * /proxy/payments (a 1 KB record, five fields encrypted, forwarded to the echo server;
  * autocannon, `--connections`), after which the same figures are read again 2 s later,
@@ -61,7 +65,7 @@ import { parseArgs } from 'node:util';
 import { median } from './lib/measure.ts';
 import { envOption, loadAverage, machineInfo, positiveOption, resultLabel } from './lib/report.ts';
 import { customerRecord, FIELDS } from './http/body.ts';
-import { memory, SERVICE_ENV, SERVICE_NODE_FLAGS, serviceMain, startHelper } from './http/processes.ts';
+import { cpuSeconds, memory, SERVICE_ENV, SERVICE_NODE_FLAGS, serviceMain, startHelper } from './http/processes.ts';
 
 const MIB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
@@ -219,6 +223,8 @@ interface WriterResult {
   readonly idle: { rssMiB: number; hwmMiB: number; rssAllMiB: number[]; last: RssParts };
   /** Once the service has released memory after its start (`server.idle_memory_release`). */
   readonly atRest: { rssMiB: number; rssAllMiB: number[]; waitedMs: Array<number | null>; last: RssParts };
+  /** At rest on the last start, before any load: CPU (share of one core) and the main thread's wake-ups per second. */
+  readonly idleCpu: { seconds: number; coreShare: number; wakeupsPerSecond: number };
   /**
    * 2 s after the last answer, and once released after the load: medians over the loads
    * (the parts are the last load's), and each load's figures in order.
@@ -245,6 +251,7 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
     let loadParts: RssParts = none;
     let loadRest: AtRest & RssParts = { waitedMs: null, rssMiB: 0, ...none };
     let served = 0;
+    let idleCpu: WriterResult['idleCpu'] = { seconds: 0, coreShare: 0, wakeupsPerSecond: 0 };
     let idleParts: RssParts = none;
     let restParts: RssParts = none;
     for (let i = 0; i < starts; i++) {
@@ -262,6 +269,10 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
         restRss.push(mib(memory(started.child.pid!).rss));
         restParts = rssParts(started.child.pid!);
         log(`  ${writer} at rest (${waited === null ? 'no release' : `released ${waited} ms later`}): RSS ${restRss.at(-1)} MiB (anonymous ${restParts.anonMiB}, of it malloc heap ${restParts.mallocHeapMiB}; files ${restParts.fileMiB})`);
+        if (i === starts - 1) {
+          idleCpu = await idleCpuOf(started.child.pid!);
+          log(`  ${writer} at rest for ${idleCpu.seconds} s: CPU ${(idleCpu.coreShare * 100).toFixed(2)}% of a core, main thread woken ${idleCpu.wakeupsPerSecond} times a second`);
+        }
         if (i >= starts - loads && requests > 0) {
           served = await proxyLoad(started.url, echo, requests, connections);
           await sleep(2000);
@@ -284,6 +295,7 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
       readyMs: { median: Math.round(median(ready) * 10) / 10, min: Math.min(...ready), max: Math.max(...ready), all: ready },
       idle: { rssMiB: Math.round(median(idleRss) * 10) / 10, hwmMiB: Math.round(median(idleHwm) * 10) / 10, rssAllMiB: idleRss, last: idleParts },
       atRest: { rssMiB: Math.round(median(restRss) * 10) / 10, rssAllMiB: restRss, waitedMs: restWaited, last: restParts },
+      idleCpu,
       afterLoad: {
         requests: served,
         loads: loadRss.length,
@@ -297,6 +309,22 @@ async function measureWriter(writer: Writer, echo: string, starts: number, reque
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** Seconds over which the CPU of a service at rest is read. */
+const IDLE_CPU_SECONDS = 20;
+/** Seconds between the reading at rest and the CPU reading: V8's memory reducer collects about 8 s after a full collection. */
+const IDLE_CPU_SETTLE_SECONDS = 12;
+
+/** The CPU a service at rest uses (all threads; clock ticks, so a coarse figure) and how often its main thread wakes. */
+async function idleCpuOf(pid: number): Promise<{ seconds: number; coreShare: number; wakeupsPerSecond: number }> {
+  await sleep(IDLE_CPU_SETTLE_SECONDS * 1000);
+  const switches = () => Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  const cpu0 = cpuSeconds([pid]);
+  const woken0 = switches();
+  await sleep(IDLE_CPU_SECONDS * 1000);
+  const coreShare = (cpuSeconds([pid]) - cpu0) / IDLE_CPU_SECONDS;
+  return { seconds: IDLE_CPU_SECONDS, coreShare: Math.round(coreShare * 1e5) / 1e5, wakeupsPerSecond: Math.round((switches() - woken0) / IDLE_CPU_SECONDS) };
 }
 
 /** The median to a tenth, or 0 for no figures (no load was run). */
@@ -521,10 +549,10 @@ async function main(): Promise<void> {
   }
   machine.loadAverageAtEnd = loadAverage();
   console.log(`\nfootprint: config/svc.yaml as npm start runs it; ${starts} starts per writer, ${requests} proxied requests on the last ${loads === 1 ? '' : `${loads} (medians)`}`.trimEnd());
-  console.log('writer   ready ms (median, min–max)   idle RSS MiB (HWM)   at rest   after load RSS MiB (HWM)   at rest after load');
+  console.log('writer   ready ms (median, min–max)   idle RSS MiB (HWM)   at rest   CPU at rest   after load RSS MiB (HWM)   at rest after load');
   for (const r of results) {
     console.log(
-      `${r.writer.padEnd(8)} ${`${r.readyMs.median} (${r.readyMs.min}–${r.readyMs.max})`.padEnd(28)} ${`${r.idle.rssMiB} (${r.idle.hwmMiB})`.padEnd(20)} ${String(r.atRest.rssMiB).padEnd(9)} ${`${r.afterLoad.rssMiB} (${r.afterLoad.hwmMiB})`.padEnd(26)} ${r.afterLoad.atRest.rssMiB}`,
+      `${r.writer.padEnd(8)} ${`${r.readyMs.median} (${r.readyMs.min}–${r.readyMs.max})`.padEnd(28)} ${`${r.idle.rssMiB} (${r.idle.hwmMiB})`.padEnd(20)} ${String(r.atRest.rssMiB).padEnd(9)} ${`${(r.idleCpu.coreShare * 100).toFixed(2)}%`.padEnd(13)} ${`${r.afterLoad.rssMiB} (${r.afterLoad.hwmMiB})`.padEnd(26)} ${r.afterLoad.atRest.rssMiB}`,
     );
   }
   console.log(`bare node http server: ${bare.rssMiB} MiB`);

@@ -160,7 +160,10 @@ export function buildAdminRouter(): Router<Handler<Services>> {
  */
 function finishRequest(services: Services, logsApiPaths: boolean, sampler: LogSampler, served: { requests: number }): (ctx: RequestContext) => void {
   return (ctx) => {
-    if (!HEALTH_PATHS.has(ctx.path)) served.requests++;
+    if (!HEALTH_PATHS.has(ctx.path)) {
+      served.requests++;
+      services.metrics.requestEnded();
+    }
     const status = ctx.res.statusCode;
     services.metrics.observeRequest(ctx.route, ctx.req.method ?? 'GET', status, (performance.now() - ctx.startedAt) / 1000);
     if (ctx.logPath !== null) {
@@ -169,6 +172,13 @@ function finishRequest(services: Services, logsApiPaths: boolean, sampler: LogSa
       if (ctx.apiKeyId !== null) recordApiLog(ctx, services.logs, ctx.path);
       else if (status === 401 || ctx.route === 'unmatched') sampler.note(status === 401 ? 'unauthenticated' : 'unmatched', { status, method: ctx.req.method, route: ctx.route });
     }
+  };
+}
+
+/** Every request but a health check keeps the event-loop delay monitor running (telemetry/loop-delay.ts). */
+function startRequest(services: Services): (ctx: RequestContext) => void {
+  return (ctx) => {
+    if (!HEALTH_PATHS.has(ctx.path)) services.metrics.requestStarted();
   };
 }
 
@@ -294,7 +304,7 @@ export async function createApp(config: Config, options: AppOptions = {}): Promi
     keepAliveTimeout: config.server.keep_alive_timeout,
   };
   const sampler = new LogSampler(logger, 'requests refused before authentication or routing (not stored; counted in svc_http_requests_total)');
-  const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onFinish: finishRequest(services, logsApiPaths, sampler, served) });
+  const listenerOptions = (logsApiPaths: boolean): ListenerOptions => ({ server, logger, onStart: startRequest(services), onFinish: finishRequest(services, logsApiPaths, sampler, served) });
   const main = new Listener('main', config.server.listen, withCurrentState(store, mainHandler(routerHandler(buildRouter(), services))), listenerOptions(true));
   const relay = relaySetup === null ? null : new relaySetup.RelayServer(relaySetup.config, relaySetup.routes, services, listenerOptions(false));
   const admin =

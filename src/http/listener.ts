@@ -29,6 +29,8 @@ export interface ServerOptions {
 export interface ListenerOptions {
   readonly server: ServerOptions;
   readonly logger: Logger;
+  /** Runs once per request as it arrives, before its handler. */
+  readonly onStart?: (ctx: RequestContext) => void;
   /** Runs once per request when its exchange ends (the response closed, sent or not). */
   readonly onFinish?: (ctx: RequestContext) => void;
 }
@@ -45,10 +47,11 @@ export class Listener {
   constructor(name: string, address: string, handle: RequestHandler, options: ListenerOptions) {
     this.name = name;
     this.address = address;
-    const { logger, onFinish } = options;
+    const { logger, onStart, onFinish } = options;
     this.server = createServer(nodeServerOptions(options.server), (req, res) => {
       const ctx = new RequestContext(req, res);
       if (onFinish !== undefined) res.once('close', () => onFinish(ctx));
+      if (onStart !== undefined) onStart(ctx);
       let result: Promise<void> | void;
       try {
         result = handle(ctx);

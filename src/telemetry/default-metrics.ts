@@ -93,7 +93,8 @@ export function registerProcessMetrics(registry: Registry, prefix: string, loop:
  * of one `setImmediate` started at a scrape (reported at the next), and the minimum,
  * maximum, mean, standard deviation and 50th, 90th and 99th percentiles of the monitor's
  * samples since the previous scrape, as Node's histogram gives them (each sample is the
- * time between two runs of its timer).
+ * time between two runs of its timer); all 0 for a window without samples (the monitor
+ * pauses while there are no requests, loop-delay.ts).
  */
 function registerEventLoopLag(registry: Registry, prefix: string, loop: LoopDelayMonitor): void {
   const registers = [registry];
@@ -108,13 +109,15 @@ function registerEventLoopLag(registry: Registry, prefix: string, loop: LoopDela
       const start = process.hrtime.bigint();
       setImmediate(() => lag.set(Number(process.hrtime.bigint() - start) / 1e9));
       const window = loop.window();
-      min.set(window.min / 1e9);
-      max.set(window.max / 1e9);
-      mean.set(window.mean / 1e9);
-      stddev.set(window.stddev / 1e9);
-      p50.set(window.percentile(50) / 1e9);
-      p90.set(window.percentile(90) / 1e9);
-      p99.set(window.percentile(99) / 1e9);
+      const empty = window.count === 0;
+      const seconds = (ns: number) => (empty ? 0 : ns / 1e9);
+      min.set(seconds(window.min));
+      max.set(seconds(window.max));
+      mean.set(seconds(window.mean));
+      stddev.set(seconds(window.stddev));
+      p50.set(seconds(window.percentile(50)));
+      p90.set(seconds(window.percentile(90)));
+      p99.set(seconds(window.percentile(99)));
     },
   });
   const min = gauge('nodejs_eventloop_lag_min_seconds', 'The minimum recorded event loop delay.', 'min');

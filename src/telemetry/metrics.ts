@@ -207,6 +207,16 @@ export class Metrics {
     this.snapshotsRefused.inc({ reason });
   }
 
+  /** A request (not a health check or a scrape) has started: the delay monitor runs while there are any. */
+  requestStarted(): void {
+    this.loopDelay.requestStarted();
+  }
+
+  /** A request `requestStarted` counted has ended. */
+  requestEnded(): void {
+    this.loopDelay.requestEnded();
+  }
+
   /** Stops the event-loop delay monitor's timer. */
   close(): void {
     this.loopDelay.close();

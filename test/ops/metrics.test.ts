@@ -51,6 +51,8 @@ test('metrics after traffic: requests by route template, fields, key versions, f
 test('a stall of the event loop shows at the next scrape, in svc_event_loop_delay_seconds and the nodejs_eventloop_lag set alike, and not at the one after', async (t) => {
   const running = await startApp(t, '', SEED, { admin: true });
   const scrape = async (): Promise<string> => (await fetch(`${running.adminUrl}/metrics`)).text();
+  // A request keeps the monitor running (it pauses after a second without one).
+  await call(running.url, '/some/random/path', { method: 'GET' });
   await scrape();
   await new Promise((resolve) => setTimeout(resolve, 50));
   // The service runs in this process: a synchronous 80 ms stall here is a stall of its loop.
@@ -73,11 +75,32 @@ test('a stall of the event loop shows at the next scrape, in svc_event_loop_dela
 test("regression: svc_event_loop_delay_seconds is how late the loop ran, not the monitor's own 10 ms interval", async (t) => {
   const running = await startApp(t, '', SEED, { admin: true });
   const scrape = async (): Promise<string> => (await fetch(`${running.adminUrl}/metrics`)).text();
+  await call(running.url, '/some/random/path', { method: 'GET' });
   await scrape();
-  // An idle loop: the monitor's timer runs every 10 ms, on time or nearly.
+  // A quiet loop: the monitor's timer runs every 10 ms, on time or nearly.
   await new Promise((resolve) => setTimeout(resolve, 300));
-  const median = sample(await scrape(), 'svc_event_loop_delay_seconds', { quantile: '0.5' })!;
-  assert.ok(median >= 0 && median < 0.009, `an idle loop's median delay is ${median} s`);
+  const text = await scrape();
+  const median = sample(text, 'svc_event_loop_delay_seconds', { quantile: '0.5' })!;
+  assert.ok(median >= 0 && median < 0.009, `a quiet loop's median delay is ${median} s`);
+  assert.ok(sample(text, 'svc_nodejs_eventloop_lag_min_seconds', {})! >= 0.009, 'the monitor ran: the lag set counts its 10 ms interval, as prom-client\'s does');
+});
+
+test('the delay monitor pauses while the service has no requests (health checks and scrapes are not requests), and a request starts it again', async (t) => {
+  const running = await startApp(t, '', SEED, { admin: true });
+  const scrape = async (): Promise<string> => (await fetch(`${running.adminUrl}/metrics`)).text();
+  for (let i = 0; i < 4; i++) {
+    await fetch(`${running.url}/healthz`);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+  }
+  await scrape();
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  let text = await scrape();
+  assert.equal(sample(text, 'svc_nodejs_eventloop_lag_min_seconds', {}), 0, 'paused: an empty window reads 0');
+  assert.equal(sample(text, 'svc_event_loop_delay_seconds', { quantile: '1' }), 0);
+  await call(running.url, '/some/random/path', { method: 'GET' });
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  text = await scrape();
+  assert.ok(sample(text, 'svc_nodejs_eventloop_lag_min_seconds', {})! >= 0.009, 'running again after a request');
 });
 
 test('/healthz is liveness; /readyz turns 503 as soon as shutdown starts', async (t) => {
