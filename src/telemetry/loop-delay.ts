@@ -2,16 +2,16 @@
  * The process's one event-loop delay monitor, read in windows: each scrape sees what the
  * loop did since the previous one. Two metric families report it: the service's own
  * `svc_event_loop_delay_seconds` (metrics.ts) and prom-client's `nodejs_eventloop_lag_*`
- * set (default-metrics.ts). Each used to run its own monitor, a timer every 10 ms apiece:
- * about 200 wake-ups a second and most of what an idle service spent on CPU.
+ * set (default-metrics.ts). Each used to run its own monitor, a timer every 10 ms apiece
+ * (the two fired together).
  *
  * Both families are read in the same synchronous pass over the registry, so the first
  * read of a scrape closes the window (takes its figures and resets the monitor) and every
  * later read in that pass gets the same figures; the next pass opens a new one.
  *
- * The monitor runs while the service has requests to serve. After a whole second in which
- * no request started and none was in flight it stops, and the next request starts it
- * again: the loop's delay matters to the requests that wait on it, and a monitor timer
+ * The monitor runs while the service has requests to serve. When a check (every second)
+ * finds that no request started since the previous one and none is in flight, it stops,
+ * one to two seconds after the last request ended; the next request starts it again: the loop's delay matters to the requests that wait on it, and a monitor timer
  * every 10 ms was nearly all an idle service did (100 wake-ups a second, about 0.6% of a
  * core, against one a second and under 0.05% without it). A window with no samples reads
  * as no delay. Health checks and scrapes are not requests here (app.ts).
@@ -83,7 +83,7 @@ export class LoopDelayMonitor {
     return this.#running;
   }
 
-  /** A request has started: the monitor runs until a second after the last one ends. */
+  /** A request has started: the monitor runs until one to two seconds after the last one ends. */
   requestStarted(): void {
     this.#inFlight++;
     this.#started = true;
