@@ -109,15 +109,13 @@ function registerEventLoopLag(registry: Registry, prefix: string, loop: LoopDela
       const start = process.hrtime.bigint();
       setImmediate(() => lag.set(Number(process.hrtime.bigint() - start) / 1e9));
       const window = loop.window();
-      const empty = window.count === 0;
-      const seconds = (ns: number) => (empty ? 0 : ns / 1e9);
-      min.set(seconds(window.min));
-      max.set(seconds(window.max));
-      mean.set(seconds(window.mean));
-      stddev.set(seconds(window.stddev));
-      p50.set(seconds(window.percentile(50)));
-      p90.set(seconds(window.percentile(90)));
-      p99.set(seconds(window.percentile(99)));
+      min.set(window.min / 1e9);
+      max.set(window.max / 1e9);
+      mean.set(window.mean / 1e9);
+      stddev.set(window.stddev / 1e9);
+      p50.set(window.percentiles[50] / 1e9);
+      p90.set(window.percentiles[90] / 1e9);
+      p99.set(window.percentiles[99] / 1e9);
     },
   });
   const min = gauge('nodejs_eventloop_lag_min_seconds', 'The minimum recorded event loop delay.', 'min');

@@ -14,7 +14,7 @@
  * one to two seconds after the last request ended; the next request starts it again: the loop's delay matters to the requests that wait on it, and a monitor timer
  * every 10 ms was nearly all an idle service did (100 wake-ups a second, about 0.6% of a
  * core, against one a second and under 0.05% without it). A window with no samples reads
- * as no delay. Health checks and scrapes are not requests here (app.ts).
+ * as no delay (all zeros). Health checks and scrapes are not requests here (app.ts).
  */
 import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
 
@@ -26,7 +26,8 @@ export const PAUSE_CHECK_MS = 1_000;
 /**
  * What the monitor recorded in one window, in nanoseconds, as Node's histogram reports it:
  * each sample is the time between two runs of the timer (the resolution itself when the
- * loop is never late). An empty window keeps the histogram's own empty values.
+ * loop is never late). A window without samples (the monitor was paused) is all zeros,
+ * where the histogram would give its own empty values (a minimum of 2^63, a NaN mean).
  */
 export interface LoopDelayWindow {
   readonly count: number;
@@ -34,23 +35,24 @@ export interface LoopDelayWindow {
   readonly max: number;
   readonly mean: number;
   readonly stddev: number;
-  /** The percentile `p` (0–100] of the samples: one of WINDOW_PERCENTILES. */
-  percentile(p: WindowPercentile): number;
+  /** The percentiles the metric families export, by percentile (0–100]. */
+  readonly percentiles: Readonly<Record<WindowPercentile, number>>;
 }
 
 /** The percentiles a window keeps (the metric families ask for no others). */
-export const WINDOW_PERCENTILES = [50, 90, 99, 99.9] as const;
-export type WindowPercentile = (typeof WINDOW_PERCENTILES)[number];
+export type WindowPercentile = 50 | 90 | 99 | 99.9;
+
+const EMPTY_WINDOW: LoopDelayWindow = Object.freeze({ count: 0, min: 0, max: 0, mean: 0, stddev: 0, percentiles: Object.freeze({ 50: 0, 90: 0, 99: 0, 99.9: 0 }) });
 
 function windowOf(histogram: ELDHistogram): LoopDelayWindow {
-  const percentiles = new Map<number, number>(WINDOW_PERCENTILES.map((p) => [p, histogram.percentile(p)]));
+  if (histogram.count === 0) return EMPTY_WINDOW;
   return {
     count: histogram.count,
     min: histogram.min,
     max: histogram.max,
     mean: histogram.mean,
     stddev: histogram.stddev,
-    percentile: (p) => percentiles.get(p)!,
+    percentiles: { 50: histogram.percentile(50), 90: histogram.percentile(90), 99: histogram.percentile(99), 99.9: histogram.percentile(99.9) },
   };
 }
 

@@ -98,11 +98,11 @@ export class Metrics {
       registers,
       collect() {
         const window = loopDelay.window();
-        const empty = window.count === 0;
         // The monitor records the time between two runs of its timer, which is the
-        // resolution itself when the loop is never late: the delay is what exceeds it.
+        // resolution itself when the loop is never late: the delay is what exceeds it (an
+        // empty window is all zeros, no delay).
         for (const q of LOOP_QUANTILES) {
-          const interval = empty ? 0 : q === 1 ? window.max : window.percentile(QUANTILE_PERCENTILES[q]);
+          const interval = q === 1 ? window.max : window.percentiles[QUANTILE_PERCENTILES[q]];
           this.set({ quantile: String(q) }, Math.max(0, interval / 1e6 - LOOP_RESOLUTION_MS) / 1e3);
         }
       },
