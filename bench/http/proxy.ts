@@ -27,6 +27,8 @@
  *                   it made itself (its encrypt endpoint, before timing) → echo
  *   D-nolog         autocannon → a second service, as D but with `logs: { enabled: false }`
  *                   (no api or usage entries: what the audit log costs D; E writes none)
+ *   D-decrypt-nolog autocannon → that second service, as D-decrypt, opening 5 tokens it
+ *                   made itself (what the audit log costs D-decrypt; G writes none)
  *
  * Each round measures every case at full load (fixed connections, 1 s warm-up each),
  * then the tail run: A and then D at a fixed paced rate (load.ts `paced`, default
@@ -57,8 +59,8 @@ import { NAIVE_KEY_ENV, replaceAt, seal } from './naive-fields.ts';
 import { BENCH_KEY, BENCH_SLUG, cpuSeconds, installNginx, memoryOf, nginxAvailable, SERVICE_NODE_FLAGS, startHelper, startNginx, startService, type Running } from './processes.ts';
 import { formatProfile, summarizeProfile } from './profile.ts';
 
-type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'undici' | 'naive' | 'svc-proxy' | 'svc-nolog' | 'naive-decrypt' | 'svc-decrypt';
-const ORDER: readonly CaseId[] = ['direct', 'http-proxy-3', 'nginx', 'undici', 'naive', 'svc-proxy', 'svc-nolog', 'naive-decrypt', 'svc-decrypt'];
+type CaseId = 'direct' | 'http-proxy-3' | 'nginx' | 'undici' | 'naive' | 'svc-proxy' | 'svc-nolog' | 'naive-decrypt' | 'svc-decrypt' | 'svc-decrypt-nolog';
+const ORDER: readonly CaseId[] = ['direct', 'http-proxy-3', 'nginx', 'undici', 'naive', 'svc-proxy', 'svc-nolog', 'naive-decrypt', 'svc-decrypt', 'svc-decrypt-nolog'];
 const LABELS: Record<CaseId, string> = {
   direct: 'A direct (echo)',
   'http-proxy-3': 'B http-proxy-3 pass-through',
@@ -69,6 +71,7 @@ const LABELS: Record<CaseId, string> = {
   'svc-nolog': 'D-nolog the same, api and usage logs off',
   'naive-decrypt': 'G naive Node decrypt 5 fields + forward',
   'svc-decrypt': 'D-decrypt svc /proxy decrypt 5 fields + forward',
+  'svc-decrypt-nolog': 'D-decrypt-nolog the same, api and usage logs off',
 };
 const TARGETS = {
   /** 1: D ≥ 1.0× E, in req/s and in req/s per server CPU-second. */
@@ -211,7 +214,7 @@ async function check(id: CaseId, target: Target): Promise<void> {
     return;
   }
   const doc = JSON.parse(text) as Doc;
-  if (id === 'naive-decrypt' || id === 'svc-decrypt') {
+  if (id === 'naive-decrypt' || id === 'svc-decrypt' || id === 'svc-decrypt-nolog') {
     // The destination must receive the original record, every field in plain text.
     if (!isDeepStrictEqual(doc, JSON.parse(customerRecord().toString()))) throw new Error(`${id}: the 5 fields were not decrypted to the original record: ${text.slice(0, 400)}`);
     return;
@@ -328,6 +331,8 @@ interface Round {
     readonly decryptVsNaive: Ratio;
     /** D-nolog ÷ E: null when the case was left out. */
     readonly encryptNoLogsVsNaive: Ratio | null;
+    /** D-decrypt-nolog ÷ G: null when the case was left out. */
+    readonly decryptNoLogsVsNaive: Ratio | null;
   };
   readonly tail: Tail | null;
 }
@@ -415,7 +420,12 @@ async function main(): Promise<void> {
       'naive-decrypt': { target: { url: `${naiveDecrypt.url}/`, method: 'POST', headers: plainHeaders, body: naiveSealed }, pids: naiveDecrypt.pids },
       'svc-decrypt': { target: { url: `${svc.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'decrypt'), body: svcTokens }, pids: svc.pids },
     };
-    if (svcNoLog !== null) targets['svc-nolog'] = { target: { url: `${svcNoLog.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'encrypt'), body }, pids: svcNoLog.pids };
+    if (svcNoLog !== null) {
+      targets['svc-nolog'] = { target: { url: `${svcNoLog.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'encrypt'), body }, pids: svcNoLog.pids };
+      // Its own tokens: the second service has a store and keys of its own.
+      const noLogTokens = await svcTokenRecord(svcNoLog.url);
+      targets['svc-decrypt-nolog'] = { target: { url: `${svcNoLog.url}/proxy/${BENCH_SLUG}`, method: 'POST', headers: svcHeaders(echo.url, 'decrypt'), body: noLogTokens }, pids: svcNoLog.pids };
+    }
     if (nginx !== null) targets.nginx = { target: { url: `${nginx.url}/`, method: 'POST', headers: plainHeaders, body }, pids: nginx.pids };
     const order = ORDER.filter((id) => targets[id] !== undefined);
     for (const id of order) await check(id, targets[id]!.target);
@@ -468,6 +478,7 @@ async function main(): Promise<void> {
           encryptVsNginx: ratio(d, max.nginx),
           decryptVsNaive: ratio(max['svc-decrypt'], max['naive-decrypt'])!,
           encryptNoLogsVsNaive: ratio(max['svc-nolog'], max.naive),
+          decryptNoLogsVsNaive: ratio(max['svc-decrypt-nolog'], max['naive-decrypt']),
         },
         tail,
       });
@@ -498,6 +509,7 @@ async function main(): Promise<void> {
         naive: 'servers.ts naive-encrypt: whole body, JSON.parse, AES-256-GCM (random 96-bit nonce, no AAD) on the 5 fields, JSON.stringify, undici request (64 connections)',
         naiveDecrypt: 'servers.ts naive-decrypt: the same, opening the 5 fields the bench sealed beforehand with the key it passed in BENCH_NAIVE_KEY',
         svcDecrypt: 'POST /proxy/bench with x-svc-mode: decrypt and the same 5 fields; the body is the record as the service\'s own encrypt endpoint returned it before timing',
+        svcNoLog: 'D-nolog and D-decrypt-nolog: a second service, the same but with logs: { enabled: false } (no api or usage entries); D-decrypt-nolog opens tokens from its own encrypt endpoint',
         nginx: nginx === null ? nginxNote : `worker_processes ${options.nginxWorkers}; upstream keepalive 64; proxy_http_version 1.1; proxy_set_header Connection ""`,
         loadGenerator: `autocannon ${connections} connections in the parent process; latencies are exact per-response times`,
         tail: options.tail
@@ -558,6 +570,7 @@ export interface Summary {
     readonly encryptVsNginx: RatioSummary | null;
     readonly decryptVsNaive: RatioSummary;
     readonly encryptNoLogsVsNaive: RatioSummary | null;
+    readonly decryptNoLogsVsNaive: RatioSummary | null;
   };
   readonly tail: {
     readonly rate: number;
@@ -622,6 +635,7 @@ function summarize(rounds: readonly Round[], order: readonly CaseId[], idleRssMi
     encryptVsNginx: ratio((r) => r.ratios.encryptVsNginx),
     decryptVsNaive: ratio((r) => r.ratios.decryptVsNaive)!,
     encryptNoLogsVsNaive: ratio((r) => r.ratios.encryptNoLogsVsNaive),
+    decryptNoLogsVsNaive: ratio((r) => r.ratios.decryptNoLogsVsNaive),
   };
   const tails = rounds.map((r) => r.tail).filter((t) => t !== null);
   const tail: Summary['tail'] =
@@ -680,7 +694,7 @@ function verdicts(ratios: Summary['ratios'], tail: Summary['tail']): Verdict[] {
 
 function formatTable(s: Summary, options: Options): string {
   const rows: string[][] = [['case', 'req/s', 'p50 ms', 'p99 ms', 'req/s per server CPU-s', 'RSS MiB end', 'peak', 'idle', 'rounds (req/s)']];
-  const idleKey = (id: CaseId) => (id === 'svc-proxy' || id === 'svc-decrypt' ? 'svc' : id);
+  const idleKey = (id: CaseId) => (id === 'svc-proxy' || id === 'svc-decrypt' ? 'svc' : id === 'svc-decrypt-nolog' ? 'svc-nolog' : id);
   for (const c of s.cases) {
     const idle = s.idleRssMiB[idleKey(c.id)];
     rows.push([c.label, String(c.rps), c.p50.toFixed(2), c.p99.toFixed(2), String(c.requestsPerServerCpuSecond), c.rssMiB.toFixed(1), c.hwmMiB.toFixed(1), idle === undefined ? '—' : idle.toFixed(1), c.rpsSamples.join(' ')]);
@@ -701,6 +715,7 @@ function formatTable(s: Summary, options: Options): string {
   if (r.encryptVsNginx !== null) lines.push(`  ${record('D ÷ C', r.encryptVsNginx)}`);
   lines.push(`  ${record('D-decrypt ÷ G', r.decryptVsNaive)}`);
   if (r.encryptNoLogsVsNaive !== null) lines.push(`  ${record('D-nolog ÷ E', r.encryptNoLogsVsNaive)}`);
+  if (r.decryptNoLogsVsNaive !== null) lines.push(`  ${record('D-decrypt-nolog ÷ G', r.decryptNoLogsVsNaive)}`);
 
   if (s.tail !== null) {
     const t = s.tail;
