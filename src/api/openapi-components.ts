@@ -604,7 +604,7 @@ export const components: JsonObject = {
       name: 'x-svc-destination',
       in: 'header',
       schema: { type: 'string', format: 'uri' },
-      description: "An absolute http(s) URL to forward the result to; it must match the configuration's `destinations`. The destination's answer is relayed as-is.",
+      description: "An absolute http(s) URL to forward the result to; it must match the configuration's `destinations`. Given once: two of them → 400. The destination's answer is relayed as-is.",
     },
     Mode: { name: 'x-svc-mode', in: 'header', schema: { type: 'string', enum: ['encrypt', 'decrypt'], default: 'encrypt' }, description: 'Case-insensitive; other values → 400.' },
   },

@@ -99,6 +99,9 @@ export function resolveConfiguration(ctx: RequestContext, services: Services, ca
 function resolveDestination(ctx: RequestContext, configuration: Configuration): Destination | null {
   const value = ctx.header('x-svc-destination')?.trim();
   if (value === undefined || value === '') return null;
+  // Node joins repeated headers with ", ": two destinations would become one URL whose
+  // path nobody wrote. Only a joined value can hold a comma, so that is the cheap test.
+  if (value.includes(',') && ctx.repeated('x-svc-destination')) throw new BadRequestError('The x-svc-destination header must be given once.');
   const destination = cachedDestination(value, configuration.destinations);
   ctx.destination = destination.origin;
   return destination;

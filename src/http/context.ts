@@ -66,6 +66,16 @@ export class RequestContext {
     return Array.isArray(v) ? v[0] : v;
   }
 
+  /** Whether the request carries header `name` (lower case) more than once. */
+  repeated(name: string): boolean {
+    const raw = this.req.rawHeaders;
+    let seen = 0;
+    for (let i = 0; i < raw.length; i += 2) {
+      if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name && ++seen > 1) return true;
+    }
+    return false;
+  }
+
   /**
    * A header whose value is UTF-8 text (field paths name JSON keys). Node hands header
    * bytes over as latin1, one character per byte, so non-ASCII values are re-decoded.

@@ -603,7 +603,7 @@ export function proxyRows(f: Fixtures): Row[] {
   add('a double slash', 'refused', '//proxy/vault');
   add('an absolute-form target', 'refused', 'http://svc.test/proxy/vault');
   add('a destination the configuration does not allow', 'refused', '/proxy/vault', [['x-svc-authorization', KEYS.owner], ['x-svc-destination', 'http://127.0.0.1:1/in/x']]);
-  add('two destinations, the allowed one first', 'protected', '/proxy/vault', [['x-svc-authorization', KEYS.owner], ['x-svc-destination', f.vendorPath], ['x-svc-destination', 'http://127.0.0.1:1/in/x']]);
+  add('two destinations, the allowed one first', 'refused', '/proxy/vault', [['x-svc-authorization', KEYS.owner], ['x-svc-destination', f.vendorPath], ['x-svc-destination', 'http://127.0.0.1:1/in/x']]);
   add('a destination spelled with another case', 'protected', '/proxy/vault', [['x-svc-authorization', KEYS.owner], ['x-svc-destination', f.vendorPath.replace('http://', 'HTTP://')]]);
   return rows;
 }

@@ -293,6 +293,28 @@ test('regression: a near miss of an x-svc- header outside the prefix (x_svc_fiel
   assert.equal(fine.status, 200, fine.text);
 });
 
+test('regression: two x-svc-destination headers are a 400, not one joined URL whose path nobody wrote; one destination with a comma is forwarded', async (t) => {
+  const svc = await start(t);
+  const body = '{"ssn":"123-45-6789"}';
+  const before = svc.vendor.received.length;
+  for (const second of [svc.fixtures.vendorPath, 'http://127.0.0.1:1/in/x']) {
+    const res = await exchange(svc.running.port, {
+      method: 'POST',
+      target: '/proxy/vault',
+      headers: [['x-svc-authorization', KEYS.owner], ['x-svc-destination', svc.fixtures.vendorPath], ['X-Svc-Destination', second], ['x-svc-fields', 'ssn'], ['content-type', 'application/json']],
+      body: Buffer.from(body),
+    });
+    assert.equal(res.status, 400, res.body.toString());
+    assert.deepEqual(JSON.parse(res.body.toString()), { message: 'The x-svc-destination header must be given once.' });
+  }
+  assert.equal(svc.vendor.received.length, before, 'nothing was forwarded');
+  const one = await call(svc.running.url, '/proxy/vault', { body, headers: { 'x-svc-fields': 'ssn', 'x-svc-destination': `${svc.fixtures.vendorPath}?a=1,2` } });
+  assert.equal(one.status, 200, one.text);
+  const sent = svc.vendor.received.at(-1)!;
+  assert.equal(sent.url, '/in/x?a=1,2');
+  assert.match(sent.body.toString(), TOKEN);
+});
+
 test('regression: an egress answer that echoes JSON without declaring it (text/plain, no type) is re-encrypted; compressed it is withheld', async (t) => {
   const svc = await start(t);
   const body = JSON.stringify({ card: { number: svc.fixtures.cardToken } });
