@@ -251,8 +251,10 @@ function claimsOf(payload: JWTPayload, settings: Settings): VerifiedClaims | nul
   const subject = typeof payload.sub === 'string' && payload.sub !== '' ? payload.sub : userText;
   if (subject === null || subject.length > MAX_SUBJECT_CHARS || hasUnsafeText(subject)) return null;
   // An address the provider says it has not verified is anyone's to type in (OIDC Core
-  // §5.1; some providers send the flag as a string).
-  const unverified = settings.userClaim === 'email' && (payload['email_verified'] === false || payload['email_verified'] === 'false');
+  // §5.1). Some providers send the flag as a string; any value other than true or "true"
+  // ("FALSE", 0, null, "no") is taken as not verified, so no spelling of "no" counts as yes.
+  const flag = payload['email_verified'];
+  const unverified = settings.userClaim === 'email' && flag !== undefined && flag !== true && flag !== 'true';
   const email = userText === null || unverified || userText.length > MAX_EMAIL_CHARS ? '' : normalizeEmail(userText);
   return {
     subject,

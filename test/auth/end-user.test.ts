@@ -205,16 +205,19 @@ test('a verified token whose email names no svc user identifies an end user with
   assert.deepEqual(odd, { subject: 'u-78', userId: null, roleIds: [], email: '', groups: [] });
 });
 
-test('an email the provider has not verified names no svc user; a disabled svc user makes the reader anonymous; the subject falls back to the user claim; an unshowable subject is anonymous', async (t) => {
+test('an email the provider has not verified (email_verified anything but true or "true") names no svc user; a disabled svc user makes the reader anonymous; the subject falls back to the user claim; an unshowable subject is anonymous', async (t) => {
   const subject = hs256Identity(t);
   const sign_ = (claims: Record<string, unknown>) => sign(subject.signer, claims);
-  for (const flag of [false, 'false']) {
+  for (const flag of [false, 'false', 'FALSE', 'False', 0, 1, null, 'no', '', 'TRUE', {}]) {
     const user = await subject.bearer(await sign_({ sub: 'x', email: 'kate@example.com', email_verified: flag, roles: ['viewer'] }));
     assert.equal(user?.userId, null, `email_verified: ${JSON.stringify(flag)}`);
     assert.equal(user?.email, '');
     assert.deepEqual(user?.roleIds, [(await subject.store.roles.findByName('viewer'))!.id], 'the roles claim still counts');
   }
-  assert.notEqual((await subject.bearer(await sign_({ sub: 'x', email: 'kate@example.com', email_verified: true })))?.userId, null);
+  for (const flag of [true, 'true']) {
+    assert.notEqual((await subject.bearer(await sign_({ sub: 'x', email: 'kate@example.com', email_verified: flag })))?.userId, null, `email_verified: ${JSON.stringify(flag)}`);
+  }
+  assert.notEqual((await subject.bearer(await sign_({ sub: 'x', email: 'kate@example.com' })))?.userId, null, 'no email_verified claim');
   assert.equal(await subject.bearer(await sign_({ sub: 'v', email: 'vic@example.com', roles: ['owner'] })), null, 'disabled user');
   assert.equal(await subject.bearer(await sign_({ sub: 'v', email: 'VIC@example.com.' })), null, 'disabled user, another spelling');
   const kelvin = await subject.bearer(await sign_({ email: '\u212Aate@example.com' }));
