@@ -12,7 +12,13 @@
  * previous page (log-cursor.ts), which starts the page right after that page's last row
  * instead of walking `offset` rows to it. A page past the end is answered empty without
  * reading any row.
+ *
+ * A key limited to some configurations lists no logs (403): every list spans every
+ * configuration, in its rows and in the configuration records it shows, and the direct
+ * routes refuse such a key any configuration outside its scope.
  */
+import type { Caller } from '../auth/caller.ts';
+import { ForbiddenError } from '../errors.ts';
 import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendJson } from '../http/respond.ts';
@@ -32,7 +38,8 @@ export const handlers = { listUnified, listActivity, listApi, listUsage } satisf
 /** Request ids are at most this long (src/telemetry/request-id.ts). */
 const REQUEST_ID_MAX = 128;
 
-async function listUnified(ctx: RequestContext, services: Services): Promise<void> {
+async function listUnified(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  requireWholeScope(caller);
   const v = Validator.forQuery(ctx.query());
   const kinds = readKinds(v);
   const { query, page, scope } = readListQuery(services, v, 'unified', kinds);
@@ -44,7 +51,8 @@ async function listUnified(ctx: RequestContext, services: Services): Promise<voi
   respond(ctx, services, page, scope, total, result, (row) => show.unified(row));
 }
 
-async function listActivity(ctx: RequestContext, services: Services): Promise<void> {
+async function listActivity(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  requireWholeScope(caller);
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'activity', ['activity']);
   const { logs } = services.store;
   const total = await logs.count('activity', query);
@@ -54,7 +62,8 @@ async function listActivity(ctx: RequestContext, services: Services): Promise<vo
   respond(ctx, services, page, scope, total, result, (row) => show.activity(row));
 }
 
-async function listApi(ctx: RequestContext, services: Services): Promise<void> {
+async function listApi(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  requireWholeScope(caller);
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'api', ['api']);
   const { logs } = services.store;
   const total = await logs.count('api', query);
@@ -64,7 +73,8 @@ async function listApi(ctx: RequestContext, services: Services): Promise<void> {
   respond(ctx, services, page, scope, total, result, (row) => show.api(row));
 }
 
-async function listUsage(ctx: RequestContext, services: Services): Promise<void> {
+async function listUsage(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  requireWholeScope(caller);
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'usage', ['usage']);
   const { logs } = services.store;
   const total = await logs.count('usage', query);
@@ -72,6 +82,11 @@ async function listUsage(ctx: RequestContext, services: Services): Promise<void>
   const result = await read(page, total, () => logs.usagePage(query));
   await show.load(result.rows, []);
   respond(ctx, services, page, scope, total, result, (row) => show.usage(row));
+}
+
+/** The log lists span every configuration: a key limited to some of them is refused. */
+function requireWholeScope(caller: Caller): void {
+  if (caller.configurations !== null) throw new ForbiddenError();
 }
 
 /**

@@ -93,6 +93,23 @@ test('every log endpoint: 401 without a valid key, 403 without logs.view, 200 fo
   }
 });
 
+test('a key limited to some configurations gets 403 on every log list, which spans every configuration; the same user\'s unlimited key reads them', async (t) => {
+  const running = await startApp(t, MANUAL_FLUSH);
+  const configurations = await call(running.url, '/api/v3/configurations', { method: 'GET' });
+  const payments = configurations.json.data[0].id as string;
+  const made = await call(running.url, '/api/v3/api-keys', { body: JSON.stringify({ name: 'team', permissions: ['logs.view'], configurations: [payments] }) });
+  assert.equal(made.status, 201, made.text);
+  const wide = await call(running.url, '/api/v3/api-keys', { body: JSON.stringify({ name: 'auditor', permissions: ['logs.view'] }) });
+  assert.equal(wide.status, 201, wide.text);
+  for (const path of ENDPOINTS) {
+    const limited = await get(running, path, made.json.key as string);
+    assert.equal(limited.status, 403, path);
+    assert.deepEqual(limited.json, { message: 'User does not have the right permissions.' });
+    assert.equal((await get(running, `${path}${path.includes('?') ? '&' : '?'}per_page=100`, made.json.key as string)).status, 403, `${path} with a filter`);
+    assert.equal((await get(running, path, wide.json.key as string)).status, 200, path);
+  }
+});
+
 test('an encrypt request appears as an api entry and a usage entry, in every view, with its request id', async (t) => {
   const running = await startApp(t, MANUAL_FLUSH);
   const body = '{"card":{"number":"4111 1111 1111 1111"},"ssn":"123"}';
