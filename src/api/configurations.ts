@@ -15,7 +15,7 @@ import { compileFieldPaths } from '../fields/paths.ts';
 import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
-import type { Configuration, ConfigurationPatch, ConfigurationType, NewConfiguration } from '../store/configurations.ts';
+import { deleteConfiguration, type Configuration, type ConfigurationPatch, type ConfigurationType, type NewConfiguration } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
 import { stateOf } from '../store/state-view.ts';
 import { isUniqueViolation } from '../store/sql.ts';
@@ -85,11 +85,16 @@ async function update(ctx: RequestContext, services: Services, caller: Caller): 
   sendJson(ctx, 200, configurationView(updated));
 }
 
+/** Also revokes the keys limited to configurations that are then all gone (deleteConfiguration). */
 async function destroy(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const current = await findScoped(ctx, services, caller);
-  if (!(await services.store.configurations.delete(current.id))) throw new NotFoundError();
+  const orphaned = await services.store.transaction((tx) => deleteConfiguration(tx, current.id));
+  if (orphaned === null) throw new NotFoundError();
   services.codecs.forget(current.id);
   await recordActivity(ctx, services, caller, 'configuration.deleted', `Deleted configuration "${current.name}".`);
+  for (const key of orphaned) {
+    await recordActivity(ctx, services, caller, 'api-key.revoked', `Revoked API key "${key.name}": every configuration it was limited to is deleted.`);
+  }
   sendEmpty(ctx, 204);
 }
 

@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import type { ApiKey } from './api-keys.ts';
+import type { Transaction } from './db.ts';
 import { all, atomically, get, run, shredding, type Dialect, type Step } from './query.ts';
 import { definedOnly, nowIso, parseJsonArray, parseJsonObject, toBuffer, toBufferOrNull, type RowSource } from './sql.ts';
 
@@ -323,4 +325,18 @@ export class ConfigurationsRepository {
     if (found === undefined) throw new Error(`Configuration ${id} vanished inside its own transaction.`);
     return found;
   }
+}
+
+/**
+ * Deletes a configuration, and revokes every active API key limited to configurations that
+ * are then all gone: such a key reaches nothing (ids are never reused), and its listing
+ * could only show an empty `configurations`, which reads as "every configuration". Run it
+ * inside a transaction. Null when there was no such configuration; else the keys revoked.
+ */
+export async function deleteConfiguration(tx: Transaction, id: string): Promise<ApiKey[] | null> {
+  if (!(await tx.configurations.delete(id))) return null;
+  const live = new Set((await tx.configurations.list()).map((c) => c.id));
+  const orphaned = (await tx.apiKeys.list()).filter((key) => key.status === 'active' && key.configurations.includes(id) && key.configurations.every((c) => !live.has(c)));
+  for (const key of orphaned) await tx.apiKeys.revoke(key.id);
+  return orphaned;
 }

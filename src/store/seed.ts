@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyPatch } from './api-keys.ts';
 import { slugify, type Classification, type ClassificationPatch, type ClassificationProvider, type GwsGroup } from './classifications.ts';
-import type { Configuration, ConfigurationPatch, ConfigurationType } from './configurations.ts';
+import { deleteConfiguration, type Configuration, type ConfigurationPatch, type ConfigurationType } from './configurations.ts';
 import type { DefaultLevel, MaskSpec, RevealLevel } from '../fields/reveal.ts';
 import type { Store, Transaction } from './db.ts';
 import { hasUnsafeText, normalizeEmail } from './identity-text.ts';
@@ -251,8 +251,9 @@ async function prune(store: Transaction, seed: SeedInput, result: SeedResult): P
   for (const configuration of await store.configurations.list()) {
     if (configuration.source !== 'seed' || configurationNames.has(configuration.name)) continue;
     if (configuration.type === 'provider') {
-      await store.configurations.delete(configuration.id);
+      const revoked = (await deleteConfiguration(store, configuration.id)) ?? [];
       changes.push(`deleted configuration "${configuration.name}"`);
+      for (const key of revoked) changes.push(`revoked API key "${key.name}": every configuration it was limited to is deleted`);
     } else {
       result.keptConfigurations.push(configuration.name);
       warnings.push(

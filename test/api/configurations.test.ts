@@ -405,6 +405,39 @@ test('DELETE /configurations/{id} removes it and its codec; its slug stops worki
   assert.equal(dec.status, 422);
 });
 
+test('DELETE /configurations/{id} revokes the active keys limited to configurations that are now all gone; a key that still reaches another keeps it', async (t) => {
+  const { url, app } = await startApp(t);
+  const made = await call(url, LIST, { body: json({ name: 'short-lived' }) });
+  assert.equal(made.status, 201, made.text);
+  const gone = made.json.id as string;
+  const payments = (await call(url, LIST, { method: 'GET' })).json.data[0].id as string;
+  const key = async (name: string, configurations: string[]) => {
+    const res = await call(url, '/api/v3/api-keys', { body: json({ name, permissions: ['data.encrypt'], configurations }) });
+    assert.equal(res.status, 201, res.text);
+    return res.json as { id: string; key: string };
+  };
+  const only = await key('only-short-lived', [gone]);
+  const both = await key('short-lived-and-payments', [gone, payments]);
+  const other = await key('payments-only', [payments]);
+  const res = await call(url, `${LIST}/${gone}`, { method: 'DELETE' });
+  assert.equal(res.status, 204);
+  const show = async (id: string) => (await call(url, `/api/v3/api-keys/${id}`, { method: 'GET' })).json;
+  const revoked = await show(only.id);
+  assert.equal(revoked.status, 'revoked', 'a key that reaches nothing is revoked, not listed as reaching every configuration');
+  assert.deepEqual(revoked.configurations, []);
+  assert.equal((await call(url, '/api/v3/encryption/payments/encrypt', { key: only.key, body: '{"card":{"number":"4111"}}' })).status, 401);
+  const kept = await show(both.id);
+  assert.equal(kept.status, 'active');
+  assert.deepEqual(kept.configurations.map((c: { id: string }) => c.id), [payments]);
+  assert.equal((await call(url, '/api/v3/encryption/payments/encrypt', { key: both.key, body: '{"card":{"number":"4111"}}' })).status, 200);
+  assert.equal((await show(other.id)).status, 'active');
+  const entries = activityOf(app, res.headers.get('x-svc-request-id')).map((e) => [e.action, e.description]);
+  assert.deepEqual(entries.sort(), [
+    ['api-key.revoked', 'Revoked API key "only-short-lived": every configuration it was limited to is deleted.'],
+    ['configuration.deleted', 'Deleted configuration "short-lived".'],
+  ]);
+});
+
 test('rotate adds key version 2: new tokens use it, version-1 tokens still decrypt until min_decryption_version passes them', async (t) => {
   const { url, app } = await startApp(t);
   const list = await call(url, LIST, { method: 'GET' });

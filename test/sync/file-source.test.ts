@@ -245,6 +245,10 @@ test('removals: encryption configurations are kept, provider configurations dele
   const { store } = running.app.services;
   const token = await call(running.url, '/api/v3/encryption/vault/encrypt', { key: DEV, body: '{"a":"secret"}', headers: { 'x-svc-fields': 'a' } });
   assert.equal(token.status, 200);
+  // A key made through the API, limited to the provider configuration alone.
+  const workspace = (await store.configurations.findByName('workspace'))!;
+  const limited = await call(running.url, '/api/v3/api-keys', { key: OWNER, body: JSON.stringify({ name: 'workspace-only', permissions: ['configurations.view'], configurations: [workspace.id] }) });
+  assert.equal(limited.status, 201, limited.text);
 
   // The file drops the user, their key and both configurations.
   running.write(fileText(dir));
@@ -252,6 +256,8 @@ test('removals: encryption configurations are kept, provider configurations dele
   assert.equal(await store.configurations.findByName('workspace'), undefined, 'the provider configuration is deleted');
   assert.ok(await store.configurations.findByName('vault'), 'the encryption configuration is kept, with its keys');
   assert.equal((await store.apiKeys.findByName('dev'))?.status, 'revoked');
+  assert.equal((await store.apiKeys.findByName('workspace-only'))?.status, 'revoked', 'a key limited to the deleted configuration alone reaches nothing: revoked');
+  assert.match(running.logs(), /revoked API key \\"workspace-only\\": every configuration it was limited to is deleted/);
   assert.equal((await call(running.url, '/api/v3/classifications', { method: 'GET', key: DEV })).status, 401);
   assert.match(running.logs(), /configuration \\"vault\\" is no longer in the seed: kept with its keys/);
   // The kept configuration still decrypts what it encrypted.
