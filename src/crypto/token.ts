@@ -82,10 +82,11 @@ const MAX_LEB128_BYTES = 8;
 const META_MIN = 1 + 1 + 1 + 1 + XAES_NONCE_SIZE;
 const META_MAX = 1 + 1 + MAX_LEB128_BYTES + 1 + XAES_NONCE_SIZE;
 /**
- * Randomized mode shares one nonce prefix (one XAES subkey) across consecutive fields, of
- * one request or of many; the remaining 96 random bits per field make GCM nonce reuse
- * under that subkey negligible well beyond this many messages, and a fresh prefix after
- * them keeps it so however long the process runs.
+ * Randomized mode shares one nonce prefix (one XAES subkey) across the fields of one
+ * request (DESIGN §5), never across requests: tokens of different requests, callers or
+ * end users cannot be linked by their prefix. The remaining 96 random bits per field make
+ * GCM nonce reuse under that subkey negligible well beyond this many messages, and a
+ * fresh prefix after them keeps it so however long a request (a streamed body) runs.
  */
 const PREFIX_REUSE_LIMIT = 4096;
 /** Subkeys cached per key version, across two generations (see SubkeyCache). */
@@ -251,26 +252,58 @@ class SubkeyCache {
   }
 }
 
+/** Prefixes drawn and derived together (one AES-ECB call for the lot). */
+const PREFIX_BATCH = 64;
+
 /**
- * The current random nonce prefix of one key version and its derived subkey, shared by
- * every encryptor of that version so the derivation is paid once per PREFIX_REUSE_LIMIT
- * fields rather than once per request.
+ * Fresh random nonce prefixes of one key version with their subkeys, derived a batch at a
+ * time; each is handed out once, to one request.
  */
-class RandomPrefix {
+class PrefixPool {
   readonly #xaes: XaesKey;
-  readonly prefix = Buffer.allocUnsafe(XAES_NONCE_PREFIX_SIZE);
-  #subkey: KeyObject | null = null;
-  #uses = 0;
+  readonly #prefixes = Buffer.allocUnsafe(PREFIX_BATCH * XAES_NONCE_PREFIX_SIZE);
+  #subkeys: KeyObject[] = [];
+  #next = PREFIX_BATCH;
 
   constructor(xaes: XaesKey) {
     this.#xaes = xaes;
   }
 
+  /** Copies a prefix no one else gets into `into` and returns its subkey. */
+  take(into: Buffer): KeyObject {
+    if (this.#next === PREFIX_BATCH) {
+      fillRandomPooled(this.#prefixes, 0, this.#prefixes.length);
+      this.#subkeys = this.#xaes.deriveSubkeys(this.#prefixes, PREFIX_BATCH);
+      this.#next = 0;
+    }
+    const i = this.#next++;
+    this.#prefixes.copy(into, 0, i * XAES_NONCE_PREFIX_SIZE, (i + 1) * XAES_NONCE_PREFIX_SIZE);
+    const subkey = this.#subkeys[i]!;
+    // Handed out: the pool keeps no reference to it.
+    this.#subkeys[i] = undefined as unknown as KeyObject;
+    return subkey;
+  }
+}
+
+/**
+ * One request's nonce prefix and its subkey, taken from the pool at the request's first
+ * field (a request that encrypts nothing takes none), then again every PREFIX_REUSE_LIMIT
+ * fields.
+ */
+class RandomPrefix {
+  readonly #pool: PrefixPool;
+  readonly prefix = Buffer.allocUnsafe(XAES_NONCE_PREFIX_SIZE);
+  #subkey: KeyObject | null = null;
+  #uses = 0;
+
+  constructor(pool: PrefixPool) {
+    this.#pool = pool;
+  }
+
   /** The subkey for the next field; `prefix` then holds the nonce prefix it belongs to. */
   next(): KeyObject {
     if (this.#subkey === null || this.#uses >= PREFIX_REUSE_LIMIT) {
-      fillRandomPooled(this.prefix, 0, XAES_NONCE_PREFIX_SIZE);
-      this.#subkey = this.#xaes.deriveSubkey(this.prefix);
+      this.#subkey = this.#pool.take(this.prefix);
       this.#uses = 0;
     }
     this.#uses++;
@@ -343,9 +376,9 @@ export class TokenCodec {
   readonly #encryptAadHead: Buffer;
   readonly #encryptHead: string;
   readonly #subkeys = new Map<number, SubkeyCache>();
-  /** Randomized mode's shared prefix for the current version (the codec is per keyring). */
-  readonly #prefix: RandomPrefix | null;
-  /** The encryptor of each classification asked for. */
+  /** Randomized mode: the current version's prefixes, one per request. */
+  readonly #prefixes: PrefixPool | null;
+  /** Deterministic mode: the encryptor of each classification asked for. */
   readonly #encryptors = new Map<number, Encryptor>();
 
   constructor(keyring: Keyring, opts: { deterministic: boolean }) {
@@ -355,21 +388,25 @@ export class TokenCodec {
     const kv = String(keyring.current);
     this.#encryptAadHead = Buffer.concat([AAD_MAGIC, keyring.id, Buffer.from(kv + ':', 'latin1')]);
     this.#encryptHead = `svc:${kv}:`;
-    this.#prefix = opts.deterministic ? null : new RandomPrefix(keyring.forEncrypt().xaes);
+    this.#prefixes = opts.deterministic ? null : new PrefixPool(keyring.forEncrypt().xaes);
   }
 
-  /** The encryptor writing tokens with the current key version and this classification (0 = none). */
+  /**
+   * The encryptor writing tokens with the current key version and this classification
+   * (0 = none), for one request: take one per request and classification. In randomized
+   * mode each has a nonce prefix of its own (DESIGN §5).
+   */
   encryptor(classificationId: number): FieldEncryptor {
     if (!Number.isSafeInteger(classificationId) || classificationId < 0) {
       throw new RangeError('classification id must be an integer from 0 to 2^53 - 1');
     }
-    // An encryptor holds nothing of a request (its AAD buffer is rewritten whole by each
-    // synchronous encrypt), so one per classification serves every request.
+    const material = this.keyring.forEncrypt();
+    if (this.#prefixes !== null) return new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, null, new RandomPrefix(this.#prefixes));
+    // A deterministic encryptor holds nothing of a request (its AAD buffer is rewritten
+    // whole by each synchronous encrypt), so one per classification serves every request.
     let encryptor = this.#encryptors.get(classificationId);
     if (encryptor === undefined) {
-      const material = this.keyring.forEncrypt();
-      const subkeys = this.deterministic ? this.#cacheFor(material) : null;
-      encryptor = new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, subkeys, this.#prefix);
+      encryptor = new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, this.#cacheFor(material), null);
       if (this.#encryptors.size >= MAX_ENCRYPTORS) this.#encryptors.clear();
       this.#encryptors.set(classificationId, encryptor);
     }

@@ -155,29 +155,38 @@ test('randomized: the same plaintext encrypts differently each time', () => {
   assert.equal(tokens.size, 101);
 });
 
-test('randomized: encryptors of one codec share a nonce prefix, fresh after 4,096 fields in all', () => {
+test('randomized: one encryptor (one request) keeps a nonce prefix for its fields, fresh after 4,096; another encryptor never shares it', () => {
   const codec = new TokenCodec(ring(), { deterministic: false });
   const prefixOf = (token: string) => {
     const m = parts(token).meta;
     return { prefix: m.subarray(m.length - 24, m.length - 12).toString('hex'), suffix: m.subarray(m.length - 12).toString('hex') };
   };
+  // One request's fields: one prefix, a random suffix each, a fresh prefix after 4,096.
+  const request = codec.encryptor(0);
   const prefixes: string[] = [];
   const suffixes = new Set<string>();
-  // Many small requests (a new encryptor each, varying classification) count together.
   for (let i = 0; i < 4097; i++) {
-    const { prefix, suffix } = prefixOf(codec.encryptor(i % 3).encrypt(Buffer.from('x'), 'b'));
+    const { prefix, suffix } = prefixOf(request.encrypt(Buffer.from('x'), 'b'));
     prefixes.push(prefix);
     suffixes.add(suffix);
   }
   assert.equal(new Set(prefixes.slice(0, 4096)).size, 1);
   assert.notEqual(prefixes[4096], prefixes[0]);
   assert.equal(suffixes.size, 4097);
-  // Another codec (another keyring version or configuration) never shares it.
+  // Requests (encryptors) of one codec and classification never share a prefix, so their
+  // tokens cannot be linked by it; neither do those of another codec.
+  const seen = new Set(prefixes);
+  for (let i = 0; i < 200; i++) {
+    const { prefix } = prefixOf(codec.encryptor(i % 3).encrypt(Buffer.from('x'), 'b'));
+    assert.ok(!seen.has(prefix), `request ${i} reused a prefix`);
+    seen.add(prefix);
+  }
   const other = new TokenCodec(ring(), { deterministic: false });
-  assert.notEqual(prefixOf(other.encryptor(0).encrypt(Buffer.from('x'), 'b')).prefix, prefixes[4096]);
-  // Every token still opens: the shared subkey is the one its prefix derives.
+  assert.ok(!seen.has(prefixOf(other.encryptor(0).encrypt(Buffer.from('x'), 'b')).prefix));
+  // Every token still opens: each subkey is the one its prefix derives.
   const token = codec.encryptor(2).encrypt(Buffer.from('still opens'), 's');
   assert.equal(codec.decrypt(token).plaintext.toString(), 'still opens');
+  assert.equal(codec.decrypt(request.encrypt(Buffer.from('also'), 's')).plaintext.toString(), 'also');
 });
 
 test('the token layout and AAD are exactly those of DESIGN §5 (independent construction)', () => {

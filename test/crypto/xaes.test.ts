@@ -137,3 +137,17 @@ test('C2SP accumulated test, 10,000 iterations', () => {
   }
   assert.equal(acc.digest('hex'), vectors.accumulated.iterations_10000_hex);
 });
+
+test('deriveSubkeys gives, in one call, the subkey deriveSubkey gives for each prefix', () => {
+  const key = new XaesKey(Buffer.alloc(32, 7));
+  const prefixes = Buffer.from(Array.from({ length: 12 * 5 }, (_, i) => (i * 37 + 11) & 0xff));
+  const batch = key.deriveSubkeys(prefixes, 5);
+  assert.equal(batch.length, 5);
+  for (let k = 0; k < 5; k++) {
+    const one = key.deriveSubkey(prefixes.subarray(12 * k, 12 * k + 12));
+    assert.deepEqual(batch[k]!.export(), one.export(), `prefix ${k}`);
+  }
+  assert.notDeepEqual(batch[0]!.export(), batch[1]!.export());
+  assert.throws(() => key.deriveSubkeys(prefixes, 6), RangeError);
+  assert.throws(() => key.deriveSubkeys(prefixes, 0), RangeError);
+});
