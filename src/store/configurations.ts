@@ -328,15 +328,23 @@ export class ConfigurationsRepository {
 }
 
 /**
- * Deletes a configuration, and revokes every active API key limited to configurations that
- * are then all gone: such a key reaches nothing (ids are never reused), and its listing
- * could only show an empty `configurations`, which reads as "every configuration". Run it
- * inside a transaction. Null when there was no such configuration; else the keys revoked.
+ * Deletes a configuration, then revokes the keys that reach nothing (revokeKeysReachingNothing).
+ * Run it inside a transaction. Null when there was no such configuration; else the keys revoked.
  */
 export async function deleteConfiguration(tx: Transaction, id: string): Promise<ApiKey[] | null> {
   if (!(await tx.configurations.delete(id))) return null;
+  return revokeKeysReachingNothing(tx);
+}
+
+/**
+ * Revokes every active API key limited to configurations that are all deleted, and returns
+ * them. Such a key reaches nothing (ids are never reused), and its listing could only show
+ * an empty `configurations`, which reads as "every configuration". Run it inside a
+ * transaction: after a deletion, and by every seed (for keys left so by older versions).
+ */
+export async function revokeKeysReachingNothing(tx: Transaction): Promise<ApiKey[]> {
   const live = new Set((await tx.configurations.list()).map((c) => c.id));
-  const orphaned = (await tx.apiKeys.list()).filter((key) => key.status === 'active' && key.configurations.includes(id) && key.configurations.every((c) => !live.has(c)));
+  const orphaned = (await tx.apiKeys.list()).filter((key) => key.status === 'active' && key.configurations.length > 0 && key.configurations.every((c) => !live.has(c)));
   for (const key of orphaned) await tx.apiKeys.revoke(key.id);
   return orphaned;
 }

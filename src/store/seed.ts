@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyPatch } from './api-keys.ts';
 import { slugify, type Classification, type ClassificationPatch, type ClassificationProvider, type GwsGroup } from './classifications.ts';
-import { deleteConfiguration, type Configuration, type ConfigurationPatch, type ConfigurationType } from './configurations.ts';
+import { revokeKeysReachingNothing, type Configuration, type ConfigurationPatch, type ConfigurationType } from './configurations.ts';
 import type { DefaultLevel, MaskSpec, RevealLevel } from '../fields/reveal.ts';
 import type { Store, Transaction } from './db.ts';
 import { hasUnsafeText, normalizeEmail } from './identity-text.ts';
@@ -192,6 +192,9 @@ export async function applySeed(store: Store, seed: SeedInput, deps: SeedDeps, o
     for (const apiKey of seed.api_keys ?? []) await applyApiKey(context, apiKey, literalKeyHashes.get(apiKey));
     const declared = new Set((seed.classifications ?? []).map((classification) => classification.name));
     for (const classification of seed.classifications ?? []) await applyClassification(context, classification, declared);
+    // A key limited to deleted configurations alone (one pruned above, or left so by a
+    // version that did not revoke such keys) reaches nothing: it is revoked.
+    for (const key of await revokeKeysReachingNothing(tx)) result.changes.push(`revoked API key "${key.name}": every configuration it was limited to is deleted`);
     return result;
   });
 }
@@ -251,9 +254,8 @@ async function prune(store: Transaction, seed: SeedInput, result: SeedResult): P
   for (const configuration of await store.configurations.list()) {
     if (configuration.source !== 'seed' || configurationNames.has(configuration.name)) continue;
     if (configuration.type === 'provider') {
-      const revoked = (await deleteConfiguration(store, configuration.id)) ?? [];
+      await store.configurations.delete(configuration.id);
       changes.push(`deleted configuration "${configuration.name}"`);
-      for (const key of revoked) changes.push(`revoked API key "${key.name}": every configuration it was limited to is deleted`);
     } else {
       result.keptConfigurations.push(configuration.name);
       warnings.push(

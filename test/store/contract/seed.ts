@@ -193,6 +193,27 @@ export function seedContract(target: StoreTarget): void {
     assert.equal(calls.generateApiKey, counts.generateApiKey);
   });
 
+  test('a key limited to deleted configurations alone (as older versions left them) is revoked by the next seed; one that still reaches another stays', async (t) => {
+    const store = await setup(t);
+    const { deps } = makeDeps();
+    await applySeed(store, baseSeed(), deps);
+    const ada = (await store.users.findByEmail('ada@example.com'))!;
+    const records = (await store.configurations.findByName('Customer Records'))!;
+    const payments = (await store.configurations.findByName('payments'))!;
+    const only = await store.apiKeys.create({ name: 'records-only', prefix: 'svc_records0', keyHash: Buffer.alloc(32, 1), userId: ada.id, configurations: [records.id] });
+    const both = await store.apiKeys.create({ name: 'records-and-payments', prefix: 'svc_records1', keyHash: Buffer.alloc(32, 2), userId: ada.id, configurations: [records.id, payments.id] });
+    // Deleted without the revocation that a DELETE through the API now makes.
+    assert.equal(await store.configurations.delete(records.id), true);
+    assert.equal((await store.apiKeys.findById(only.id))?.status, 'active');
+
+    const result = await applySeed(store, baseSeed(), deps);
+    assert.equal((await store.apiKeys.findById(only.id))?.status, 'revoked');
+    assert.equal((await store.apiKeys.findById(both.id))?.status, 'active');
+    assert.ok(result.changes.includes('revoked API key "records-only": every configuration it was limited to is deleted'), result.changes.join('; '));
+    const again = await applySeed(store, baseSeed(), deps);
+    assert.ok(!again.changes.some((c) => c.startsWith('revoked')), 'nothing more to revoke');
+  });
+
   test('changes in the seed update rows in place and never touch existing keys', async (t) => {
     const store = await setup(t);
     const { deps } = makeDeps();
