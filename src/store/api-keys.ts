@@ -156,6 +156,12 @@ export class ApiKeysRepository {
     return yield* this.findById(id);
   }
 
+  /** Revokes the key if it is active; true when this call revoked it. */
+  *revokeActive(id: string): Step<boolean> {
+    const now = nowIso();
+    return (yield* run(REVOKE, now, now, id)).changes > 0;
+  }
+
   /** Rotation: the old key stops working the moment this commits. */
   *replaceHash(id: string, prefix: string, keyHash: Buffer): Step<ApiKey | undefined> {
     const record = yield* get<ApiKeyRecord>(REPLACE_HASH, prefix, keyHash, nowIso(), id);

@@ -328,23 +328,43 @@ export class ConfigurationsRepository {
 }
 
 /**
+ * Holds, until the transaction ends, what deletions and the sweep below do one at a time on
+ * a database that several instances share: two deletions that together leave a key
+ * reaching nothing would otherwise each see the other's configuration still there.
+ */
+const KEY_SCOPE_LOCK = 'svc-key-scope';
+
+/**
  * Deletes a configuration, then revokes the keys that reach nothing (revokeKeysReachingNothing).
  * Run it inside a transaction. Null when there was no such configuration; else the keys revoked.
  */
 export async function deleteConfiguration(tx: Transaction, id: string): Promise<ApiKey[] | null> {
+  await tx.lock(KEY_SCOPE_LOCK);
   if (!(await tx.configurations.delete(id))) return null;
   return revokeKeysReachingNothing(tx);
 }
 
 /**
  * Revokes every active API key limited to configurations that are all deleted, and returns
- * them. Such a key reaches nothing (ids are never reused), and its listing could only show
- * an empty `configurations`, which reads as "every configuration". Run it inside a
- * transaction: after a deletion, and by every seed (for keys left so by older versions).
+ * the keys this call revoked. Such a key reaches nothing (ids are never reused), and its
+ * listing could only show an empty `configurations`, which reads as "every configuration".
+ * Run it inside a transaction: after a deletion, and by every seed (for keys left so by
+ * older versions).
+ *
+ * The keys are read before the configurations: every configuration a key read here names
+ * was committed before that key was, so the later read sees it, and a key made together
+ * with its configuration by another instance meanwhile is never taken for an orphan.
  */
 export async function revokeKeysReachingNothing(tx: Transaction): Promise<ApiKey[]> {
+  await tx.lock(KEY_SCOPE_LOCK);
+  const keys = (await tx.apiKeys.list()).filter((key) => key.status === 'active' && key.configurations.length > 0);
+  if (keys.length === 0) return [];
   const live = new Set((await tx.configurations.list()).map((c) => c.id));
-  const orphaned = (await tx.apiKeys.list()).filter((key) => key.status === 'active' && key.configurations.length > 0 && key.configurations.every((c) => !live.has(c)));
-  for (const key of orphaned) await tx.apiKeys.revoke(key.id);
-  return orphaned;
+  const revoked: ApiKey[] = [];
+  for (const key of keys) {
+    if (key.configurations.some((c) => live.has(c))) continue;
+    // Someone may have revoked it meanwhile: only what this call changed is reported.
+    if (await tx.apiKeys.revokeActive(key.id)) revoked.push(key);
+  }
+  return revoked;
 }

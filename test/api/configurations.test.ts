@@ -419,6 +419,8 @@ test('DELETE /configurations/{id} revokes the active keys limited to configurati
   const only = await key('only-short-lived', [gone]);
   const both = await key('short-lived-and-payments', [gone, payments]);
   const other = await key('payments-only', [payments]);
+  const earlier = await key('revoked-before', [gone]);
+  assert.equal((await call(url, `/api/v3/api-keys/${earlier.id}/revoke`, {})).status, 204);
   const res = await call(url, `${LIST}/${gone}`, { method: 'DELETE' });
   assert.equal(res.status, 204);
   const show = async (id: string) => (await call(url, `/api/v3/api-keys/${id}`, { method: 'GET' })).json;
@@ -431,6 +433,8 @@ test('DELETE /configurations/{id} revokes the active keys limited to configurati
   assert.deepEqual(kept.configurations.map((c: { id: string }) => c.id), [payments]);
   assert.equal((await call(url, '/api/v3/encryption/payments/encrypt', { key: both.key, body: '{"card":{"number":"4111"}}' })).status, 200);
   assert.equal((await show(other.id)).status, 'active');
+  assert.equal((await show(earlier.id)).status, 'revoked');
+  assert.equal((await call(url, LIST, { method: 'GET' })).status, 200, 'the unlimited owner key still works');
   const entries = activityOf(app, res.headers.get('x-svc-request-id')).map((e) => [e.action, e.description]);
   assert.deepEqual(entries.sort(), [
     ['api-key.revoked', 'Revoked API key "only-short-lived": every configuration it was limited to is deleted.'],
