@@ -101,7 +101,8 @@ acting user is the key's user, or the user of a bearer access token sent with th
   which ids exist.
 - A key limited to some configurations gets 403 for any other configuration, on the
   management API and the data plane alike, and 403 on the log lists, which span every
-  configuration.
+  configuration. It lists, shows, revokes and rotates only API keys limited to
+  configurations within its own (a key's listing shows its configurations whole).
 - Data plane: the permission is checked before the proxy slug is looked up, so a caller
   without \`data.encrypt\` or \`data.decrypt\` gets 403 whether or not the slug exists; an
   unknown slug is 404 for callers who hold it. Decrypting a classified token also needs

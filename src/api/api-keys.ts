@@ -29,10 +29,14 @@ const CATALOGUE: ReadonlySet<string> = new Set(PERMISSIONS);
 /** The handlers of this module's routes (route-table.ts), by name. */
 export const handlers = { list, create, show, revoke, rotate } satisfies Handlers;
 
-/** A plain array, not a page envelope (spec 4.10). */
-async function list(ctx: RequestContext, services: Services): Promise<void> {
+/**
+ * A plain array, not a page envelope (spec 4.10). A key limited to some configurations
+ * lists only the keys limited to configurations within its own: a key's listing shows its
+ * configurations whole, and an unlimited key's scope reaches every one.
+ */
+async function list(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const { store } = services;
-  sendJson(ctx, 200, (await store.apiKeys.list()).map((key) => apiKeyView(store, key)));
+  sendJson(ctx, 200, (await store.apiKeys.list()).filter((key) => withinScope(caller, key)).map((key) => apiKeyView(store, key)));
 }
 
 async function create(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
@@ -47,8 +51,8 @@ async function create(ctx: RequestContext, services: Services, caller: Caller): 
   sendJson(ctx, 201, { ...apiKeyView(store, key), key: secret });
 }
 
-async function show(ctx: RequestContext, services: Services): Promise<void> {
-  sendJson(ctx, 200, apiKeyView(services.store, await find(ctx, services)));
+async function show(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
+  sendJson(ctx, 200, apiKeyView(services.store, await find(ctx, services, caller)));
 }
 
 /** Idempotent: revoking a revoked key keeps its first `revoked_at`. */
@@ -77,15 +81,23 @@ async function rotate(ctx: RequestContext, services: Services, caller: Caller): 
 // ---------------------------------------------------------------------------------------
 // Steps
 
-async function find(ctx: RequestContext, services: Services): Promise<ApiKey> {
+/** The key named by the path; one outside a limited caller's scope is refused as its configurations are. */
+async function find(ctx: RequestContext, services: Services, caller: Caller): Promise<ApiKey> {
   const key = await services.store.apiKeys.findById(ctx.params['id'] ?? '');
   if (key === undefined) throw new NotFoundError();
+  if (!withinScope(caller, key)) throw new ForbiddenError();
   return key;
+}
+
+/** Whether a caller sees the key: any, unless the caller's key is limited to some configurations. */
+function withinScope(caller: Caller, key: ApiKey): boolean {
+  const scope = caller.configurations;
+  return scope === null || (key.configurations.length > 0 && key.configurations.every((id) => scope.has(id)));
 }
 
 /** A key the caller may revoke or rotate: its own user's, or anyone's with `users.manage`. */
 async function findManageable(ctx: RequestContext, services: Services, caller: Caller): Promise<ApiKey> {
-  const key = await find(ctx, services);
+  const key = await find(ctx, services, caller);
   if (key.userId !== caller.user.id && !caller.permissions.has('users.manage')) throw new ForbiddenError();
   return key;
 }

@@ -261,7 +261,7 @@ const apiKeyPaths: Record<string, JsonObject> = {
       id: 'listApiKeys',
       tag: 'api-keys',
       summary: 'List API keys',
-      description: 'A plain array, not a page envelope (spec 4.10).',
+      description: 'A plain array, not a page envelope (spec 4.10). A key limited to some configurations lists only the keys limited within its scope (and gets 403 for any other key on show, revoke and rotate).',
       permission: 'api-keys.view',
       responses: { '200': json('Every API key.', { type: 'array', items: schemaRef('ApiKey') }), ...READ },
     }),
@@ -350,12 +350,16 @@ const userPaths: Record<string, JsonObject> = {
   },
 };
 
+/** Every log list spans every configuration. */
+const LOG_SCOPE = 'A key limited to some configurations gets 403: the list spans every configuration, in its rows and in the configuration records it shows.';
+
 const logPaths: Record<string, JsonObject> = {
   '/api/v3/logs/unified': {
     get: op({
       id: 'listUnifiedLogs',
       tag: 'logs',
       summary: 'Activity, api and usage logs together, newest first',
+      description: LOG_SCOPE,
       permission: 'logs.view',
       parameters: [
         { name: 'log_type', in: 'query', schema: { type: 'string', enum: ['activity', 'api', 'usage'] }, description: 'One kind only.' },
@@ -370,6 +374,7 @@ const logPaths: Record<string, JsonObject> = {
       id: 'listActivityLogs',
       tag: 'logs',
       summary: 'Management actions and logins, newest first',
+      description: LOG_SCOPE,
       permission: 'logs.view',
       parameters: LOG_FILTERS,
       responses: { '200': json('A page of activity entries.', schemaRef('ActivityLogPage')), ...LIST },
@@ -380,6 +385,7 @@ const logPaths: Record<string, JsonObject> = {
       id: 'listApiLogs',
       tag: 'logs',
       summary: 'Every /api and /proxy request, newest first',
+      description: LOG_SCOPE,
       permission: 'logs.view',
       parameters: LOG_FILTERS,
       responses: { '200': json('A page of api entries.', schemaRef('ApiLogPage')), ...LIST },
@@ -390,6 +396,7 @@ const logPaths: Record<string, JsonObject> = {
       id: 'listUsageLogs',
       tag: 'logs',
       summary: 'Every encrypt and decrypt, newest first',
+      description: LOG_SCOPE,
       permission: 'logs.view',
       parameters: LOG_FILTERS,
       responses: { '200': json('A page of usage entries.', schemaRef('UsageLogPage')), ...LIST },

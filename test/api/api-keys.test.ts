@@ -157,6 +157,38 @@ test('a key cannot mint a key that can do more than itself', async (t) => {
   assert.equal(await app.services.store.apiKeys.findByName('any'), undefined);
 });
 
+test('a key limited to some configurations lists, shows and revokes only keys limited within its scope: a key\'s listing shows its configurations whole', async (t) => {
+  const { url } = await startApp(t);
+  const list = await call(url, '/api/v3/configurations', { method: 'GET' });
+  const [payments, other] = [list.json.data[0].id as string, list.json.data[1].id as string];
+  const make = async (name: string, configurations: string[], permissions = ['api-keys.view', 'api-keys.revoke']) => {
+    const res = await call(url, LIST, { body: json({ name, permissions, configurations }) });
+    assert.equal(res.status, 201, res.text);
+    return res.json as { id: string; key: string };
+  };
+  const team = await make('team', [payments]);
+  const sibling = await make('sibling', [payments]);
+  const elsewhere = await make('elsewhere', [other]);
+  const straddling = await make('straddling', [payments, other]);
+  const unlimited = await make('unlimited', []);
+
+  const seen = await call(url, LIST, { method: 'GET', key: team.key });
+  assert.equal(seen.status, 200, seen.text);
+  assert.deepEqual(seen.json.map((k: { name: string }) => k.name).sort(), ['sibling', 'team']);
+  for (const k of seen.json) assert.deepEqual(k.configurations.map((c: { id: string }) => c.id), [payments]);
+  assert.equal((await call(url, `${LIST}/${sibling.id}`, { method: 'GET', key: team.key })).status, 200);
+  for (const hidden of [elsewhere, straddling, unlimited]) {
+    const res = await call(url, `${LIST}/${hidden.id}`, { method: 'GET', key: team.key });
+    assert.equal(res.status, 403, res.text);
+    assert.deepEqual(res.json, { message: 'User does not have the right permissions.' });
+    assert.equal((await call(url, `${LIST}/${hidden.id}/revoke`, { key: team.key })).status, 403);
+  }
+  // The owner's own unlimited key still sees every key.
+  const all = await call(url, LIST, { method: 'GET' });
+  for (const name of ['team', 'sibling', 'elsewhere', 'straddling', 'unlimited']) assert.ok(all.json.some((k: { name: string }) => k.name === name), name);
+  assert.equal((await call(url, `${LIST}/${unlimited.id}`, { method: 'GET', key: unlimited.key })).status, 200);
+});
+
 test('POST /api-keys answers 422 with exact messages', async (t) => {
   const { url, app } = await startApp(t);
   const dev = userId(app, 'dev@example.com');
