@@ -70,19 +70,7 @@ export class XaesKey {
   /** The AES-256-GCM key for every nonce whose first 12 bytes are `noncePrefix[0..12]`. */
   deriveSubkey(noncePrefix: Buffer): KeyObject {
     if (noncePrefix.length < XAES_NONCE_PREFIX_SIZE) throw new RangeError('XAES-256-GCM nonce prefix must be 12 bytes');
-    const block = Buffer.allocUnsafe(32);
-    this.#template.copy(block);
-    for (let i = 0; i < 12; i++) {
-      const n = noncePrefix[i]!;
-      block[4 + i] = block[4 + i]! ^ n;
-      block[20 + i] = block[20 + i]! ^ n;
-    }
-    const derived = aesEcb(this.#ecb, block);
-    // createSecretKey copies the bytes into the KeyObject; the temporaries hold key material.
-    const subkey = createSecretKey(derived);
-    derived.fill(0);
-    block.fill(0);
-    return subkey;
+    return this.deriveSubkeys(noncePrefix, 1)[0]!;
   }
 
   /**
@@ -102,6 +90,7 @@ export class XaesKey {
       }
     }
     const derived = aesEcb(this.#ecb, blocks);
+    // createSecretKey copies the bytes into the KeyObject; the temporaries hold key material.
     const subkeys: KeyObject[] = [];
     for (let k = 0; k < count; k++) subkeys.push(createSecretKey(derived.subarray(32 * k, 32 * k + 32)));
     derived.fill(0);
