@@ -13,6 +13,7 @@ import type { RequestContext } from '../http/context.ts';
 import { readJson } from '../http/json-body.ts';
 import { sendEmpty, sendJson } from '../http/respond.ts';
 import type { ApiKey } from '../store/api-keys.ts';
+import { lockKeyScope } from '../store/configurations.ts';
 import type { Store } from '../store/db.ts';
 import { stateOf } from '../store/state-view.ts';
 import { isUniqueViolation } from '../store/sql.ts';
@@ -178,15 +179,29 @@ function authorizeKey(store: Store, caller: Caller, user: User, scope: readonly 
   return authorizeMinting(store, caller, identityReach(store, identity, effective, configurations));
 }
 
+/**
+ * The configurations were checked against the state view, which another instance's
+ * deletion may not have reached yet: they are checked again in the store, under the lock
+ * deletions take, so a key is never made limited to configurations already gone.
+ */
 async function insert(store: Store, input: CreateInput, secret: string): Promise<ApiKey> {
   try {
-    return await store.apiKeys.create({
-      name: input.name,
-      prefix: apiKeyPrefix(secret),
-      keyHash: hashApiKey(secret),
-      userId: input.user.id,
-      permissions: input.permissions,
-      configurations: input.configurations,
+    return await store.transaction(async (tx) => {
+      if (input.configurations.length > 0) {
+        await lockKeyScope(tx);
+        for (const [i, id] of input.configurations.entries()) {
+          const field = `configurations.${i}`;
+          if ((await tx.configurations.findById(id)) === undefined) throw new ValidationError({ [field]: [`The selected ${attributeName(field)} is invalid.`] });
+        }
+      }
+      return tx.apiKeys.create({
+        name: input.name,
+        prefix: apiKeyPrefix(secret),
+        keyHash: hashApiKey(secret),
+        userId: input.user.id,
+        permissions: input.permissions,
+        configurations: input.configurations,
+      });
     });
   } catch (err) {
     // Another writer of the same database file took the name after we checked.

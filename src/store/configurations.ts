@@ -334,12 +334,17 @@ export class ConfigurationsRepository {
  */
 const KEY_SCOPE_LOCK = 'svc-key-scope';
 
+/** Takes that lock: for a key's creation, which checks its configurations again under it. */
+export function lockKeyScope(tx: Transaction): Promise<void> {
+  return tx.lock(KEY_SCOPE_LOCK);
+}
+
 /**
  * Deletes a configuration, then revokes the keys that reach nothing (revokeKeysReachingNothing).
  * Run it inside a transaction. Null when there was no such configuration; else the keys revoked.
  */
 export async function deleteConfiguration(tx: Transaction, id: string): Promise<ApiKey[] | null> {
-  await tx.lock(KEY_SCOPE_LOCK);
+  await lockKeyScope(tx);
   if (!(await tx.configurations.delete(id))) return null;
   return revokeKeysReachingNothing(tx);
 }
@@ -356,7 +361,7 @@ export async function deleteConfiguration(tx: Transaction, id: string): Promise<
  * with its configuration by another instance meanwhile is never taken for an orphan.
  */
 export async function revokeKeysReachingNothing(tx: Transaction): Promise<ApiKey[]> {
-  await tx.lock(KEY_SCOPE_LOCK);
+  await lockKeyScope(tx);
   const keys = (await tx.apiKeys.list()).filter((key) => key.status === 'active' && key.configurations.length > 0);
   if (keys.length === 0) return [];
   const live = new Set((await tx.configurations.list()).map((c) => c.id));
