@@ -11,7 +11,8 @@
  * text in is decoded wherever it occurs: percent escapes (`%40`, `%2a`, any hex case; an
  * escaped byte that is no part of UTF-8 as the windows-1252 character it stands for, and
  * `%uXXXX` as JavaScript's escape() writes a UTF-16 unit), JSON
- * and JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs),
+ * and JavaScript string escapes (`\/`, `\"`, `\uXXXX` of any character, surrogate pairs,
+ * `\xHH`, `\u{H…}`, and the octal `\0`–`\377` of JavaScript, C and PHP),
  * HTML character references (`&#64;`, `&#x40;`, `&amp;`, `&lt;`, `&apos;` and the other
  * named references of ASCII punctuation; `&uuml;`, `&Scaron;` and the other names of Latin
  * letters with a diacritic, of Latin-1 symbols and of Greek letters). Decoding repeats, up
@@ -29,7 +30,8 @@
  * its first PREFIX_CHARS characters (an echo of the whole value holds its beginning); for a
  * number or code (`4242 4242 4242 4242`, `+1 (415) 555-0100`, an IBAN) its letters and
  * digits, looked for in the answer with the separators between letters and digits taken
- * out, so that no grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too (an
+ * out (separatorLength: ASCII punctuation numbers are grouped with, and typesetting's
+ * spaces and dashes), so that no grouping hides it; for a value with letters beyond ASCII its windows-1252 bytes too (an
  * answer that names no charset is read so by many clients); and its base64 and base64url
  * at each of the three offsets it can have among the bytes encoded. A body with zero bytes
  * is searched again as UTF-16 and UTF-32 text, as JSON readers read one by where its zero
@@ -247,9 +249,37 @@ class Needles {
   }
 }
 
-/** What may stand between the groups of a number or code: `4242 4242`, `4242-4242`, `12.34`, `12/34`, `(415) 555` (`+` is a space once normalised). */
-function isSeparator(b: number): boolean {
-  return b === 0x20 || b === 0x2d || b === 0x2e || b === 0x2f || b === 0x28 || b === 0x29;
+/**
+ * What may stand between the groups of a number or code, as ASCII: `4242 4242`, `4242-4242`,
+ * `12.34`, `12/34`, `(415) 555` (`+` is a space once normalised), and the tab, `_`, `,`,
+ * `:`, `'`, `|` and `*` of other formats and of masks.
+ */
+const ASCII_SEPARATORS = (() => {
+  const table = new Uint8Array(0x80);
+  for (const b of [0x20, 0x09, 0x2d, 0x2e, 0x2f, 0x28, 0x29, 0x5f, 0x2c, 0x3a, 0x27, 0x7c, 0x2a]) table[b] = 1;
+  return table;
+})();
+
+/**
+ * The length in bytes of a separator at `buf[i]` (UTF-8), 0 when there is none: the ASCII
+ * ones, and the spaces, dashes and dots typesetting groups digits with — no-break space
+ * (`&nbsp;`, U+00A0), middle dot (U+00B7), the spaces U+2000–U+200B (figure and thin space
+ * among them), the hyphens and dashes U+2010–U+2015, narrow no-break space (U+202F, French
+ * grouping), word joiner (U+2060), minus sign (U+2212), ideographic space (U+3000) and the
+ * zero-width no-break space (U+FEFF).
+ */
+function separatorLength(buf: Buffer, i: number): number {
+  const b = buf[i]!;
+  if (b < 0x80) return ASCII_SEPARATORS[b]!;
+  const b1 = buf[i + 1];
+  const b2 = buf[i + 2];
+  if (b === 0xc2) return b1 === 0xa0 || b1 === 0xb7 ? 2 : 0;
+  if (b === 0xe2 && b1 === 0x80 && b2 !== undefined) return b2 <= 0x8b || (b2 >= 0x90 && b2 <= 0x95) || b2 === 0xaf ? 3 : 0;
+  if (b === 0xe2 && b1 === 0x81) return b2 === 0xa0 ? 3 : 0;
+  if (b === 0xe2 && b1 === 0x88) return b2 === 0x92 ? 3 : 0;
+  if (b === 0xe3 && b1 === 0x80) return b2 === 0x80 ? 3 : 0;
+  if (b === 0xef && b1 === 0xbb) return b2 === 0xbf ? 3 : 0;
+  return 0;
 }
 
 /**
@@ -262,9 +292,9 @@ function withoutSeparators(haystack: Buffer): Buffer {
   let o = 0;
   for (let i = 0; i < haystack.length; i++) {
     const b = haystack[i]!;
-    if (isSeparator(b) && i > 0 && isAlphanumeric(haystack[i - 1]!)) {
+    if (i > 0 && isAlphanumeric(haystack[i - 1]!) && separatorLength(haystack, i) > 0) {
       let j = i;
-      while (j < haystack.length && isSeparator(haystack[j]!)) j++;
+      for (let length = separatorLength(haystack, j); length > 0; length = j < haystack.length ? separatorLength(haystack, j) : 0) j += length;
       if (j < haystack.length && isAlphanumeric(haystack[j]!)) {
         if (out === null) {
           out = Buffer.allocUnsafe(haystack.length);
@@ -501,7 +531,16 @@ function decodeOnce(src: Buffer): Decoded {
       }
     } else if (b === 0x5c /* \ */ && i + 1 < n) {
       const c = src[i + 1]!;
-      if (c === 0x75 /* u */) {
+      if (c === 0x75 /* u */ && src[i + 2] === 0x7b /* { */) {
+        // JavaScript's `\u{1F600}`: one to six hex digits of a code point.
+        const escape = braceEscape(src, i + 3);
+        if (escape.value >= 0) {
+          decoded = true;
+          o = putCodePoint(out, o, escape.value);
+          i += escape.length;
+          continue;
+        }
+      } else if (c === 0x75 /* u */) {
         const codePoint = utf16Escape(src, i, b);
         if (codePoint >= 0) {
           decoded = true;
@@ -510,6 +549,15 @@ function decodeOnce(src: Buffer): Decoded {
           continue;
         }
         // A lone surrogate stays as it is written.
+      } else if (c === 0x78 /* x */ || c === 0x30 || (c >= 0x31 && c <= 0x37)) {
+        // JavaScript's `\xHH` and the octal `\0`–`\377` of JavaScript, C and PHP strings.
+        const escape = c === 0x78 ? { value: hexValue(src, i + 2, 2), length: 4 } : octalEscape(src, i + 1);
+        if (escape.value >= 0) {
+          decoded = true;
+          o = putCodePoint(out, o, escape.value);
+          i += escape.length;
+          continue;
+        }
       } else {
         const simple = SIMPLE_ESCAPES[c];
         if (simple !== undefined) {
@@ -568,6 +616,36 @@ function utf16Escape(src: Buffer, at: number, lead: number): number {
     if (low >= 0xdc00 && low <= 0xdfff) return 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
   }
   return -1;
+}
+
+/**
+ * The octal escape whose digits start at `src[at]` (after the backslash): one to three
+ * digits, at most `\377`; its value and the escape's length with the backslash, or -1.
+ */
+function octalEscape(src: Buffer, at: number): { value: number; length: number } {
+  let value = 0;
+  let k = 0;
+  while (k < 3 && at + k < src.length && src[at + k]! >= 0x30 && src[at + k]! <= 0x37 && value * 8 + (src[at + k]! - 0x30) <= 0xff) {
+    value = value * 8 + (src[at + k]! - 0x30);
+    k++;
+  }
+  return k === 0 ? { value: -1, length: 0 } : { value, length: k + 1 };
+}
+
+/**
+ * The `\u{...}` escape whose hex digits start at `src[at]` (after `\u{`): one to six
+ * digits and `}`, a code point that is no surrogate; its value and the escape's whole
+ * length, or -1.
+ */
+function braceEscape(src: Buffer, at: number): { value: number; length: number } {
+  let value = 0;
+  let k = 0;
+  while (k < 6 && at + k < src.length && hexDigit(src[at + k]!) >= 0) {
+    value = value * 16 + hexDigit(src[at + k]!);
+    k++;
+  }
+  if (k === 0 || src[at + k] !== 0x7d || value > 0x10ffff || (value >= 0xd800 && value <= 0xdfff)) return { value: -1, length: 0 };
+  return { value, length: k + 4 };
 }
 
 /** How long the escape utf16Escape read was: one unit below U+10000, a surrogate pair above. */

@@ -43,6 +43,10 @@ const ENCODERS: Array<[string, (value: string) => string]> = [
   ['form in HTML', (v) => new URLSearchParams({ v }).toString().replaceAll('&', '&amp;')],
   // Latin-1 as `%XX` (a character, not a UTF-8 byte) beside `%uXXXX`: regression.
   ['JavaScript escape()', (v) => escape(v)],
+  // JavaScript's other escapes, and C's and PHP's octal ones: regression.
+  ['JavaScript, ASCII as \\xHH', (v) => [...v].map((c) => (c.codePointAt(0)! < 0x80 ? `\\x${c.codePointAt(0)!.toString(16).padStart(2, '0')}` : c)).join('')],
+  ['JavaScript, every character as \\u{}', (v) => [...v].map((c) => `\\u{${c.codePointAt(0)!.toString(16)}}`).join('')],
+  ['octal, ASCII as \\NNN', (v) => [...v].map((c) => (c.codePointAt(0)! < 0x80 ? `\\${c.codePointAt(0)!.toString(8).padStart(3, '0')}` : c)).join('')],
 ];
 
 test('every encoder\'s spelling of any value is found, in a body and in a header', () => {
@@ -125,6 +129,17 @@ test('regression: a number is found however the answer groups its digits, and no
       return refuses(paths, `{"receipt":"card ${sentGrouped ? digits : spelled} ok"}`) && !refuses(paths, `card ${digits.slice(1)} ok, at 2026-11-28`);
     }),
   );
+});
+
+test('regression: a number grouped by a no-break or narrow space, a dash, a mask character or other punctuation is found; without one of its digits it is not', () => {
+  const separators = ['&nbsp;', '\\u00a0', '\u00a0', '\u202f', '&#8239;', '\u2009', '\u2007', '\u2013', '\u2212', '\u00b7', '\u3000', '_', '\t', ',', ':', "'", '|', '*', ' \u00a0 '];
+  for (const sep of separators) {
+    const paths = guarding('4242424242424242', '123-45-6789');
+    const card = ['4242', '4242', '4242', '4242'].join(sep);
+    assert.ok(refuses(paths, `<p>Card ${card}</p>`), JSON.stringify(sep));
+    assert.ok(refuses(paths, `{"ssn":"${['123', '45', '6789'].join(sep)}"}`), `ssn ${JSON.stringify(sep)}`);
+    assert.ok(!refuses(paths, `<p>Card ${['4242', '4242', '4242', '424'].join(sep)}</p> at 2026-11-28`), `short ${JSON.stringify(sep)}`);
+  }
 });
 
 test('regression: a value is found in base64 or base64url of any bytes around it, and not in base64 of other bytes', () => {
