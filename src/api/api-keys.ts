@@ -4,7 +4,7 @@
  */
 import { recordActivity } from './activity.ts';
 import { apiKeyPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
-import type { Caller } from '../auth/caller.ts';
+import { withinConfigurationScope, type Caller } from '../auth/caller.ts';
 import { authorizeMinting, authorizeOwnerRole, authorizeScope, identityReach } from '../auth/minting.ts';
 import { PERMISSIONS } from '../config/schema.ts';
 import type { Services } from '../services.ts';
@@ -37,7 +37,7 @@ export const handlers = { list, create, show, revoke, rotate } satisfies Handler
  */
 async function list(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const { store } = services;
-  sendJson(ctx, 200, (await store.apiKeys.list()).filter((key) => withinScope(caller, key)).map((key) => apiKeyView(store, key)));
+  sendJson(ctx, 200, (await store.apiKeys.list()).filter((key) => withinConfigurationScope(caller, key.configurations)).map((key) => apiKeyView(store, key)));
 }
 
 async function create(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
@@ -59,8 +59,7 @@ async function show(ctx: RequestContext, services: Services, caller: Caller): Pr
 /** Idempotent: revoking a revoked key keeps its first `revoked_at`. */
 async function revoke(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
   const key = await findManageable(ctx, services, caller);
-  await services.store.apiKeys.revoke(key.id);
-  if (key.status === 'active') await recordActivity(ctx, services, caller, 'api-key.revoked', `Revoked API key "${key.name}".`);
+  if (await services.store.apiKeys.revokeActive(key.id)) await recordActivity(ctx, services, caller, 'api-key.revoked', `Revoked API key "${key.name}".`);
   sendEmpty(ctx, 204);
 }
 
@@ -86,14 +85,8 @@ async function rotate(ctx: RequestContext, services: Services, caller: Caller): 
 async function find(ctx: RequestContext, services: Services, caller: Caller): Promise<ApiKey> {
   const key = await services.store.apiKeys.findById(ctx.params['id'] ?? '');
   if (key === undefined) throw new NotFoundError();
-  if (!withinScope(caller, key)) throw new ForbiddenError();
+  if (!withinConfigurationScope(caller, key.configurations)) throw new ForbiddenError();
   return key;
-}
-
-/** Whether a caller sees the key: any, unless the caller's key is limited to some configurations. */
-function withinScope(caller: Caller, key: ApiKey): boolean {
-  const scope = caller.configurations;
-  return scope === null || (key.configurations.length > 0 && key.configurations.every((id) => scope.has(id)));
 }
 
 /** A key the caller may revoke or rotate: its own user's, or anyone's with `users.manage`. */

@@ -13,12 +13,11 @@
  * instead of walking `offset` rows to it. A page past the end is answered empty without
  * reading any row.
  *
- * A key limited to some configurations lists no logs (403): every list spans every
- * configuration, in its rows and in the configuration records it shows, and the direct
- * routes refuse such a key any configuration outside its scope.
+ * A key limited to some configurations lists no logs (403, `everyConfiguration` in
+ * route-table.ts): every list spans every configuration, in its rows and in the
+ * configuration records it shows, and the direct routes refuse such a key any
+ * configuration outside its scope.
  */
-import type { Caller } from '../auth/caller.ts';
-import { ForbiddenError } from '../errors.ts';
 import type { Services } from '../services.ts';
 import type { RequestContext } from '../http/context.ts';
 import { sendJson } from '../http/respond.ts';
@@ -38,8 +37,7 @@ export const handlers = { listUnified, listActivity, listApi, listUsage } satisf
 /** Request ids are at most this long (src/telemetry/request-id.ts). */
 const REQUEST_ID_MAX = 128;
 
-async function listUnified(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
-  requireWholeScope(caller);
+async function listUnified(ctx: RequestContext, services: Services): Promise<void> {
   const v = Validator.forQuery(ctx.query());
   const kinds = readKinds(v);
   const { query, page, scope } = readListQuery(services, v, 'unified', kinds);
@@ -51,8 +49,7 @@ async function listUnified(ctx: RequestContext, services: Services, caller: Call
   respond(ctx, services, page, scope, total, result, (row) => show.unified(row));
 }
 
-async function listActivity(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
-  requireWholeScope(caller);
+async function listActivity(ctx: RequestContext, services: Services): Promise<void> {
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'activity', ['activity']);
   const { logs } = services.store;
   const total = await logs.count('activity', query);
@@ -62,8 +59,7 @@ async function listActivity(ctx: RequestContext, services: Services, caller: Cal
   respond(ctx, services, page, scope, total, result, (row) => show.activity(row));
 }
 
-async function listApi(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
-  requireWholeScope(caller);
+async function listApi(ctx: RequestContext, services: Services): Promise<void> {
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'api', ['api']);
   const { logs } = services.store;
   const total = await logs.count('api', query);
@@ -73,8 +69,7 @@ async function listApi(ctx: RequestContext, services: Services, caller: Caller):
   respond(ctx, services, page, scope, total, result, (row) => show.api(row));
 }
 
-async function listUsage(ctx: RequestContext, services: Services, caller: Caller): Promise<void> {
-  requireWholeScope(caller);
+async function listUsage(ctx: RequestContext, services: Services): Promise<void> {
   const { query, page, scope } = readListQuery(services, Validator.forQuery(ctx.query()), 'usage', ['usage']);
   const { logs } = services.store;
   const total = await logs.count('usage', query);
@@ -82,11 +77,6 @@ async function listUsage(ctx: RequestContext, services: Services, caller: Caller
   const result = await read(page, total, () => logs.usagePage(query));
   await show.load(result.rows, []);
   respond(ctx, services, page, scope, total, result, (row) => show.usage(row));
-}
-
-/** The log lists span every configuration: a key limited to some of them is refused. */
-function requireWholeScope(caller: Caller): void {
-  if (caller.configurations !== null) throw new ForbiddenError();
 }
 
 /**

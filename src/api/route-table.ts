@@ -35,6 +35,11 @@ interface RouteSpec {
   readonly permission: Permission | null;
   /** A management write: refused with 409 where state comes from a control plane. */
   readonly write: boolean;
+  /**
+   * The route answers across every configuration (the log lists: their rows and the
+   * configuration records they show): a key limited to some configurations is refused (403).
+   */
+  readonly everyConfiguration?: true;
 }
 
 /** A route, with its module and the name of its handler there (checked by the compiler). */
@@ -70,10 +75,10 @@ export const apiRoutes: readonly ApiRoute[] = [
   { method: 'POST', path: '/api/v3/users', permission: 'users.manage', write: true, module: 'users', handler: 'create' },
   { method: 'GET', path: '/api/v3/roles', permission: 'roles.view', write: false, module: 'users', handler: 'listRoles' },
 
-  { method: 'GET', path: '/api/v3/logs/unified', permission: 'logs.view', write: false, module: 'logs', handler: 'listUnified' },
-  { method: 'GET', path: '/api/v3/logs/activity', permission: 'logs.view', write: false, module: 'logs', handler: 'listActivity' },
-  { method: 'GET', path: '/api/v3/logs/api', permission: 'logs.view', write: false, module: 'logs', handler: 'listApi' },
-  { method: 'GET', path: '/api/v3/logs/usage', permission: 'logs.view', write: false, module: 'logs', handler: 'listUsage' },
+  { method: 'GET', path: '/api/v3/logs/unified', permission: 'logs.view', write: false, module: 'logs', handler: 'listUnified', everyConfiguration: true },
+  { method: 'GET', path: '/api/v3/logs/activity', permission: 'logs.view', write: false, module: 'logs', handler: 'listActivity', everyConfiguration: true },
+  { method: 'GET', path: '/api/v3/logs/api', permission: 'logs.view', write: false, module: 'logs', handler: 'listApi', everyConfiguration: true },
+  { method: 'GET', path: '/api/v3/logs/usage', permission: 'logs.view', write: false, module: 'logs', handler: 'listUsage', everyConfiguration: true },
 
   { method: 'POST', path: '/api/v2/auth/login', permission: null, write: false, module: 'auth', handler: 'login' },
   // Not a write: a token must be revocable on a replica too.

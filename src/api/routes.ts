@@ -7,7 +7,7 @@
 import { authenticateRequest } from '../auth/request-auth.ts';
 import { isReplicationKey, requirePermission, type Caller } from '../auth/caller.ts';
 import type { Services } from '../services.ts';
-import { ActionUnauthorizedError, ManagedByControlPlaneError } from '../errors.ts';
+import { ActionUnauthorizedError, ForbiddenError, ManagedByControlPlaneError } from '../errors.ts';
 import type { RequestContext } from '../http/context.ts';
 import type { Router } from '../http/router.ts';
 import type { Handler } from '../http/listener.ts';
@@ -38,7 +38,7 @@ export async function routeHandler(route: ApiRoute): Promise<RouteHandler> {
   return handler;
 }
 
-/** Registers `routes`, each behind authentication, its permission and the write guard. */
+/** Registers `routes`, each behind authentication, its permission, its configuration scope and the write guard. */
 export function mount(router: Router<Handler<Services>>, routes: readonly ApiRoute[]): void {
   for (const route of routes) {
     let handler: RouteHandler | null = null;
@@ -48,6 +48,7 @@ export function mount(router: Router<Handler<Services>>, routes: readonly ApiRou
       // the routes any key may call (login, the acting user).
       if (isReplicationKey(caller) && route.permission?.startsWith('sync.') !== true) throw new ActionUnauthorizedError();
       if (route.permission !== null) requirePermission(caller, route.permission);
+      if (route.everyConfiguration === true && caller.configurations !== null) throw new ForbiddenError();
       if (route.write && services.config.state.source === 'control-plane') throw new ManagedByControlPlaneError();
       handler ??= await routeHandler(route);
       await handler(ctx, services, caller);

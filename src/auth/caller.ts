@@ -208,6 +208,16 @@ export function requirePermission(caller: Caller, permission: string): void {
   if (!caller.permissions.has(permission)) throw new ForbiddenError();
 }
 
+/**
+ * Whether a key limited to `configurations` (empty: every one) stays within the caller's
+ * configuration scope: always for an unlimited caller, else only a non-empty list of
+ * configurations the caller's key names.
+ */
+export function withinConfigurationScope(caller: Caller, configurations: readonly string[]): boolean {
+  const scope = caller.configurations;
+  return scope === null || (configurations.length > 0 && configurations.every((id) => scope.has(id)));
+}
+
 export function requireConfigurationScope(caller: Caller, configurationId: string): void {
   if (caller.configurations !== null && !caller.configurations.has(configurationId)) throw new ForbiddenError();
 }

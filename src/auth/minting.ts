@@ -17,7 +17,7 @@ import type { Store } from '../store/db.ts';
 import { stateOf } from '../store/state-view.ts';
 import type { RevealGrant } from '../store/reveal-rules.ts';
 import { admitsPlain, callerIdentity, readableClassifications, showsAtLeast, type Identity, type Reveal } from './classification-access.ts';
-import type { Caller } from './caller.ts';
+import { withinConfigurationScope, type Caller } from './caller.ts';
 
 const DECRYPT = 'data.decrypt';
 
@@ -138,6 +138,5 @@ export function authorizePermissions(caller: Caller, permissions: Iterable<strin
 /** authorizePermissions, and a key may not reach configurations outside the caller's scope (`configurations` empty: all). */
 export function authorizeScope(caller: Caller, permissions: Iterable<string>, configurations: readonly string[]): void {
   authorizePermissions(caller, permissions);
-  const scope = caller.configurations;
-  if (scope !== null && (configurations.length === 0 || configurations.some((id) => !scope.has(id)))) throw new ActionUnauthorizedError();
+  if (!withinConfigurationScope(caller, configurations)) throw new ActionUnauthorizedError();
 }
