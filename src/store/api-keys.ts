@@ -151,8 +151,7 @@ export class ApiKeysRepository {
 
   /** Returns the key as it now is (already-revoked keys unchanged), or undefined when there is none. */
   *revoke(id: string): Step<ApiKey | undefined> {
-    const now = nowIso();
-    yield* run(REVOKE, now, now, id);
+    yield* this.revokeActive(id);
     return yield* this.findById(id);
   }
 
