@@ -262,7 +262,7 @@ const PREFIX_BATCH = 64;
 class PrefixPool {
   readonly #xaes: XaesKey;
   readonly #prefixes = Buffer.allocUnsafe(PREFIX_BATCH * XAES_NONCE_PREFIX_SIZE);
-  #subkeys: KeyObject[] = [];
+  #subkeys: Array<KeyObject | undefined> = [];
   #next = PREFIX_BATCH;
 
   constructor(xaes: XaesKey) {
@@ -280,7 +280,7 @@ class PrefixPool {
     this.#prefixes.copy(into, 0, i * XAES_NONCE_PREFIX_SIZE, (i + 1) * XAES_NONCE_PREFIX_SIZE);
     const subkey = this.#subkeys[i]!;
     // Handed out: the pool keeps no reference to it.
-    this.#subkeys[i] = undefined as unknown as KeyObject;
+    this.#subkeys[i] = undefined;
     return subkey;
   }
 }
@@ -288,22 +288,24 @@ class PrefixPool {
 /**
  * One request's nonce prefix and its subkey, taken from the pool at the request's first
  * field (a request that encrypts nothing takes none), then again every PREFIX_REUSE_LIMIT
- * fields.
+ * fields. The prefix is written where the request's nonces are built, once per take.
  */
 class RandomPrefix {
   readonly #pool: PrefixPool;
-  readonly prefix = Buffer.allocUnsafe(XAES_NONCE_PREFIX_SIZE);
+  /** The first 12 bytes of the nonce in the encryptor's AAD, which only this request writes. */
+  readonly #prefix: Buffer;
   #subkey: KeyObject | null = null;
   #uses = 0;
 
-  constructor(pool: PrefixPool) {
+  constructor(pool: PrefixPool, prefix: Buffer) {
     this.#pool = pool;
+    this.#prefix = prefix;
   }
 
-  /** The subkey for the next field; `prefix` then holds the nonce prefix it belongs to. */
+  /** The subkey for the next field, its prefix in place. */
   next(): KeyObject {
     if (this.#subkey === null || this.#uses >= PREFIX_REUSE_LIMIT) {
-      this.#subkey = this.#pool.take(this.prefix);
+      this.#subkey = this.#pool.take(this.#prefix);
       this.#uses = 0;
     }
     this.#uses++;
@@ -327,10 +329,10 @@ class Encryptor implements FieldEncryptor {
   readonly #head: string;
   readonly #prefix: RandomPrefix | null;
 
-  constructor(material: KeyMaterial, aadHead: Buffer, head: string, classificationId: number, subkeys: SubkeyCache | null, prefix: RandomPrefix | null) {
+  /** Deterministic with `subkeys`, randomized with `prefixes` (one of the two). */
+  constructor(material: KeyMaterial, aadHead: Buffer, head: string, classificationId: number, subkeys: SubkeyCache | null, prefixes: PrefixPool | null) {
     this.#material = material;
     this.#subkeys = subkeys;
-    this.#prefix = prefix;
     this.#head = head;
     const metaOffset = aadHead.length;
     const aad = Buffer.allocUnsafe(metaOffset + 2 + leb128Length(classificationId) + 1 + XAES_NONCE_SIZE);
@@ -345,6 +347,7 @@ class Encryptor implements FieldEncryptor {
     this.#nonceOffset = pos;
     this.#nonce = aad.subarray(pos);
     this.#aadWithoutNonce = aad.subarray(0, pos);
+    this.#prefix = prefixes === null ? null : new RandomPrefix(prefixes, aad.subarray(pos, pos + XAES_NONCE_PREFIX_SIZE));
   }
 
   encrypt(plaintext: Buffer, type: TokenType): string {
@@ -360,7 +363,6 @@ class Encryptor implements FieldEncryptor {
       subkey = this.#subkeys!.get(aad, this.#nonceOffset);
     } else {
       subkey = this.#prefix.next();
-      this.#prefix.prefix.copy(aad, this.#nonceOffset);
       fillRandomPooled(aad, this.#nonceOffset + XAES_NONCE_PREFIX_SIZE, XAES_NONCE_SIZE - XAES_NONCE_PREFIX_SIZE);
     }
     const sealed = xaesSealWithSubkey(subkey, this.#nonce, plaintext, aad);
@@ -401,7 +403,7 @@ export class TokenCodec {
       throw new RangeError('classification id must be an integer from 0 to 2^53 - 1');
     }
     const material = this.keyring.forEncrypt();
-    if (this.#prefixes !== null) return new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, null, new RandomPrefix(this.#prefixes));
+    if (this.#prefixes !== null) return new Encryptor(material, this.#encryptAadHead, this.#encryptHead, classificationId, null, this.#prefixes);
     // A deterministic encryptor holds nothing of a request (its AAD buffer is rewritten
     // whole by each synchronous encrypt), so one per classification serves every request.
     let encryptor = this.#encryptors.get(classificationId);
