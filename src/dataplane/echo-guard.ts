@@ -294,7 +294,11 @@ function withoutSeparators(haystack: Buffer): Buffer {
     const b = haystack[i]!;
     if (i > 0 && isAlphanumeric(haystack[i - 1]!) && separatorLength(haystack, i) > 0) {
       let j = i;
-      for (let length = separatorLength(haystack, j); length > 0; length = j < haystack.length ? separatorLength(haystack, j) : 0) j += length;
+      while (j < haystack.length) {
+        const length = separatorLength(haystack, j);
+        if (length === 0) break;
+        j += length;
+      }
       if (j < haystack.length && isAlphanumeric(haystack[j]!)) {
         if (out === null) {
           out = Buffer.allocUnsafe(haystack.length);
@@ -549,7 +553,7 @@ function decodeOnce(src: Buffer): Decoded {
           continue;
         }
         // A lone surrogate stays as it is written.
-      } else if (c === 0x78 /* x */ || c === 0x30 || (c >= 0x31 && c <= 0x37)) {
+      } else if (c === 0x78 /* x */ || (c >= 0x30 && c <= 0x37) /* 0-7 */) {
         // JavaScript's `\xHH` and the octal `\0`–`\377` of JavaScript, C and PHP strings.
         const escape = c === 0x78 ? { value: hexValue(src, i + 2, 2), length: 4 } : octalEscape(src, i + 1);
         if (escape.value >= 0) {

@@ -11,10 +11,11 @@
  *
  * The monitor runs while the service has requests to serve. When a check (every second)
  * finds that no request started since the previous one and none is in flight, it stops,
- * one to two seconds after the last request ended; the next request starts it again: the loop's delay matters to the requests that wait on it, and a monitor timer
- * every 10 ms was nearly all an idle service did (100 wake-ups a second, about 0.6% of a
- * core, against one a second and under 0.05% without it). A window with no samples reads
- * as no delay (all zeros). Health checks and scrapes are not requests here (app.ts).
+ * one to two seconds after the last request ended; the next request starts it again: the
+ * loop's delay matters to the requests that wait on it, and a monitor timer every 10 ms
+ * was nearly all an idle service did (100 wake-ups a second, about 0.6% of a core,
+ * against one a second and under 0.05% without it). A window with no samples reads as no
+ * delay (all zeros). Health checks and scrapes are not requests here (app.ts).
  */
 import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
 
