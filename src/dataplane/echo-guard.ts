@@ -18,7 +18,8 @@
  * letters with a diacritic, of Latin-1 symbols and of Greek letters). Decoding repeats, up
  * to MAX_LAYERS times, while it changes something, so an escape of an escape (`%2540`,
  * `&amp;#64;`, JSON inside HTML) is undone too. Then ASCII letters are lower-cased and `+`
- * reads as a space (form encoding). The remembered values go through the same
+ * reads as a space (form encoding), and the fullwidth forms of ASCII (`４２４２`) are read
+ * as ASCII. The remembered values go through the same
  * normalisation, so an encoder's choice — which characters it escapes, `+` or `%20`,
  * `\u003c` or `<` — does not change what is compared.
  * All the values are then looked for in one pass over the normalised bytes: a rolling hash
@@ -473,12 +474,39 @@ export function normalise(bytes: Buffer): Buffer {
     if (!next.decoded) break;
   }
   // `out` is decodeOnce's own buffer, never `bytes`: it is lower-cased in place.
+  let wide = false;
   for (let i = 0; i < out.length; i++) {
     const b = out[i]!;
     if (b >= 0x41 && b <= 0x5a) out[i] = b + 0x20;
     else if (b === 0x2b) out[i] = 0x20;
+    else if (b === 0xef) wide = true;
   }
-  return out;
+  return wide ? foldFullwidth(out) : out;
+}
+
+/**
+ * `text` (lower-cased already) with the fullwidth forms of ASCII (U+FF01–U+FF5E: `４２４２`,
+ * as CJK text writes digits and letters) folded to ASCII, in place: three bytes to one, so
+ * the buffer only shrinks.
+ */
+function foldFullwidth(text: Buffer): Buffer {
+  let o = 0;
+  for (let i = 0; i < text.length; i++) {
+    let b = text[i]!;
+    const b1 = text[i + 1];
+    const b2 = text[i + 2];
+    if (b === 0xef && (b1 === 0xbc || b1 === 0xbd) && b2 !== undefined && b2 >= 0x80 && b2 <= 0xbf) {
+      const codePoint = 0xf000 | ((b1 & 0x3f) << 6) | (b2 & 0x3f);
+      if (codePoint >= 0xff01 && codePoint <= 0xff5e) {
+        b = codePoint - 0xfee0;
+        if (b >= 0x41 && b <= 0x5a) b += 0x20;
+        else if (b === 0x2b) b = 0x20;
+        i += 2;
+      }
+    }
+    text[o++] = b;
+  }
+  return text.subarray(0, o);
 }
 
 /** What one round of decoding wrote, and whether it found anything to decode. */

@@ -142,6 +142,15 @@ test('regression: a number grouped by a no-break or narrow space, a dash, a mask
   }
 });
 
+test('regression: a value written in fullwidth forms (as CJK text writes digits and letters) is found; another value in them is not', () => {
+  const fullwidth = (v: string) => [...v].map((c) => (c >= '!' && c <= '~' ? String.fromCodePoint(c.codePointAt(0)! + 0xfee0) : c)).join('');
+  const paths = guarding('4242424242424242', 'alice.secret@example.com');
+  assert.ok(refuses(paths, `<p>カード番号 ${fullwidth('4242 4242 4242 4242')}</p>`));
+  assert.ok(refuses(paths, `{"email":"${fullwidth('Alice.Secret@Example.com')}"}`));
+  assert.ok(refuses(paths, `{"email":"${fullwidth('alice.secret')}\\uff20example.com"}`));
+  assert.ok(!refuses(paths, `<p>カード番号 ${fullwidth('4242 4242 4242 4243')}、${fullwidth('bob@example.com')}</p>`));
+});
+
 test('regression: a value is found in base64 or base64url of any bytes around it, and not in base64 of other bytes', () => {
   fc.assert(
     // Values no escape could shorten below MIN_LENGTH, as above: a shorter one is not searched.
